@@ -1,0 +1,5 @@
+"""``python3 -m gpuagent``."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,142 @@
+"""Command line: ``run``, ``status``, ``detect``, ``probe`` (thin; no logic here).
+
+Imports beyond click, json and tomllib happen inside the commands that need them, so that
+``gpuagent status`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, replace
+from typing import Any
+
+import click
+
+from . import __version__, config
+
+__all__ = ["main"]
+
+
+def _load(ctx: click.Context) -> config.Config:
+    path, required = ctx.obj["config_file"]
+    try:
+        return config.load(path, required=required)
+    except config.ConfigError as e:
+        click.echo(f"gpuagent: {e}", err=True)
+        sys.exit(config.EX_CONFIG)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_path",
+    metavar="PATH",
+    help=f"TOML config file [default: $GPUAGENT_CONFIG or {config.DEFAULT_PATH}]",
+)
+@click.version_option(__version__, prog_name="gpuagent")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """Host agent that samples NVIDIA GPUs with nvidia-smi for systemd and Prometheus."""
+    ctx.obj = {"config_file": config.config_path(config_path)}
+
+
+@main.command()
+@click.option("--ticks", type=click.IntRange(min=1), help="Run N ticks, then exit 0.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.001, max=86400),
+    help="Seconds between ticks (overrides the config).",
+)
+@click.pass_context
+def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
+    """Run the agent in the foreground (what the systemd unit starts)."""
+    from .daemon import Daemon  # noqa: PLC0415
+    from .logs import Event, EventLog, setup  # noqa: PLC0415
+
+    path, required = ctx.obj["config_file"]
+    try:
+        cfg = config.load(path, required=required)
+    except config.ConfigError as e:
+        import logging  # noqa: PLC0415
+
+        setup("info")
+        EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
+        sys.exit(config.EX_CONFIG)
+    if interval is not None:
+        cfg = replace(cfg, interval=interval)
+    setup(cfg.log_level)
+    sys.exit(Daemon(cfg, (path, required)).run(ticks))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the state file as JSON.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the running agent's view; exit 0 healthy, 1 degraded, 3 unknown."""
+    from . import state  # noqa: PLC0415
+    from .status import UNKNOWN, judge, render  # noqa: PLC0415
+
+    cfg = _load(ctx)
+    try:
+        st = state.read(cfg.state_file)
+    except state.StateError as e:
+        click.echo(f"gpuagent: {e}", err=True)
+        sys.exit(UNKNOWN)
+    now = time.time()
+    code, reason = judge(st, now)
+    if as_json:
+        click.echo(json.dumps(st, indent=2, sort_keys=True))
+    else:
+        click.echo(render(st, now, code, reason))
+    if code:
+        click.echo(f"gpuagent: {reason}", err=True)
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def detect(ctx: click.Context, as_json: bool) -> None:
+    """Scan the PCI bus for NVIDIA GPUs (no nvidia-smi)."""
+    from . import pci  # noqa: PLC0415
+
+    cfg = _load(ctx)
+    gpus, problems = pci.scan(cfg.sysfs_root)
+    for problem in problems:
+        click.echo(f"gpuagent: {problem}", err=True)
+    loaded = pci.module_loaded(cfg.sysfs_root)
+    if as_json:
+        out: dict[str, Any] = {"gpus": [asdict(g) for g in gpus], "module_loaded": loaded}
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not gpus:
+        click.echo("no NVIDIA GPU on the PCI bus")
+    for g in gpus:
+        click.echo(f"{g.slot}  device {g.device_id}  class {g.pci_class}  driver {g.driver or '-'}")
+    click.echo(f"nvidia kernel module: {'loaded' if loaded else 'not loaded'}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def probe(ctx: click.Context, as_json: bool) -> None:
+    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure."""
+    from .probe import Prober, lookup  # noqa: PLC0415
+    from .runner import Runner  # noqa: PLC0415
+
+    cfg = _load(ctx)
+    binary = lookup(cfg.nvidia_smi)
+    if binary is None:
+        click.echo(f"gpuagent: nvidia-smi not found ({cfg.nvidia_smi!r})", err=True)
+        sys.exit(1)
+    result = Prober(Runner(timeout=cfg.probe_timeout)).probe(binary)
+    if result.rows is None:
+        click.echo(f"gpuagent: probe failed ({result.failure}): {result.error}", err=True)
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({"fields": list(result.fields), "rows": result.rows}, indent=2))
+        return
+    for row in result.rows:
+        click.echo(", ".join(f"{k}={v}" for k, v in row.items()))

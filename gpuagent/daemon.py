@@ -1,0 +1,187 @@
+"""The tick loop: a fixed grid on the monotonic clock, signals, sd_notify and the state file.
+
+SIGTERM and SIGINT stop the loop (within 2 s even mid-probe); SIGHUP reloads the config
+(a bad file is logged and the old config kept).  The watchdog is fed from this loop itself,
+also while a probe hangs and when the interval is longer than the watchdog period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from . import __version__, config, state
+from .agent import Agent
+from .logs import Event, EventLog, setup
+from .notify import Notifier, watchdog_period
+from .probe import Prober
+from .runner import Runner
+from .schedule import deadline, next_index
+
+__all__ = ["Daemon"]
+
+# Fraction of the watchdog period between pings; systemd asks for at most half.
+_PING_FRACTION = 0.4
+
+
+class Daemon:
+    """Runs an :class:`Agent` on the tick grid until stopped or ``ticks`` have run."""
+
+    def __init__(
+        self,
+        cfg: config.Config,
+        config_file: tuple[str, bool],
+        *,
+        notifier: Notifier | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        log: EventLog | None = None,
+    ) -> None:
+        self.config = cfg
+        self.config_file = config_file
+        self.notifier = notifier or Notifier()
+        self.monotonic = monotonic
+        self.log = log or EventLog()
+        period = watchdog_period()
+        self.ping_every = period * _PING_FRACTION if period else None
+        self.next_ping = 0.0
+        self.stop_requested = False
+        self.reload_requested = False
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        runner = Runner(timeout=cfg.probe_timeout, clock=monotonic)
+        runner.wake_fd = self._wake_r
+        runner.interrupted = lambda: self.stop_requested
+        runner.heartbeat = self.ping_if_due
+        runner.heartbeat_every = self.ping_every or 1.0
+        self.agent = Agent(cfg, Prober(runner), self.log, monotonic=monotonic)
+        self._state_error: str | None = None
+
+    # Signals -------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self.reload_requested = True
+        else:
+            self.stop_requested = True
+
+    def _install_signals(self) -> None:
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+
+    # Watchdog ------------------------------------------------------------------------------
+
+    def ping_if_due(self) -> None:
+        """Send ``WATCHDOG=1`` if the ping period has passed since the last one."""
+        if self.ping_every is None:
+            return
+        now = self.monotonic()
+        if now >= self.next_ping:
+            self.notifier.watchdog()
+            self.next_ping = now + self.ping_every
+
+    # Loop ----------------------------------------------------------------------------------
+
+    def run(self, ticks: int | None = None) -> int:
+        """Run until SIGTERM/SIGINT or ``ticks`` ticks; returns the exit status (0)."""
+        self._install_signals()
+        self.log(
+            logging.INFO,
+            Event.STARTED,
+            f"gpuagent {__version__} started: tick every {self.config.interval:g} s",
+        )
+        self.agent.on_scanned = lambda: self.notifier.ready(self.agent.status_line())
+        start, index = self.monotonic(), 0
+        while True:
+            self.agent.tick()
+            self._publish()
+            if self.stop_requested or (ticks is not None and self.agent.ticks >= ticks):
+                break
+            index = next_index(start, self.config.interval, index, self.monotonic())
+            if self._wait_until(deadline(start, self.config.interval, index)):
+                break
+            if self.reload_requested:
+                self._reload()
+                start, index = self.monotonic(), 0
+        return self._finish("ticks" if not self.stop_requested else "signal")
+
+    def _wait_until(self, when: float) -> bool:
+        """Sleep until ``when`` (monotonic s), pinging the watchdog; True if asked to stop."""
+        while not self.stop_requested and not self.reload_requested:
+            self.ping_if_due()
+            now = self.monotonic()
+            if now >= when:
+                return False
+            until = min(when, self.next_ping) if self.ping_every else when
+            ready, _, _ = select.select([self._wake_r], [], [], max(until - now, 0.0))
+            if ready:
+                _drain(self._wake_r)
+        return self.stop_requested
+
+    def _publish(self) -> None:
+        snapshot = self.agent.snapshot()
+        self._write_state(snapshot)
+        self.notifier.status(snapshot["status"])
+        self.ping_if_due()
+
+    def _write_state(self, snapshot: dict[str, object]) -> None:
+        path = self.agent.config.state_file
+        try:
+            state.write(path, snapshot)
+        except OSError as e:
+            reason = f"{path}: {e.strerror or e}"
+            if reason != self._state_error:
+                self.log(
+                    logging.ERROR,
+                    Event.STATE_WRITE_FAILED,
+                    f"cannot write the state file {reason}; sampling goes on",
+                )
+            self._state_error = reason
+            self.agent.problems["state_file"] = reason
+            return
+        if self._state_error is not None:
+            self.log(logging.INFO, Event.STATE_WRITE_RECOVERED, f"state file {path} written again")
+            self._state_error = None
+            self.agent.problems.pop("state_file", None)
+            state.write(path, self.agent.snapshot())
+
+    def _reload(self) -> None:
+        self.reload_requested = False
+        self.notifier.reloading()
+        path, required = self.config_file
+        try:
+            cfg = config.load(path, required=required)
+        except config.ConfigError as e:
+            self.log(
+                logging.ERROR, Event.CONFIG_ERROR, f"reload failed, keeping the old config: {e}"
+            )
+        else:
+            self.config = cfg
+            self.agent.configure(cfg)
+            setup(cfg.log_level)
+            self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}")
+        self.notifier.ready(self.agent.status_line())
+
+    def _finish(self, reason: str) -> int:
+        if reason == "signal":
+            self.notifier.stopping()
+            self.log(logging.INFO, Event.STOPPING, "stopping on signal")
+        self.agent.prober.runner.kill_stuck()
+        snapshot = self.agent.snapshot()
+        snapshot["exit"] = {"reason": reason, "at": snapshot["updated_at"]}
+        with contextlib.suppress(OSError):
+            state.write(self.agent.config.state_file, snapshot)
+        return 0
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass

@@ -1,0 +1,104 @@
+"""Logging: journald with structured fields when stderr is the journal, else plain stderr.
+
+Each event the agent logs has a stable ``MESSAGE_ID`` (see ``packaging/gpuagent.catalog``),
+so ``journalctl -x`` can explain it and ``journalctl MESSAGE_ID=…`` can find it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from enum import Enum
+from typing import Any
+
+__all__ = ["LOGGER", "Event", "EventLog", "journal_stream", "setup"]
+
+LOGGER = "gpuagent"
+IDENTIFIER = "gpuagent"
+
+
+class Event(Enum):
+    """A kind of log line and its journal ``MESSAGE_ID``."""
+
+    FAILING_NOT_FOUND = "a3ee785bcee546d78c7cc299a3b83d93"
+    FAILING_PERMISSION_DENIED = "6855a69c55e34c3d8e8e8004cf52c235"
+    FAILING_TIMEOUT = "d34b23d67ff54534b8dfd5c8d7ca8e34"
+    FAILING_DRIVER_NOT_LOADED = "373b3c7e2c4342f9b0da615c0f609358"
+    FAILING_LIBRARY_MISSING = "803f3e3ab85a4c45bea7e530b92b063d"
+    FAILING_VERSION_MISMATCH = "a1a045351ad244838943205b06c33549"
+    FAILING_NO_DEVICES = "a8c164d6cfeb46779461e3dee3906b7f"
+    FAILING_GPU_LOST = "df41a2eb63dd464d9572200ed1feabfc"
+    FAILING_UNPARSEABLE = "7f0efd97358448ac8bfa42843a77ec33"
+    FAILING_OTHER = "2379b83f052842d5bbf723b6d54f2bf3"
+    RECOVERED = "6c72e97727c44f6d861353e974ab6e52"
+    GPU_MISSING = "a666bce8ff124acda078a5f39d89fc58"
+    GPU_BACK = "63916ebb29f84adb81f656bab90ffe7b"
+    NVIDIA_SMI_MISSING = "5db6b6b58a7b4b4a8fe49e8609753bea"
+    NVIDIA_SMI_FOUND = "72f8120d716f422a8aa35ef0d7027ede"
+    DRIVER_UNLOADED = "cab2aad2b2de41c3b5da77fe43c7efd6"
+    DRIVER_LOADED = "ddabff740d5242d09f9c91c64f5ddad4"
+    CONFIG_ERROR = "72201dde6c744b57acc050d0bf2059c0"
+    SYSFS_PROBLEM = "f0f07fa5ac194fde9e4cb29e3f2754cd"
+    STATE_WRITE_FAILED = "c47636050535466a83b2eb85b7974c5a"
+    STATE_WRITE_RECOVERED = "ecad6c349e8343729f16219ad20249fd"
+    STARTED = "99e66d8f62db4f4dbf82bb7ddaf4e918"
+    STOPPING = "90d4e51a0c914484838227d3158e5f34"
+    RELOADED = "01e491466b2244cbb8a483b55764f3ee"
+    PROBE_STUCK = "100c33ca79d44d4c90e4d9b00f5800f5"
+
+    @classmethod
+    def failing(cls, failure_class: str) -> Event:
+        """The probe-failing event of a failure class (``version_mismatch`` …)."""
+        return cls[f"FAILING_{failure_class.upper()}"]
+
+
+class EventLog:
+    """Writes events as log records carrying ``MESSAGE_ID`` and upper-case journal fields."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger(LOGGER)
+
+    def __call__(self, level: int, event: Event | None, message: str, **fields: Any) -> None:
+        extra = {k.upper(): str(v) for k, v in fields.items() if v is not None}
+        if event is not None:
+            extra["MESSAGE_ID"] = event.value
+            extra["GPUAGENT_EVENT"] = event.name.lower()
+        self.logger.log(level, message, extra=extra)
+
+
+def journal_stream() -> bool:
+    """Whether stderr is connected to the journal (``$JOURNAL_STREAM`` names its device:inode)."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        dev, ino = (int(x) for x in stream.split(":"))
+        st = os.fstat(sys.stderr.fileno())
+    except (ValueError, OSError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+class _StderrFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def setup(level: str, *, journal: bool | None = None) -> logging.Logger:
+    """Configure the ``gpuagent`` logger for ``level`` (``debug`` … ``error``); returns it.
+
+    With ``journal`` unset, journald is used when stderr is the journal stream.
+    """
+    logger = logging.getLogger(LOGGER)
+    logger.handlers.clear()
+    logger.propagate = False
+    logger.setLevel(level.upper())
+    handler: logging.Handler
+    if journal if journal is not None else journal_stream():
+        from systemd.journal import JournalHandler  # noqa: PLC0415 - journald only when used
+
+        handler = JournalHandler(SYSLOG_IDENTIFIER=IDENTIFIER)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_StderrFormatter())
+    logger.addHandler(handler)
+    return logger

@@ -1,0 +1,152 @@
+"""One nvidia-smi probe: run, retry on a rejected field, parse, classify."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from .runner import Outcome, Runner
+from .smi import FALLBACKS, FIELDS, Failure, ParseError, Row, classify, command, invalid_field
+from .smi import parse as parse_csv
+
+__all__ = ["ProbeResult", "Prober", "lookup"]
+
+# The NVML version-mismatch message is two lines; nothing useful comes after that.
+_ERROR_LINES = 2
+_ERROR_CHARS = 300
+
+
+def lookup(binary: str, path: str | None = None) -> str | None:
+    """Resolve the configured nvidia-smi: a path containing ``/`` if it exists, else ``$PATH``.
+
+    A stat, never a spawn; an existing path that cannot be executed is returned so that the
+    probe reports ``permission_denied`` instead of pretending the binary is absent.
+    """
+    if "/" in binary:
+        return binary if os.path.lexists(binary) else None
+    return shutil.which(binary, path=path)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one probe gave: ``rows`` on success, else ``failure`` and a one-line ``error``.
+
+    ``detail`` is the offending output line of an unparseable answer (for the debug log),
+    ``warnings`` lines nvidia-smi printed beside valid data (infoROM), ``spawns`` the number
+    of processes started, ``rejected`` the fields nvidia-smi refused on the way.
+    """
+
+    rows: list[Row] | None = None
+    failure: Failure | None = None
+    error: str = ""
+    exit_code: int | None = None
+    detail: str = ""
+    spawns: int = 0
+    warnings: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
+    interrupted: bool = False
+    fields: tuple[str, ...] = field(default=FIELDS)
+
+
+def _first_lines(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " ".join(lines[:_ERROR_LINES])[:_ERROR_CHARS]
+
+
+class Prober:
+    """Runs ``nvidia-smi --query-gpu`` through a :class:`Runner` with ``LC_ALL=C``.
+
+    The field list shrinks when nvidia-smi rejects a field (``Field "X" is not a valid field
+    to query.``, exit 2): the field's older name is tried, or the field dropped, and the query
+    runs again at once.  It is restored in full after an outage, since a driver upgrade may
+    accept the fields again.
+    """
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.fields = FIELDS
+        self._tried_fallbacks: set[str] = set()
+
+    def busy(self) -> bool:
+        """Whether an abandoned probe is still alive (no new probe may start)."""
+        return self.runner.busy()
+
+    def probe(self, binary: str) -> ProbeResult:
+        """Run one probe of ``binary``; never raises for anything nvidia-smi does."""
+        env = {**os.environ, "LC_ALL": "C"}
+        spawns = 0
+        rejected: list[str] = []
+        while True:
+            result = self.runner.run(command(binary, self.fields), env)
+            spawns += result.outcome is not Outcome.SPAWN_FAILED
+            bad = invalid_field(result.stdout) if result.exit_code not in (None, 0) else None
+            if bad is not None and bad in self.fields and len(self.fields) > 1:
+                rejected.append(bad)
+                self._replace(bad)
+                continue
+            out = self._judge(result.outcome, result.exit_code, result.stdout, result.error)
+            if out.failure is not None:
+                self.fields = FIELDS
+                self._tried_fallbacks.clear()
+            return ProbeResult(
+                rows=out.rows,
+                failure=out.failure,
+                error=out.error,
+                exit_code=result.exit_code,
+                detail=out.detail,
+                spawns=spawns,
+                warnings=out.warnings,
+                rejected=tuple(rejected),
+                interrupted=out.interrupted,
+                fields=self.fields,
+            )
+
+    def _replace(self, bad: str) -> None:
+        fallback = FALLBACKS.get(bad)
+        if fallback and fallback not in self._tried_fallbacks:
+            self._tried_fallbacks.add(fallback)
+            self.fields = tuple(fallback if f == bad else f for f in self.fields)
+        else:
+            self.fields = tuple(f for f in self.fields if f != bad)
+
+    def _judge(
+        self, outcome: Outcome, code: int | None, stdout: str, error: OSError | None
+    ) -> ProbeResult:
+        if outcome is Outcome.SPAWN_FAILED:
+            failure = Failure.OTHER
+            if isinstance(error, FileNotFoundError):
+                failure = Failure.NOT_FOUND
+            elif isinstance(error, PermissionError):
+                failure = Failure.PERMISSION_DENIED
+            return ProbeResult(failure=failure, error=f"cannot run: {error}")
+        if outcome is Outcome.INTERRUPTED:
+            return ProbeResult(interrupted=True)
+        if outcome in (Outcome.TIMEOUT, Outcome.STUCK):
+            suffix = "; it did not exit after SIGKILL" if outcome is Outcome.STUCK else ""
+            return ProbeResult(
+                failure=Failure.TIMEOUT,
+                error=f"no answer within {self.runner.timeout:g} s{suffix}",
+            )
+        if outcome is Outcome.OVERFLOW:
+            return ProbeResult(
+                failure=Failure.UNPARSEABLE,
+                error=f"more than {self.runner.max_output} bytes of output",
+                detail=stdout[:_ERROR_CHARS],
+            )
+        # infoROM corruption (14) is a warning printed beside valid data.
+        if code not in (0, 14):
+            return ProbeResult(
+                failure=classify(code or 0, stdout),
+                error=f"exit {code}: {_first_lines(stdout) or '(no output)'}",
+            )
+        try:
+            rows = parse_csv(stdout, self.fields)
+        except ParseError as e:
+            failure = classify(code or 0, stdout)
+            if failure is Failure.OTHER:
+                failure = Failure.UNPARSEABLE
+            text = f"exit {code}: {e}" if failure is Failure.UNPARSEABLE else _first_lines(stdout)
+            return ProbeResult(failure=failure, error=text, detail=e.line[:_ERROR_CHARS])
+        warnings = tuple(ln.strip() for ln in stdout.splitlines() if ln.startswith("WARNING:"))
+        return ProbeResult(rows=rows, warnings=warnings)

@@ -1,0 +1,197 @@
+"""nvidia-smi: the query, its parse and the classification of its failures (pure).
+
+nvidia-smi prints its errors on stdout with a non-zero exit, so stdout is always read and
+classified together with the exit code.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from enum import StrEnum
+
+__all__ = [
+    "FALLBACKS",
+    "FIELDS",
+    "HINTS",
+    "Failure",
+    "ParseError",
+    "Row",
+    "Value",
+    "classify",
+    "command",
+    "invalid_field",
+    "parse",
+    "sysfs_slot",
+]
+
+Value = int | float | str | None
+Row = dict[str, Value]
+
+# The query, in nvidia-smi's own field names; nounits values: temperature.gpu °C,
+# utilization.* %, memory.* MiB, power.* W, clocks.* MHz, fan.speed %.
+FIELDS: tuple[str, ...] = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "driver_version",
+    "pstate",
+    "temperature.gpu",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.total",
+    "memory.used",
+    "power.draw",
+    "power.limit",
+    "clocks.sm",
+    "clocks.mem",
+    "fan.speed",
+    "ecc.errors.uncorrected.volatile.total",
+    "mig.mode.current",
+    "clocks_event_reasons.active",
+)
+
+# Older drivers know a field by another name: asked for when the first is rejected.
+FALLBACKS: dict[str, str] = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+
+_TEXT = frozenset(
+    {
+        "uuid",
+        "name",
+        "pci.bus_id",
+        "driver_version",
+        "pstate",
+        "mig.mode.current",
+        "clocks_event_reasons.active",
+        "clocks_throttle_reasons.active",
+    }
+)
+_MISSING = frozenset({"", "N/A", "Not Supported"})
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
+# Windows consoles turn the quotes into curly ones.
+_QUOTE = '"\u201c\u201d'
+_INVALID_FIELD = re.compile(rf"Field [{_QUOTE}]([^{_QUOTE}]+)[{_QUOTE}] is not a valid field")
+_WARNING = re.compile(r"^WARNING: ")
+
+
+class Failure(StrEnum):
+    """Why a probe produced no samples."""
+
+    NOT_FOUND = "not_found"
+    PERMISSION_DENIED = "permission_denied"
+    TIMEOUT = "timeout"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+    LIBRARY_MISSING = "library_missing"
+    VERSION_MISMATCH = "version_mismatch"
+    NO_DEVICES = "no_devices"
+    GPU_LOST = "gpu_lost"
+    UNPARSEABLE = "unparseable"
+    OTHER = "other"
+
+
+class ParseError(Exception):
+    """Output that is not the CSV asked for; ``line`` is the offending line."""
+
+    def __init__(self, reason: str, line: str) -> None:
+        super().__init__(reason)
+        self.line = line
+
+
+def command(binary: str, fields: tuple[str, ...]) -> list[str]:
+    """The argv of one probe: the fields in order, CSV without header or units."""
+    return [binary, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+
+
+def sysfs_slot(bus_id: str) -> str:
+    """nvidia-smi's ``pci.bus_id`` (``00000000:41:00.0``) in sysfs form (``0000:41:00.0``)."""
+    domain, sep, rest = bus_id.strip().lower().rpartition(":")
+    head, _, bus = domain.rpartition(":")
+    if not sep or not head:
+        return bus_id.strip().lower()
+    return f"{int(head, 16):04x}:{bus}:{rest}"
+
+
+def _value(field: str, text: str) -> Value:
+    if text in _MISSING or (text.startswith("[") and text.endswith("]")):
+        return None
+    if field in _TEXT:
+        return text
+    if not _NUMBER.fullmatch(text):
+        raise ValueError(text)
+    number = float(text)
+    return int(number) if field == "index" or (number.is_integer() and "." not in text) else number
+
+
+def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
+    """Parse ``--format=csv,noheader,nounits`` output into one row per GPU.
+
+    Missing values (``[N/A]``, ``N/A``, ``[Not Supported]``, ``[Unknown Error]``, any other
+    bracketed text, empty) become ``None`` for that field; text fields stay strings; numbers
+    become int or float.  ``WARNING:`` lines (infoROM) and blank lines are skipped.  Raises
+    :class:`ParseError` on a wrong column count or a non-numeric value in a numeric field.
+    """
+    rows: list[Row] = []
+    lines = [ln for ln in stdout.splitlines() if ln.strip() and not _WARNING.match(ln)]
+    for line in lines:
+        cells = next(csv.reader([line], skipinitialspace=True))
+        if len(cells) != len(fields):
+            raise ParseError(f"{len(cells)} columns where {len(fields)} were asked for", line)
+        row: Row = {}
+        for field, cell in zip(fields, cells, strict=True):
+            try:
+                row[field] = _value(field, cell.strip())
+            except ValueError:
+                raise ParseError(f"{field}: not a number: {cell.strip()!r}", line) from None
+        rows.append(row)
+    if not rows:
+        raise ParseError("no rows", stdout[:200])
+    return rows
+
+
+def invalid_field(stdout: str) -> str | None:
+    """The field nvidia-smi rejected (``Field "X" is not a valid field to query.``), if any."""
+    m = _INVALID_FIELD.search(stdout)
+    return m.group(1) if m else None
+
+
+_BY_TEXT: tuple[tuple[str, Failure], ...] = (
+    ("couldn't communicate with the nvidia driver", Failure.DRIVER_NOT_LOADED),
+    ("driver/library version mismatch", Failure.VERSION_MISMATCH),
+    ("couldn't find libnvidia-ml.so", Failure.LIBRARY_MISSING),
+    ("no devices were found", Failure.NO_DEVICES),
+    ("gpu is lost", Failure.GPU_LOST),
+    ("unable to determine the device handle", Failure.GPU_LOST),
+    ("insufficient permissions", Failure.PERMISSION_DENIED),
+)
+_BY_EXIT = {
+    4: Failure.PERMISSION_DENIED,
+    6: Failure.NO_DEVICES,
+    9: Failure.DRIVER_NOT_LOADED,
+    12: Failure.LIBRARY_MISSING,
+    15: Failure.GPU_LOST,
+    18: Failure.VERSION_MISMATCH,
+}
+
+
+def classify(exit_code: int, stdout: str) -> Failure:
+    """Class of a failed run from its exit code and output (text first: codes drift)."""
+    low = stdout.lower()
+    for needle, failure in _BY_TEXT:
+        if needle in low:
+            return failure
+    return _BY_EXIT.get(exit_code, Failure.OTHER)
+
+
+HINTS: dict[Failure, str] = {
+    Failure.NOT_FOUND: "install the NVIDIA driver utilities or set nvidia_smi to its path",
+    Failure.PERMISSION_DENIED: "check that the agent may execute nvidia-smi and open /dev/nvidia*",
+    Failure.TIMEOUT: "nvidia-smi hangs; a GPU or the driver may be wedged (see dmesg for Xid)",
+    Failure.DRIVER_NOT_LOADED: "load the nvidia kernel module or finish the driver installation",
+    Failure.LIBRARY_MISSING: "libnvidia-ml.so is missing; reinstall the driver's NVML library",
+    Failure.VERSION_MISMATCH: "a driver upgrade awaits a module reload or a reboot",
+    Failure.NO_DEVICES: "the driver sees no GPU; check dmesg, BIOS settings and the PCI link",
+    Failure.GPU_LOST: "a GPU fell off the bus; check dmesg for Xid 79 and reset or reboot",
+    Failure.UNPARSEABLE: "nvidia-smi printed output the agent cannot read; see the debug log",
+    Failure.OTHER: "run nvidia-smi by hand to see the error",
+}
