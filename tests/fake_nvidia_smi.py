@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""A fake ``nvidia-smi`` that replays real captures, driven by a JSON scenario file.
+
+The scenario is ``$FAKE_NVIDIA_SMI_SCENARIO``, else ``<this program's path>.json``.  It holds
+one step (tests rewrite it between ticks):
+
+- ``{"capture": "<file in data/corpus/csv>", "slots": ["0000:18:00.0", ...]}``: answer a
+  ``--query-gpu`` from the capture (see ``replay.py``); ``slots`` makes one GPU per slot.
+- ``{"error": "<file in data/corpus/errors>", "exit": 18}``: print a captured error, exit.
+- ``{"stdout": "text", "exit": 0}`` or ``{"stdout_hex": "ff00", ...}``: print that, exit.
+- ``"repeat": N`` with ``stdout``: print it N times (floods).
+- ``{"hang": 30, "ignore_term": true}``: sleep, optionally ignoring SIGTERM.
+- ``{"grandchild_hang": 30, ...}``: first leave a grandchild in its own session holding
+  stdout for that long, then answer as the rest of the step says.
+- ``"reject": ["field", ...]``: fields this "driver" does not know (exit 2 with the message).
+
+Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+
+import replay  # noqa: E402
+
+
+def _scenario() -> dict[str, object]:
+    path = os.environ.get("FAKE_NVIDIA_SMI_SCENARIO") or sys.argv[0] + ".json"
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)  # type: ignore[no-any-return]
+
+
+def _arg(prefix: str) -> str | None:
+    return next((a[len(prefix) :] for a in sys.argv[1:] if a.startswith(prefix)), None)
+
+
+def main() -> int:
+    step = _scenario()
+    log = step.get("log")
+    if isinstance(log, str):
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(sys.argv[1:]) + "\n")
+        except OSError:
+            pass
+    if "grandchild_hang" in step and os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(float(step["grandchild_hang"]))  # type: ignore[arg-type]
+        os._exit(0)
+    if "hang" in step:
+        if step.get("ignore_term"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(float(step["hang"]))  # type: ignore[arg-type]
+        return 0
+    query = (_arg("--query-gpu=") or "").split(",")
+    rejected = [f for f in query if f in step.get("reject", [])]  # type: ignore[operator]
+    if rejected:
+        sys.stdout.write(f'Field "{rejected[0]}" is not a valid field to query.\n\n')
+        return 2
+    code = int(step.get("exit", 0))  # type: ignore[call-overload]
+    if "capture" in step:
+        cap = replay.load(str(step["capture"]))
+        slots = step.get("slots")
+        text, code = replay.answer(cap, query, _arg("--format=") or "csv", slots)  # type: ignore[arg-type]
+        sys.stdout.write(text)
+    elif "error" in step:
+        with open(os.path.join(replay.CORPUS, "errors", str(step["error"])), "rb") as f:
+            sys.stdout.buffer.write(f.read())
+    else:
+        data = bytes.fromhex(str(step["stdout_hex"])) if "stdout_hex" in step else str(
+            step.get("stdout", "")
+        ).encode()
+        for _ in range(int(step.get("repeat", 1))):  # type: ignore[call-overload]
+            sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Replay of captured nvidia-smi CSV: project a real capture onto the fields a query asks for.
+
+This is what the fake ``nvidia-smi`` in the tests answers with.  Captures are never edited:
+a capture is read, its columns are picked by the query's field names (nvidia-smi's own aliases
+resolved as ``--help-query-gpu`` lists them), and ``nounits``/``noheader`` are applied the way
+nvidia-smi applies them.  A requested field the capture does not hold is answered the way a
+driver that does not know it answers: ``Field "X" is not a valid field to query.``, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+CORPUS = os.path.join(DATA, "corpus")
+
+# nvidia-smi --help-query-gpu: '"clocks.current.sm" or "clocks.sm"' and so on.
+ALIASES = {
+    "gpu_name": "name",
+    "gpu_uuid": "uuid",
+    "gpu_bus_id": "pci.bus_id",
+    "clocks.sm": "clocks.current.sm",
+    "clocks.mem": "clocks.current.memory",
+    "clocks.gr": "clocks.current.graphics",
+    "clocks.video": "clocks.current.video",
+}
+_UNIT_VALUE = re.compile(r"^(-?[0-9.]+) (%|MiB|W|MHz|us|C)$")
+_HEADER_UNIT = re.compile(r"^(.*?) \[[^\]]+\]$")
+
+
+def canonical(field: str) -> str:
+    return ALIASES.get(field, field)
+
+
+@dataclass
+class Capture:
+    """A capture's column names (canonical, units removed) and its rows of raw cells."""
+
+    name: str
+    fields: list[str]
+    rows: list[list[str]]
+
+
+def _split(line: str) -> list[str]:
+    return [cell.strip() for cell in line.split(", ")]
+
+
+def load(name: str) -> Capture:
+    """Read ``corpus/csv/<name>``; noheader captures take their field list from
+    ``data/noheader-fields.json`` (copied from the capture's source note)."""
+    with open(os.path.join(CORPUS, "csv", name), encoding="utf-8") as f:
+        lines = [ln.rstrip("\r\n") for ln in f if ln.strip()]
+    with open(os.path.join(DATA, "noheader-fields.json"), encoding="utf-8") as f:
+        noheader: dict[str, list[str]] = json.load(f)
+    if name in noheader:
+        fields = [canonical(x) for x in noheader[name]]
+        body = lines
+    else:
+        header = _split(lines[0])
+        fields = [canonical(m.group(1) if (m := _HEADER_UNIT.match(h)) else h) for h in header]
+        body = lines[1:]
+    return Capture(name, fields, [_split(ln) for ln in body])
+
+
+def nounits(cell: str) -> str:
+    m = _UNIT_VALUE.match(cell)
+    return m.group(1) if m else cell
+
+
+def bus_id(slot: str) -> str:
+    """A sysfs slot (``0000:18:00.0``) the way nvidia-smi prints it (``00000000:18:00.0``)."""
+    domain, rest = slot.split(":", 1)
+    return f"{int(domain, 16):08X}:{rest.upper()}"
+
+
+def answer(cap: Capture, query: list[str], fmt: str, slots: list[str] | None = None) -> tuple[str, int]:
+    """nvidia-smi's stdout and exit code for ``--query-gpu=<query> --format=<fmt>``.
+
+    With ``slots``, the capture's first row stands for one GPU per slot, its ``index``,
+    ``pci.bus_id`` and ``uuid`` rewritten to that GPU: a fake multi-GPU host of one model.
+    """
+    for field in query:
+        if canonical(field) not in cap.fields:
+            return f'Field "{field}" is not a valid field to query.\n\n', 2
+    cols = [cap.fields.index(canonical(f)) for f in query]
+    rows = cap.rows
+    if slots is not None:
+        rows = []
+        for i, slot in enumerate(slots):
+            row = list(cap.rows[0])
+            for name, value in (
+                ("index", str(i)),
+                ("pci.bus_id", bus_id(slot)),
+                ("uuid", f"GPU-{i:08x}-0000-0000-0000-{int(slot.replace(':', '').replace('.', ''), 16):012x}"),
+            ):
+                if name in cap.fields:
+                    row[cap.fields.index(name)] = value
+            rows.append(row)
+    opts = set(fmt.split(","))
+    out = []
+    if "noheader" not in opts:
+        out.append(", ".join(query))
+    for row in rows:
+        cells = [row[c] for c in cols]
+        if "nounits" in opts:
+            cells = [nounits(c) for c in cells]
+        out.append(", ".join(cells))
+    return "\n".join(out) + "\n", 0

@@ -1,0 +1,94 @@
+"""Config loading: defaults, overrides, and a one-line error for every bad value."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gpuagent.config import DEFAULT_PATH, Config, ConfigError, config_path, load
+
+
+def write(tmp_path: os.PathLike[str], text: str) -> str:
+    path = os.path.join(tmp_path, "gpuagent.toml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def test_missing_default_file_gives_defaults(tmp_path: str) -> None:
+    assert load(os.path.join(tmp_path, "absent.toml"), required=False) == Config()
+
+
+def test_missing_explicit_file_is_an_error(tmp_path: str) -> None:
+    with pytest.raises(ConfigError, match="absent.toml: no such file"):
+        load(os.path.join(tmp_path, "absent.toml"), required=True)
+
+
+def test_values_are_read(tmp_path: str) -> None:
+    path = write(
+        tmp_path,
+        'interval = 0.05\nprobe_timeout = 2\nbackoff_after = 5\nretry_max = 30.5\n'
+        'nvidia_smi = "/opt/bin/nvidia-smi"\nsysfs_root = "/tmp/sys"\n'
+        'state_file = "/tmp/s.json"\nload_driver = true\nlog_level = "debug"\n',
+    )
+    cfg = load(path, required=True)
+    assert cfg == Config(0.05, 2.0, 5, 30.5, "/opt/bin/nvidia-smi", "/tmp/sys", "/tmp/s.json",
+                         True, "debug")
+    assert isinstance(cfg.probe_timeout, float)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("intervall = 10", "unknown key 'intervall'"),
+        ('interval = "10"', "interval: expected a number of seconds"),
+        ("interval = 0", "interval: expected seconds between"),
+        ("interval = -1", "interval: expected seconds between"),
+        ("interval = inf", "interval: expected seconds between"),
+        ("interval = nan", "interval: expected seconds between"),
+        ("probe_timeout = true", "probe_timeout: expected a number of seconds"),
+        ("retry_max = 100000", "retry_max: expected seconds between"),
+        ("backoff_after = 0", "backoff_after: expected an integer from 1 to 1000"),
+        ("backoff_after = 2.5", "backoff_after: expected an integer"),
+        ("load_driver = 1", "load_driver: expected true or false"),
+        ('log_level = "verbose"', "log_level: expected one of debug, info, warning, error"),
+        ('nvidia_smi = ""', "nvidia_smi: expected a non-empty string"),
+        ("nvidia_smi = 3", "nvidia_smi: expected a non-empty string"),
+        ('sysfs_root = "sys"', "sysfs_root: expected an absolute path"),
+        ('state_file = "state.json"', "state_file: expected an absolute path"),
+        ("interval = [", "not valid TOML"),
+        ("[section]\nx = 1", "unknown key 'section'"),
+    ],
+)
+def test_every_bad_value_is_one_line_naming_file_and_key(
+    tmp_path: str, text: str, needle: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load(path, required=True)
+    message = str(err.value)
+    assert message.startswith(path + ": ")
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_not_utf8_is_a_config_error(tmp_path: str) -> None:
+    path = os.path.join(tmp_path, "bad.toml")
+    with open(path, "wb") as f:
+        f.write(b"interval = 1\n\xff\xfe")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(path, required=True)
+
+
+def test_unreadable_is_a_config_error(tmp_path: str) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(str(tmp_path), required=True)
+
+
+def test_path_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    assert config_path(None) == (DEFAULT_PATH, False)
+    monkeypatch.setenv("GPUAGENT_CONFIG", "/env.toml")
+    assert config_path(None) == ("/env.toml", True)
+    assert config_path("/cli.toml") == ("/cli.toml", True)
