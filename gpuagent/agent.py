@@ -25,8 +25,9 @@ from .state import SCHEMA
 __all__ = ["Agent", "Sample"]
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
-# Samples older than this many intervals are stale (never shown as current).
-STALE_AFTER_INTERVALS = 2
+# Samples older than this many intervals are stale (never shown as current); the extra half
+# keeps a sample taken two grid points ago from flapping on timer jitter.
+STALE_AFTER_INTERVALS = 2.5
 
 
 @dataclass(frozen=True)

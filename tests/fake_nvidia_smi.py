@@ -24,16 +24,18 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
-import replay  # noqa: E402
+from tests import replay
 
 
-def _scenario() -> dict[str, object]:
+def _scenario() -> dict[str, Any]:
     path = os.environ.get("FAKE_NVIDIA_SMI_SCENARIO") or sys.argv[0] + ".json"
     with open(path, encoding="utf-8") as f:
-        return json.load(f)  # type: ignore[no-any-return]
+        step: dict[str, Any] = json.load(f)
+    return step
 
 
 def _arg(prefix: str) -> str | None:
@@ -52,34 +54,35 @@ def main() -> int:
     if "grandchild_hang" in step and os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            time.sleep(float(step["grandchild_hang"]))  # type: ignore[arg-type]
+            time.sleep(float(step["grandchild_hang"]))
         os._exit(0)
     if "hang" in step:
         if step.get("ignore_term"):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        time.sleep(float(step["hang"]))  # type: ignore[arg-type]
+        time.sleep(float(step["hang"]))
         return 0
     query = (_arg("--query-gpu=") or "").split(",")
-    rejected = [f for f in query if f in step.get("reject", [])]  # type: ignore[operator]
+    rejected = [f for f in query if f in step.get("reject", [])]
     if rejected:
         sys.stdout.write(f'Field "{rejected[0]}" is not a valid field to query.\n\n')
         return 2
-    code = int(step.get("exit", 0))  # type: ignore[call-overload]
+    code = int(step.get("exit", 0))
+    out = sys.stdout.buffer
     if "capture" in step:
         cap = replay.load(str(step["capture"]))
-        slots = step.get("slots")
-        text, code = replay.answer(cap, query, _arg("--format=") or "csv", slots)  # type: ignore[arg-type]
-        sys.stdout.write(text)
+        text, code = replay.answer(cap, query, _arg("--format=") or "csv", step.get("slots"))
+        out.write(text.encode())
     elif "error" in step:
-        with open(os.path.join(replay.CORPUS, "errors", str(step["error"])), "rb") as f:
-            sys.stdout.buffer.write(f.read())
+        with open(os.path.join(replay.CORPUS, "errors", str(step["error"])), "rb") as captured:
+            out.write(captured.read())
     else:
-        data = bytes.fromhex(str(step["stdout_hex"])) if "stdout_hex" in step else str(
-            step.get("stdout", "")
-        ).encode()
-        for _ in range(int(step.get("repeat", 1))):  # type: ignore[call-overload]
-            sys.stdout.buffer.write(data)
-    sys.stdout.flush()
+        if "stdout_hex" in step:
+            data = bytes.fromhex(str(step["stdout_hex"]))
+        else:
+            data = str(step.get("stdout", "")).encode()
+        for _ in range(int(step.get("repeat", 1))):
+            out.write(data)
+    out.flush()
     return code
 
 

@@ -50,8 +50,8 @@ VENDOR_NAMES = {
     "PLDA": 0x1556,
 }
 _NN = re.compile(
-    r"^(?:(?P<dom>[0-9a-f]{4}):)?(?P<bdf>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) .*?\[(?P<cls>[0-9a-f]{4})\]: "
-    r".*\[(?P<ven>[0-9a-f]{4}):(?P<dev>[0-9a-f]{4})\]"
+    r"^(?:(?P<dom>[0-9a-f]{4}):)?(?P<bdf>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) "
+    r".*?\[(?P<cls>[0-9a-f]{4})\]: .*\[(?P<ven>[0-9a-f]{4}):(?P<dev>[0-9a-f]{4})\]"
 )
 _PLAIN = re.compile(
     r"^(?:(?P<dom>[0-9a-f]{4}):)?(?P<bdf>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (?P<cls>[^:\[]+?)"
@@ -65,8 +65,11 @@ def add_device(
     """Create ``<root>/bus/pci/devices/<slot>`` and return its path."""
     dev = os.path.join(root, "bus", "pci", "devices", slot)
     os.makedirs(dev, exist_ok=True)
-    for name, value in (("vendor", f"0x{vendor:04x}"), ("device", f"0x{device:04x}"),
-                        ("class", f"0x{pci_class:06x}")):
+    for name, value in (
+        ("vendor", f"0x{vendor:04x}"),
+        ("device", f"0x{device:04x}"),
+        ("class", f"0x{pci_class:06x}"),
+    ):
         with open(os.path.join(dev, name), "w", encoding="ascii") as f:
             f.write(value + "\n")
     bind(root, slot, driver)

@@ -76,7 +76,9 @@ def bus_id(slot: str) -> str:
     return f"{int(domain, 16):08X}:{rest.upper()}"
 
 
-def answer(cap: Capture, query: list[str], fmt: str, slots: list[str] | None = None) -> tuple[str, int]:
+def answer(
+    cap: Capture, query: list[str], fmt: str, slots: list[str] | None = None
+) -> tuple[str, int]:
     """nvidia-smi's stdout and exit code for ``--query-gpu=<query> --format=<fmt>``.
 
     With ``slots``, the capture's first row stands for one GPU per slot, its ``index``,
@@ -91,10 +93,11 @@ def answer(cap: Capture, query: list[str], fmt: str, slots: list[str] | None = N
         rows = []
         for i, slot in enumerate(slots):
             row = list(cap.rows[0])
+            serial = int(slot.replace(":", "").replace(".", ""), 16)
             for name, value in (
                 ("index", str(i)),
                 ("pci.bus_id", bus_id(slot)),
-                ("uuid", f"GPU-{i:08x}-0000-0000-0000-{int(slot.replace(':', '').replace('.', ''), 16):012x}"),
+                ("uuid", f"GPU-{i:08x}-0000-0000-0000-{serial:012x}"),
             ):
                 if name in cap.fields:
                     row[cap.fields.index(name)] = value

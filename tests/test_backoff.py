@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from gpuagent.backoff import Backoff, cap_ticks
@@ -27,7 +29,15 @@ def test_forty_failing_ticks_at_ten_seconds() -> None:
 
 @pytest.mark.parametrize(
     ("interval", "retry_max", "cap"),
-    [(10, 60, 6), (7, 60, 9), (0.5, 60, 120), (60, 60, 2), (120, 60, 2), (1000, 60, 2), (30, 60, 2)],
+    [
+        (10, 60, 6),
+        (7, 60, 9),
+        (0.5, 60, 120),
+        (60, 60, 2),
+        (120, 60, 2),
+        (1000, 60, 2),
+        (30, 60, 2),
+    ],
 )
 def test_cap_is_at_least_two_ticks(interval: float, retry_max: float, cap: int) -> None:
     assert cap_ticks(interval, retry_max) == cap
@@ -41,7 +51,7 @@ def test_threshold_probes_every_tick() -> None:
 def test_gaps_double_then_stay_at_the_cap() -> None:
     backoff = Backoff(1, 16)
     probed = probed_ticks(backoff, 200)
-    gaps = [b - a for a, b in zip(probed, probed[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(probed)]
     assert gaps[:6] == [2, 4, 8, 16, 16, 16]
     assert set(gaps[3:]) == {16}
 

@@ -9,7 +9,7 @@ import pytest
 from gpuagent.config import DEFAULT_PATH, Config, ConfigError, config_path, load
 
 
-def write(tmp_path: os.PathLike[str], text: str) -> str:
+def write(tmp_path: str, text: str) -> str:
     path = os.path.join(tmp_path, "gpuagent.toml")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
@@ -21,20 +21,21 @@ def test_missing_default_file_gives_defaults(tmp_path: str) -> None:
 
 
 def test_missing_explicit_file_is_an_error(tmp_path: str) -> None:
-    with pytest.raises(ConfigError, match="absent.toml: no such file"):
+    with pytest.raises(ConfigError, match=r"absent\.toml: no such file"):
         load(os.path.join(tmp_path, "absent.toml"), required=True)
 
 
 def test_values_are_read(tmp_path: str) -> None:
     path = write(
         tmp_path,
-        'interval = 0.05\nprobe_timeout = 2\nbackoff_after = 5\nretry_max = 30.5\n'
+        "interval = 0.05\nprobe_timeout = 2\nbackoff_after = 5\nretry_max = 30.5\n"
         'nvidia_smi = "/opt/bin/nvidia-smi"\nsysfs_root = "/tmp/sys"\n'
         'state_file = "/tmp/s.json"\nload_driver = true\nlog_level = "debug"\n',
     )
     cfg = load(path, required=True)
-    assert cfg == Config(0.05, 2.0, 5, 30.5, "/opt/bin/nvidia-smi", "/tmp/sys", "/tmp/s.json",
-                         True, "debug")
+    assert cfg == Config(
+        0.05, 2.0, 5, 30.5, "/opt/bin/nvidia-smi", "/tmp/sys", "/tmp/s.json", True, "debug"
+    )
     assert isinstance(cfg.probe_timeout, float)
 
 

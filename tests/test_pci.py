@@ -50,7 +50,8 @@ def test_azure_a100_ignores_the_nvswitch_bridges(tmp_path: str) -> None:
     assert [g.slot for g in gpus] == [f"000{d}:00:00.0" for d in "1234bcde"]
     assert {g.device_id for g in gpus} == {"0x20b2"}
     bridges = [
-        s for s in os.listdir(os.path.join(root, "bus/pci/devices"))
+        s
+        for s in os.listdir(os.path.join(root, "bus/pci/devices"))
         if open(os.path.join(root, "bus/pci/devices", s, "class")).read().startswith("0x0680")
     ]
     assert len(bridges) == 6
@@ -59,9 +60,9 @@ def test_azure_a100_ignores_the_nvswitch_bridges(tmp_path: str) -> None:
 @pytest.mark.parametrize(
     ("vendor", "cls", "gpu"),
     [
-        (0x10DE, 0x030000, True),   # VGA
-        (0x10DE, 0x030200, True),   # 3D controller (A100, H100, H200, T4, L40S, Optimus)
-        (0x10DE, 0x030001, True),   # a prog-if does not matter
+        (0x10DE, 0x030000, True),  # VGA
+        (0x10DE, 0x030200, True),  # 3D controller (A100, H100, H200, T4, L40S, Optimus)
+        (0x10DE, 0x030001, True),  # a prog-if does not matter
         (0x10DE, 0x040300, False),  # HD audio
         (0x10DE, 0x0C0330, False),  # USB
         (0x10DE, 0x0C8000, False),  # UCSI

@@ -14,25 +14,50 @@ from tests.replay import CORPUS
 QUERY_CAPTURES = sorted(
     n
     for n in os.listdir(os.path.join(CORPUS, "csv"))
-    if n.endswith(".csv") and "compute-apps" not in n and "retired-pages" not in n
+    if n.endswith(".csv")
+    and "compute-apps" not in n
+    and "retired-pages" not in n
     # Its field list was never published: no query can be projected onto it.
     and "FIELDS-UNKNOWN" not in n
 )
-MISSING_TEXTS = {"", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]",
-                 "[Requested functionality has been deprecated]", "[Function Not Found]"}
+MISSING_TEXTS = {
+    "",
+    "N/A",
+    "[N/A]",
+    "[Not Supported]",
+    "[Unknown Error]",
+    "[Requested functionality has been deprecated]",
+    "[Function Not Found]",
+}
 
 
 def test_the_query_covers_the_required_fields() -> None:
     required = {
-        "index", "uuid", "name", "pci.bus_id", "driver_version", "pstate", "temperature.gpu",
-        "utilization.gpu", "utilization.memory", "memory.total", "memory.used", "power.draw",
-        "power.limit", "clocks.sm", "clocks.mem", "fan.speed",
-        "ecc.errors.uncorrected.volatile.total", "mig.mode.current",
+        "index",
+        "uuid",
+        "name",
+        "pci.bus_id",
+        "driver_version",
+        "pstate",
+        "temperature.gpu",
+        "utilization.gpu",
+        "utilization.memory",
+        "memory.total",
+        "memory.used",
+        "power.draw",
+        "power.limit",
+        "clocks.sm",
+        "clocks.mem",
+        "fan.speed",
+        "ecc.errors.uncorrected.volatile.total",
+        "mig.mode.current",
         "clocks_event_reasons.active",
     }
     assert required <= set(FIELDS)
     assert smi.command("nvidia-smi", FIELDS) == [
-        "nvidia-smi", "--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader,nounits",
+        "nvidia-smi",
+        "--query-gpu=" + ",".join(FIELDS),
+        "--format=csv,noheader,nounits",
     ]
 
 
@@ -114,10 +139,14 @@ def test_garbage_is_a_parse_error_naming_the_line(stdout: str, reason: str) -> N
 
 
 def test_text_fields_keep_odd_values() -> None:
-    (row,) = parse("GPU-1, 0x0000000000000004, P8\n",
-                   ("uuid", "clocks_event_reasons.active", "pstate"))
-    assert row == {"uuid": "GPU-1", "clocks_event_reasons.active": "0x0000000000000004",
-                   "pstate": "P8"}
+    (row,) = parse(
+        "GPU-1, 0x0000000000000004, P8\n", ("uuid", "clocks_event_reasons.active", "pstate")
+    )
+    assert row == {
+        "uuid": "GPU-1",
+        "clocks_event_reasons.active": "0x0000000000000004",
+        "pstate": "P8",
+    }
 
 
 ERRORS = {
@@ -150,8 +179,7 @@ def read_error(name: str) -> str:
 
 
 def test_every_error_capture_has_a_row() -> None:
-    names = {n for n in os.listdir(os.path.join(CORPUS, "errors"))
-             if not n.endswith(".source.txt")}
+    names = {n for n in os.listdir(os.path.join(CORPUS, "errors")) if not n.endswith(".source.txt")}
     assert names == set(ERRORS)
 
 
@@ -163,9 +191,16 @@ def test_error_captures_classify(name: str, case: tuple[int, Failure]) -> None:
 
 @pytest.mark.parametrize(
     ("code", "expected"),
-    [(4, Failure.PERMISSION_DENIED), (6, Failure.NO_DEVICES), (9, Failure.DRIVER_NOT_LOADED),
-     (12, Failure.LIBRARY_MISSING), (15, Failure.GPU_LOST), (18, Failure.VERSION_MISMATCH),
-     (1, Failure.OTHER), (255, Failure.OTHER)],
+    [
+        (4, Failure.PERMISSION_DENIED),
+        (6, Failure.NO_DEVICES),
+        (9, Failure.DRIVER_NOT_LOADED),
+        (12, Failure.LIBRARY_MISSING),
+        (15, Failure.GPU_LOST),
+        (18, Failure.VERSION_MISMATCH),
+        (1, Failure.OTHER),
+        (255, Failure.OTHER),
+    ],
 )
 def test_exit_codes_classify_without_text(code: int, expected: Failure) -> None:
     assert classify(code, "") is expected
@@ -189,9 +224,14 @@ def test_invalid_field_absent() -> None:
 
 @pytest.mark.parametrize(
     ("bus_id", "slot"),
-    [("00000000:41:00.0", "0000:41:00.0"), ("00000000:1A:00.0", "0000:1a:00.0"),
-     ("00000008:01:00.0", "0008:01:00.0"), ("0000:41:00.0", "0000:41:00.0"),
-     ("00000001:00:00.0", "0001:00:00.0"), ("41:00.0", "41:00.0")],
+    [
+        ("00000000:41:00.0", "0000:41:00.0"),
+        ("00000000:1A:00.0", "0000:1a:00.0"),
+        ("00000008:01:00.0", "0008:01:00.0"),
+        ("0000:41:00.0", "0000:41:00.0"),
+        ("00000001:00:00.0", "0001:00:00.0"),
+        ("41:00.0", "41:00.0"),
+    ],
 )
 def test_bus_id_to_sysfs_slot(bus_id: str, slot: str) -> None:
     assert sysfs_slot(bus_id) == slot

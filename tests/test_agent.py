@@ -1,0 +1,296 @@
+"""The agent driven tick by tick on fake hosts with a replaying nvidia-smi."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from gpuagent.logs import Event
+from gpuagent.smi import FIELDS
+from tests import fakesysfs
+from tests.conftest import Host, ListHandler
+
+INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
+
+
+def test_gpu_less_host_never_spawns(tmp_path: str) -> None:
+    d = str(tmp_path)
+    h = Host(
+        d,
+        os.path.join(d, "sys"),
+        "/nonexistent/nvidia-smi",
+        [],
+        os.path.join(d, "calls"),
+        ListHandler(),
+    )
+    fakesysfs.add_device(h.root, "0000:03:00.0", 0x1A03, 0x2000, 0x030000, "ast")
+    which_calls: list[str] = []
+
+    def which(name: str) -> str | None:
+        which_calls.append(name)
+        return None
+
+    agent = h.make_agent()
+    agent.which = which
+    h.tick(1000)
+    assert agent.spawns_total == 0
+    assert which_calls == []
+    snap = agent.snapshot()
+    assert snap["probe"]["state"] == "idle"
+    assert snap["probe"]["next_probe_in_ticks"] is None
+    assert snap["status"] == "no NVIDIA GPU on the PCI bus"
+    assert [r for r in h.logs.records if r.levelno >= INFO] == []
+
+
+def test_gpus_passed_through_to_vms_are_not_probed(host: Host) -> None:
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, "vfio-pci")
+    agent = host.make_agent()
+    host.tick(50)
+    assert host.spawns == 0
+    assert agent.probe_state == "idle"
+    assert agent.status_line() == "8 GPUs, all bound to vfio-pci; not sampled"
+
+
+def test_healthy_host_samples_every_tick_and_logs_nothing(host: Host) -> None:
+    agent = host.make_agent()
+    host.tick(5)
+    assert host.spawns == 5
+    snap = agent.snapshot()
+    assert snap["probe"]["state"] == "ok"
+    assert [g["pci_slot"] for g in snap["gpus"]] == host.slots
+    g = snap["gpus"][0]
+    assert g["fields"]["name"] == "NVIDIA H200"
+    assert g["fields"]["memory.total"] == 143771
+    assert set(g["fields"]) == set(FIELDS)
+    assert not g["stale"]
+    assert snap["missing"] == []
+    assert agent.status_line() == "8 GPUs, sampling"
+    assert [r for r in host.logs.records if r.levelno >= INFO] == []
+
+
+def test_missing_binary_then_installed(host: Host) -> None:
+    os.unlink(host.smi)
+    agent = host.make_agent()
+    host.tick(20)
+    assert host.spawns == 0
+    assert agent.probe_state == "gated"
+    assert agent.gate == "nvidia_smi_missing"
+    assert len(host.events(Event.NVIDIA_SMI_MISSING)) == 1
+    assert host.events(Event.NVIDIA_SMI_MISSING)[0].levelno == WARNING
+    os.symlink(os.path.join(os.path.dirname(__file__), "fake_nvidia_smi.py"), host.smi)
+    host.tick()
+    assert host.spawns == 1
+    assert agent.probe_state == "ok"
+    assert len(host.events(Event.NVIDIA_SMI_FOUND)) == 1
+
+
+def test_missing_binary_found_on_path(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = host.make_agent(nvidia_smi="nvidia-smi")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    host.tick(3)
+    assert agent.gate == "nvidia_smi_missing"
+    monkeypatch.setenv("PATH", os.path.dirname(host.smi))
+    host.tick()
+    assert agent.probe_state == "ok"
+
+
+def test_seed_driver_upgrade(host: Host) -> None:
+    """Module gone 8 ticks, then exit 18 for 5 ticks, then healthy (the seed's epyclab)."""
+    agent = host.make_agent()
+    host.tick(3)
+    host.logs.records.clear()
+    fakesysfs.set_module(host.root, False)
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, None)
+    before = host.spawns
+    host.tick(8)
+    assert host.spawns == before
+    assert agent.probe_state == "gated"
+    assert agent.snapshot()["probe"]["next_probe_in_ticks"] is None
+    assert len(host.events(Event.DRIVER_UNLOADED)) == 1
+    # The old samples are kept, marked stale, never shown as current.
+    assert agent.snapshot()["gpus"][0]["stale"] is True
+
+    fakesysfs.set_module(host.root, True)
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, "nvidia")
+    host.failing()
+    host.tick(5)
+    assert len(host.events(Event.DRIVER_LOADED)) == 1
+    warnings = host.events(Event.FAILING_VERSION_MISMATCH)
+    assert len(warnings) == 1
+    assert warnings[0].levelno == WARNING
+    assert warnings[0].FAILURE_CLASS == "version_mismatch"  # type: ignore[attr-defined]
+    assert warnings[0].EXIT_CODE == "18"  # type: ignore[attr-defined]
+    assert "a driver upgrade awaits a module reload or a reboot" in warnings[0].getMessage()
+    assert "container" not in warnings[0].getMessage()
+    # Module back at tick 0 of this phase: probes at 0, 1, 2 (warning), then 4.
+    assert host.spawns == before + 4
+    assert agent.status_line() == "8 GPUs, nvidia-smi failing (version_mismatch), next try in 40 s"
+
+    host.healthy()
+    while agent.probe_state != "ok":
+        host.tick()
+    recovered = host.events(Event.RECOVERED)
+    assert [r.getMessage() for r in recovered] == ["nvidia-smi is answering again"]
+    snap = agent.snapshot()
+    assert all(not g["stale"] for g in snap["gpus"])
+    assert snap["probe"]["consecutive_failures"] == 0
+    infos_and_up = [r for r in host.logs.records if r.levelno >= INFO]
+    assert len(infos_and_up) == 4  # unloaded, loaded, one warning, one recovery
+
+
+def test_failing_probe_backs_off_by_ticks(host: Host) -> None:
+    host.failing()
+    agent = host.make_agent()
+    probed = []
+    for tick in range(40):
+        before = host.spawns
+        host.tick()
+        if host.spawns > before:
+            probed.append(tick)
+    assert probed == [0, 1, 2, 4, 8, 14, 20, 26, 32, 38]
+    assert len(host.lines(WARNING)) == 1
+    assert agent.snapshot()["probe"]["consecutive_failures"] == 10
+
+
+def test_one_warning_per_outage_at_the_threshold(host: Host) -> None:
+    host.make_agent(backoff_after=2)
+    for _ in range(2):
+        host.failing()
+        host.tick(10)
+        host.healthy()
+        host.tick(20)
+    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 2
+    assert len(host.events(Event.RECOVERED)) == 2
+
+
+def test_a_short_blip_is_not_an_outage(host: Host) -> None:
+    host.make_agent()
+    host.failing()
+    host.tick(2)
+    host.healthy()
+    host.tick()
+    assert [r for r in host.logs.records if r.levelno >= INFO] == []
+
+
+def test_samples_go_stale_after_two_intervals(host: Host) -> None:
+    agent = host.make_agent()
+    host.tick()
+    host.failing()
+    host.tick(2)  # two intervals old: not older than two intervals yet
+    assert not agent.snapshot()["gpus"][0]["stale"]
+    host.tick()
+    assert agent.snapshot()["gpus"][0]["stale"]
+    assert agent.snapshot()["gpus"][0]["fields"]["name"] == "NVIDIA H200"
+
+
+def test_hang_times_out_and_the_group_is_killed(host: Host) -> None:
+    host.scenario(hang=30)
+    agent = host.make_agent(probe_timeout=0.3)
+    host.tick()
+    assert agent.probe_state == "failing"
+    assert agent.failure is not None and agent.failure.value == "timeout"
+    assert "no answer within 0.3 s" in (agent.last_error or "")
+    assert not agent.prober.busy()
+
+
+def test_child_ignoring_sigterm(host: Host) -> None:
+    host.scenario(hang=30, ignore_term=True)
+    agent = host.make_agent(probe_timeout=0.3)
+    host.tick()
+    assert agent.failure is not None and agent.failure.value == "timeout"
+    assert not agent.prober.busy()
+    host.healthy()
+    host.tick()
+    assert agent.probe_state == "ok"
+
+
+def test_invalid_field_falls_back_at_once(host: Host) -> None:
+    host.scenario(
+        capture="rtx2080super-linux-driver465.27-query-gpu-115fields.csv", slots=host.slots[:1]
+    )
+    for slot in host.slots[1:]:
+        fakesysfs.remove_device(host.root, slot)
+    agent = host.make_agent()
+    host.tick()
+    assert host.spawns == 2
+    assert agent.probe_state == "ok"
+    assert "clocks_throttle_reasons.active" in agent.prober.fields
+    assert "clocks_event_reasons.active" not in agent.prober.fields
+    fields = agent.snapshot()["gpus"][0]["fields"]
+    assert fields["clocks_throttle_reasons.active"] == "0x0000000000000000" or isinstance(
+        fields["clocks_throttle_reasons.active"], str
+    )
+    assert host.lines(WARNING) == []
+    host.tick()
+    assert host.spawns == 3  # the narrowed list is kept
+
+
+def test_field_rejected_under_both_names_is_dropped(host: Host) -> None:
+    host.healthy(
+        reject=["clocks_event_reasons.active", "clocks_throttle_reasons.active", "mig.mode.current"]
+    )
+    agent = host.make_agent()
+    host.tick()
+    assert host.spawns == 4
+    assert agent.probe_state == "ok"
+    assert len(agent.prober.fields) == len(FIELDS) - 2
+
+
+def test_gpu_vanishing_from_nvidia_smi(host: Host) -> None:
+    agent = host.make_agent()
+    host.tick()
+    host.healthy(slots=host.slots[:7])
+    host.tick(5)
+    assert agent.missing == [host.slots[7]]
+    assert len(host.events(Event.GPU_MISSING)) == 1
+    assert host.slots[7] == host.events(Event.GPU_MISSING)[0].PCI_SLOT  # type: ignore[attr-defined]
+    assert agent.status_line() == "8 GPUs, sampling, 1 missing from nvidia-smi"
+    assert len(agent.snapshot()["gpus"]) == 7
+    host.healthy()
+    host.tick()
+    assert agent.missing == []
+    assert len(host.events(Event.GPU_BACK)) == 1
+
+
+def test_gpu_appearing_later_is_picked_up(host: Host) -> None:
+    for slot in host.slots:
+        fakesysfs.remove_device(host.root, slot)
+    agent = host.make_agent()
+    host.tick(10)
+    assert host.spawns == 0
+    fakesysfs.gpu_host(host.root, 8)
+    host.tick()
+    assert host.spawns == 1
+    assert agent.probe_state == "ok"
+
+
+def test_load_driver_true_probes_without_the_module(host: Host) -> None:
+    fakesysfs.set_module(host.root, False)
+    agent = host.make_agent(load_driver=True)
+    host.tick()
+    assert host.spawns == 1
+    assert agent.probe_state == "ok"
+
+
+def test_unparseable_output(host: Host) -> None:
+    host.scenario(stdout_hex="ff fe 00 41 0a".replace(" ", ""), exit=0)
+    agent = host.make_agent()
+    host.tick()
+    assert agent.failure is not None and agent.failure.value == "unparseable"
+    debug = [r.getMessage() for r in host.logs.records if r.levelno == logging.DEBUG]
+    assert any("not understood" in line for line in debug)
+
+
+def test_sysfs_problem_logged_once(host: Host) -> None:
+    dev = fakesysfs.add_device(host.root, "0000:f0:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+    with open(os.path.join(dev, "class"), "w") as f:
+        f.write("zz\n")
+    agent = host.make_agent()
+    host.tick(5)
+    assert len(host.events(Event.SYSFS_PROBLEM)) == 1
+    assert "sysfs" in agent.snapshot()["problems"]

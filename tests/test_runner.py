@@ -1,0 +1,165 @@
+"""The process-group runner with real child processes (short timeouts, bounded in time)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuagent import runner as runner_mod
+from gpuagent.runner import Outcome, Runner
+
+ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ")[1][0] != "Z"
+
+
+def test_exit_and_output() -> None:
+    res = Runner(timeout=5).run(["/bin/sh", "-c", "echo 'a, b'; exit 3"], ENV)
+    assert res.outcome is Outcome.EXITED
+    assert res.exit_code == 3
+    assert res.stdout == "a, b\n"
+
+
+def test_stderr_is_read_with_stdout() -> None:
+    res = Runner(timeout=5).run(["/bin/sh", "-c", "echo oops >&2"], ENV)
+    assert res.stdout == "oops\n"
+
+
+def test_environment_is_passed() -> None:
+    res = Runner(timeout=5).run(["/bin/sh", "-c", "echo $LC_ALL"], ENV)
+    assert res.stdout == "C\n"
+
+
+def test_hang_is_killed_with_its_group() -> None:
+    r = Runner(timeout=0.3, kill_grace=0.5)
+    start = time.monotonic()
+    res = r.run(["/bin/sh", "-c", "sleep 30 & echo $! ; sleep 30"], ENV)
+    took = time.monotonic() - start
+    assert res.outcome is Outcome.TIMEOUT
+    assert took < 2.0
+    grandchild = int(res.stdout.split()[0])
+    assert not alive(grandchild)
+    assert not r.busy()
+
+
+def test_child_ignoring_sigterm_gets_sigkill() -> None:
+    r = Runner(timeout=0.3, kill_grace=0.3)
+    start = time.monotonic()
+    res = r.run(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(30)",
+        ],
+        ENV,
+    )
+    assert res.outcome is Outcome.TIMEOUT
+    assert time.monotonic() - start < 0.3 + 2 * 0.3 + 1.0
+    assert not r.busy()
+
+
+def test_grandchild_holding_the_pipe_does_not_block() -> None:
+    # The grandchild leaves the child's process group, so killpg cannot reach it.
+    script = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid(); time.sleep(30); os._exit(0)\n"
+        "print('0, 41', flush=True)\n"
+    )
+    r = Runner(timeout=5, kill_grace=0.3)
+    start = time.monotonic()
+    res = r.run([sys.executable, "-c", script], ENV)
+    assert res.outcome is Outcome.EXITED
+    assert res.exit_code == 0
+    assert res.stdout == "0, 41\n"
+    assert time.monotonic() - start < 2.0
+    assert not r.busy()
+
+
+def test_flood_is_cut_off() -> None:
+    r = Runner(timeout=5, max_output=1 << 16)
+    res = r.run(["/usr/bin/yes"], ENV)
+    assert res.outcome is Outcome.OVERFLOW
+    assert len(res.stdout) <= (1 << 16) + 65536
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [("missing", FileNotFoundError), ("noexec", PermissionError), ("dir", PermissionError)],
+)
+def test_spawn_failures(tmp_path: str, make: str, error: type[OSError]) -> None:
+    path = os.path.join(tmp_path, "nvidia-smi")
+    if make == "noexec":
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n")
+    elif make == "dir":
+        os.mkdir(path)
+    res = Runner(timeout=1).run([path], ENV)
+    assert res.outcome is Outcome.SPAWN_FAILED
+    assert isinstance(res.error, error)
+
+
+def test_unkillable_child_is_abandoned_then_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without root no process can be put in D state; a killpg that reaches nobody looks the
+    # same from here: the child outlives SIGTERM and SIGKILL.
+    monkeypatch.setattr(runner_mod, "_killpg", lambda pgid, sig: None)
+    r = Runner(timeout=0.2, kill_grace=0.1)
+    res = r.run(["/bin/sleep", "30"], ENV)
+    assert res.outcome is Outcome.STUCK
+    assert r.busy()
+    with pytest.raises(RuntimeError):
+        r.run(["/bin/true"], ENV)
+    stuck = r.stuck
+    assert stuck is not None
+    os.kill(stuck.pid, signal.SIGKILL)
+    stuck.wait()
+    assert not r.busy()
+    assert r.stuck is None
+    assert r.run(["/bin/true"], ENV).outcome is Outcome.EXITED
+
+
+def test_interrupt_ends_the_run_at_once() -> None:
+    rfd, wfd = os.pipe2(os.O_NONBLOCK)
+    r = Runner(timeout=30, kill_grace=0.5)
+    r.wake_fd = rfd
+    asked: list[int] = []
+
+    def interrupted() -> bool:
+        asked.append(1)
+        return True
+
+    r.interrupted = interrupted
+    proc = subprocess.Popen(["/bin/sh", "-c", "sleep 0.2; echo x"], stdout=wfd)
+    start = time.monotonic()
+    res = r.run(["/bin/sleep", "30"], ENV)
+    proc.wait()
+    assert res.outcome is Outcome.INTERRUPTED
+    assert asked
+    assert time.monotonic() - start < 2.0
+    os.close(rfd)
+    os.close(wfd)
+
+
+def test_heartbeat_keeps_beating_during_a_hang() -> None:
+    beats: list[float] = []
+    r = Runner(timeout=0.5, kill_grace=0.1)
+    r.heartbeat = lambda: beats.append(time.monotonic())
+    r.heartbeat_every = 0.1
+    r.run(["/bin/sleep", "30"], ENV)
+    assert len(beats) >= 4
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
+    assert max(gaps) < 0.1 + 0.1
