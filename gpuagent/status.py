@@ -89,7 +89,7 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
     lines.append(probe_line)
     if probe.get("last_error"):
         lines.append(f"    last error: {probe['last_error']}")
-    if code != HEALTHY:
+    if code != HEALTHY and reason != st.get("status"):
         lines.append(f"    {reason}")
     gpus = st.get("gpus") or []
     if gpus:

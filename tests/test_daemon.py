@@ -1,0 +1,244 @@
+"""``gpuagent run`` as a real process: sd_notify over a real socket, signals, watchdog.
+
+Bounded in time: every wait has a deadline; nothing sleeps to let time pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests import fakesysfs
+from tests.conftest import FAKE_SMI, H200_LOAD
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Notify:
+    """A bound AF_UNIX datagram socket standing in for systemd's notify socket."""
+
+    def __init__(self, path: str, abstract: bool) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if abstract:
+            name = f"gpuagent-test-{os.getpid()}-{id(self)}"
+            self.sock.bind("\0" + name)
+            self.address = "@" + name
+        else:
+            self.sock.bind(path)
+            self.address = path
+        self.messages: list[tuple[float, str]] = []
+        self.cursor = 0
+
+    def pump(self, until: float) -> None:
+        """Collect messages until monotonic time ``until``."""
+        while (left := until - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.sock], [], [], left)
+            if ready:
+                self.messages.append((time.monotonic(), self.sock.recv(4096).decode()))
+
+    def wait_for(self, needle: str, timeout: float) -> None:
+        """Wait for a message containing ``needle`` after the one the last wait found."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for i in range(self.cursor, len(self.messages)):
+                if needle in self.messages[i][1]:
+                    self.cursor = i + 1
+                    return
+            self.pump(min(end, time.monotonic() + 0.05))
+        raise AssertionError(f"no {needle!r} within {timeout} s: {self.texts()}")
+
+    def texts(self) -> list[str]:
+        return [m for _, m in self.messages]
+
+
+@pytest.fixture
+def fake_host(tmp_path: str) -> dict[str, str]:
+    d = str(tmp_path)
+    root = os.path.join(d, "sys")
+    slots = fakesysfs.gpu_host(root, 2)
+    smi = os.path.join(d, "nvidia-smi")
+    os.symlink(FAKE_SMI, smi)
+    with open(smi + ".json", "w") as f:
+        json.dump({"capture": H200_LOAD, "slots": slots}, f)
+    conf = os.path.join(d, "gpuagent.toml")
+    with open(conf, "w") as f:
+        f.write(
+            f'sysfs_root = "{root}"\nnvidia_smi = "{smi}"\n'
+            f'state_file = "{d}/state.json"\ninterval = 1.0\nprobe_timeout = 1.5\n'
+        )
+    return {"dir": d, "smi": smi, "conf": conf}
+
+
+def scenario(host: dict[str, str], **step: Any) -> None:
+    with open(host["smi"] + ".json.tmp", "w") as f:
+        json.dump(step, f)
+    os.replace(host["smi"] + ".json.tmp", host["smi"] + ".json")
+
+
+def start(host: dict[str, str], notify: Notify, **env: str) -> subprocess.Popen[str]:
+    environ = {
+        **os.environ,
+        "NOTIFY_SOCKET": notify.address,
+        "PYTHONPATH": REPO,
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuagent", "--config", host["conf"], "run"],
+        env=environ,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def fake_smi_processes(host: dict[str, str]) -> list[int]:
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if host["smi"].encode() in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.fixture(params=[False, True], ids=["path", "abstract"])
+def notify(request: pytest.FixtureRequest, tmp_path: str) -> Iterator[Notify]:
+    n = Notify(os.path.join(tmp_path, "notify.sock"), request.param)
+    yield n
+    n.sock.close()
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[int, float]:
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=10)
+    return code, time.monotonic() - t0
+
+
+def test_ready_status_watchdog_reload_stopping(fake_host: dict[str, str], notify: Notify) -> None:
+    proc = start(fake_host, notify, WATCHDOG_USEC="1000000")
+    try:
+        notify.wait_for("READY=1", 15)
+        first = notify.texts()[0]
+        assert first.startswith("READY=1\nSTATUS=")
+        notify.wait_for("STATUS=2 GPUs, sampling", 10)
+        # The interval (1 s) is longer than half the watchdog period (0.5 s).
+        notify.pump(time.monotonic() + 2.5)
+        pings = [t for t, m in notify.messages if m == "WATCHDOG=1"]
+        assert len(pings) >= 4
+        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.5 + 0.1
+        # A STATUS line is sent when it changes, not every tick.
+        assert sum(1 for m in notify.texts() if "STATUS=2 GPUs, sampling" in m) == 1
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING=1", 5)
+        notify.wait_for("READY=1", 5)
+        code, took = stop(proc)
+        notify.pump(time.monotonic() + 0.2)
+        assert "STOPPING=1" in notify.texts()
+        assert code == 0
+        assert took < 2.0
+    finally:
+        proc.kill()
+        proc.wait()
+    order = [m.split("=")[0] for m in notify.texts() if not m.startswith(("WATCHDOG", "STATUS"))]
+    assert order == ["READY", "RELOADING", "READY", "STOPPING"]
+
+
+def test_pings_continue_while_a_probe_hangs_and_sigterm_kills_it(
+    fake_host: dict[str, str], notify: Notify
+) -> None:
+    scenario(fake_host, hang=60, ignore_term=True)
+    with open(fake_host["conf"], "a") as f:
+        f.write("")
+    proc = start(fake_host, notify, WATCHDOG_USEC="600000")
+    try:
+        notify.wait_for("READY=1", 15)
+        deadline = time.monotonic() + 10
+        while not fake_smi_processes(fake_host) and time.monotonic() < deadline:
+            notify.pump(time.monotonic() + 0.05)
+        assert fake_smi_processes(fake_host)
+        t_hang = time.monotonic()
+        notify.pump(t_hang + 1.2)
+        pings = [t for t, m in notify.messages if m == "WATCHDOG=1" and t >= t_hang]
+        assert len(pings) >= 3
+        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.3 + 0.1
+        code, took = stop(proc)
+        assert code == 0
+        assert took < 2.0
+        assert fake_smi_processes(fake_host) == []
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_bad_config_on_reload_keeps_the_old_one(fake_host: dict[str, str], notify: Notify) -> None:
+    proc = start(fake_host, notify)
+    try:
+        notify.wait_for("STATUS=2 GPUs, sampling", 15)
+        with open(fake_host["conf"], "a") as f:
+            f.write("interval = -1\n")
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING=1", 5)
+        notify.wait_for("READY=1", 5)
+        for _ in range(100):
+            proc.send_signal(signal.SIGHUP)
+        notify.pump(time.monotonic() + 1.5)
+        assert proc.poll() is None
+        code, _ = stop(proc)
+        assert code == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.stderr is not None
+    errors = [ln for ln in proc.stderr.read().splitlines() if ln.startswith("error:")]
+    assert errors
+    assert all("reload failed, keeping the old config" in ln for ln in errors), errors
+    assert "Traceback" not in "".join(errors)
+    with open(os.path.join(fake_host["dir"], "state.json")) as f:
+        final = json.load(f)
+    assert final["interval"] == 1.0
+    assert final["exit"]["reason"] == "signal"
+
+
+def test_no_notify_socket_is_fine(fake_host: dict[str, str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuagent",
+            "--config",
+            fake_host["conf"],
+            "run",
+            "--ticks",
+            "2",
+            "--interval",
+            "0.05",
+        ],
+        env={**env, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(fake_host["dir"], "state.json")) as f:
+        final = json.load(f)
+    assert final["ticks"] == 2
+    assert final["exit"]["reason"] == "ticks"
+    assert final["probe"]["state"] == "ok"

@@ -1,0 +1,204 @@
+"""``gpuagent status``: exit codes and text for every probe state, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuagent import state
+from gpuagent.cli import main
+from gpuagent.status import DEGRADED, HEALTHY, UNKNOWN, judge, render
+
+NOW = 1_800_000_000.0
+
+
+def base(**over: Any) -> dict[str, Any]:
+    st: dict[str, Any] = {
+        "schema": state.SCHEMA,
+        "version": "0.1.0",
+        "pid": os.getpid(),
+        "started_at": NOW - 3600,
+        "updated_at": NOW - 1,
+        "ticks": 360,
+        "interval": 10.0,
+        "exit": None,
+        "status": "1 GPU, sampling",
+        "pci": [
+            {"slot": "0000:18:00.0", "device_id": "0x2335", "class": "0x030200", "driver": "nvidia"}
+        ],
+        "probe": {
+            "state": "ok",
+            "gate": None,
+            "failure_class": None,
+            "consecutive_failures": 0,
+            "next_probe_in_ticks": 1,
+            "spawns_total": 360,
+            "last_error": None,
+            "last_success_at": NOW - 1,
+        },
+        "gpus": [
+            {
+                "pci_slot": "0000:18:00.0",
+                "sampled_at": NOW - 1,
+                "stale": False,
+                "fields": {
+                    "name": "NVIDIA H200",
+                    "temperature.gpu": 52,
+                    "utilization.gpu": 100,
+                    "memory.used": 32362,
+                    "memory.total": 143771,
+                    "power.draw": 627.4,
+                    "power.limit": 700.0,
+                },
+            }
+        ],
+        "missing": [],
+        "problems": {},
+    }
+    st.update(over)
+    return st
+
+
+def probe(**over: Any) -> dict[str, Any]:
+    p = dict(base()["probe"])
+    p.update(over)
+    return p
+
+
+CASES = [
+    ("ok", base(), HEALTHY),
+    (
+        "idle no gpu",
+        base(
+            pci=[],
+            gpus=[],
+            status="no NVIDIA GPU on the PCI bus",
+            probe=probe(state="idle", gate="no_gpu", next_probe_in_ticks=None),
+        ),
+        HEALTHY,
+    ),
+    (
+        "failing",
+        base(
+            probe=probe(state="failing", failure_class="version_mismatch", consecutive_failures=5)
+        ),
+        DEGRADED,
+    ),
+    ("stuck", base(probe=probe(state="stuck", failure_class="timeout")), DEGRADED),
+    ("gated driver", base(probe=probe(state="gated", gate="driver_not_loaded")), DEGRADED),
+    ("gated smi", base(probe=probe(state="gated", gate="nvidia_smi_missing")), DEGRADED),
+    ("stale", base(gpus=[dict(base()["gpus"][0], stale=True)]), DEGRADED),
+    ("missing", base(missing=["0000:2a:00.0"]), DEGRADED),
+    ("state problem", base(problems={"state_file": "ENOSPC"}), DEGRADED),
+    (
+        "finished run --ticks",
+        base(pid=2**22 + 7, updated_at=NOW - 9999, exit={"reason": "ticks", "at": NOW - 9999}),
+        HEALTHY,
+    ),
+    (
+        "finished run --ticks failing",
+        base(pid=2**22 + 7, exit={"reason": "ticks", "at": NOW}, probe=probe(state="failing")),
+        DEGRADED,
+    ),
+    ("stopped", base(exit={"reason": "signal", "at": NOW}), UNKNOWN),
+    ("died", base(pid=2**22 + 7), UNKNOWN),
+    ("silent", base(updated_at=NOW - 31), UNKNOWN),
+]
+
+
+@pytest.mark.parametrize(("name", "st", "code"), CASES, ids=[c[0] for c in CASES])
+def test_judge(name: str, st: dict[str, Any], code: int) -> None:
+    got, reason = judge(st, NOW)
+    assert got == code
+    assert reason and "\n" not in reason
+
+
+def test_render_rows_and_stale() -> None:
+    st = base(
+        gpus=[dict(base()["gpus"][0], stale=True, sampled_at=NOW - 45)], missing=["0000:2a:00.0"]
+    )
+    text = render(st, NOW, *judge(st, NOW))
+    assert text.splitlines()[0] == "\u25cf gpuagent - 1 GPU, sampling"
+    assert "NVIDIA H200" in text
+    assert "52C" in text
+    assert "32362/143771 MiB" in text
+    assert "627/700 W" in text
+    assert "STALE 45s" in text
+    assert "0000:2a:00.0  (on the PCI bus, not reported by nvidia-smi)" in text
+
+
+def write_state(tmp_path: str, st: dict[str, Any]) -> str:
+    path = os.path.join(tmp_path, "state.json")
+    state.write(path, st)
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'state_file = "{path}"\n')
+    return conf
+
+
+@pytest.mark.parametrize(("name", "st", "code"), CASES, ids=[c[0] for c in CASES])
+def test_cli_exit_codes(tmp_path: str, name: str, st: dict[str, Any], code: int) -> None:
+    st = dict(st, updated_at=time.time() - (NOW - st["updated_at"]))
+    conf = write_state(tmp_path, st)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert res.exit_code == code, res.output
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
+    assert res.exit_code == code
+    assert json.loads(res.stdout)["schema"] == state.SCHEMA
+
+
+@pytest.mark.parametrize("content", [None, "", "{", "[]", '{"schema": 99}'])
+def test_no_readable_state_is_3(tmp_path: str, content: str | None) -> None:
+    path = os.path.join(tmp_path, "state.json")
+    if content is not None:
+        with open(path, "w") as f:
+            f.write(content)
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'state_file = "{path}"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert res.exit_code == UNKNOWN
+    assert res.stderr.startswith("gpuagent: ")
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in res.output
+
+
+def test_bad_config_is_78_one_line(tmp_path: str) -> None:
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write("interval = -3\n")
+    for args in (["status"], ["detect"], ["run", "--ticks", "1"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuagent", "--config", conf, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        assert proc.returncode == 78
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert conf in proc.stderr and "interval" in proc.stderr
+
+
+def test_status_imports_stay_light(tmp_path: str) -> None:
+    conf = write_state(tmp_path, base(updated_at=time.time()))
+    code = (
+        "import sys\n"
+        "from gpuagent.cli import main\n"
+        f"sys.argv = ['gpuagent', '--config', {conf!r}, 'status']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('systemd', 'systemd.journal', 'prometheus_client', 'subprocess',"
+        " 'sdnotify', 'gpuagent.daemon', 'gpuagent.agent') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
