@@ -46,6 +46,7 @@ def fake_root(root: str) -> None:
     if not os.path.isdir(units):
         units = "/lib/systemd/system"
     shutil.copytree(units, os.path.join(root, "usr/lib/systemd/system"), symlinks=True)
+    os.makedirs(os.path.join(root, "usr/bin"))
     os.symlink("usr/bin", os.path.join(root, "bin"))
     os.symlink("usr/lib", os.path.join(root, "lib"))
     shutil.copy(UNIT, os.path.join(root, "usr/lib/systemd/system"))

@@ -1,0 +1,92 @@
+"""man/gpuagent.8: renders without warnings and documents every command, option and key."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import fields
+
+import pytest
+
+from gpuagent.cli import main
+from gpuagent.config import Config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE = os.path.join(REPO, "man", "gpuagent.8")
+SECTIONS = [
+    "NAME",
+    "SYNOPSIS",
+    "DESCRIPTION",
+    "COMMANDS",
+    "OPTIONS",
+    "CONFIGURATION",
+    "EXIT STATUS",
+    "ENVIRONMENT",
+    "FILES",
+    "SIGNALS",
+    "NOTES",
+    "SEE ALSO",
+]
+
+
+def source() -> str:
+    with open(PAGE, encoding="utf-8") as f:
+        return f.read()
+
+
+def section(name: str) -> str:
+    """The roff source of section ``name``, with ``\\-`` turned into ``-``."""
+    text = source().replace("\\-", "-")
+    m = re.search(rf'^\.SH "?{name}"?\n(.*?)(?=^\.SH |\Z)', text, re.M | re.S)
+    assert m is not None, f"no section {name}"
+    return m.group(1)
+
+
+def test_sections_in_order() -> None:
+    found = [s.strip('"') for s in re.findall(r"^\.SH (.+)$", source(), re.M)]
+    assert found == SECTIONS
+
+
+def test_every_command_and_option() -> None:
+    commands = section("COMMANDS")
+    for name, command in main.commands.items():
+        assert f"B{name}" in commands.replace(".BR ", "B").replace("\\fB", "B"), name
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--"):
+                    assert opt in commands, f"{name} {opt}"
+    options = section("OPTIONS")
+    for opt in ("--config", "--version", "--help"):
+        assert opt in options
+
+
+def test_every_configuration_key() -> None:
+    text = section("CONFIGURATION")
+    for f in fields(Config):
+        assert re.search(rf"^\.BR {f.name} \" \(default ", text, re.M), f.name
+
+
+def test_environment() -> None:
+    text = section("ENVIRONMENT")
+    for name in ("GPUAGENT_CONFIG", "NOTIFY_SOCKET", "WATCHDOG_USEC", "JOURNAL_STREAM"):
+        assert f".B {name}\n" in text
+
+
+def lint(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    if shutil.which(argv[0]) is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{argv[0]} is not installed (CI installs it)")
+        pytest.skip(f"{argv[0]} is not installed")
+    return subprocess.run([*argv, PAGE], capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_groff_has_no_warnings() -> None:
+    proc = lint(["groff", "-ww", "-z", "-man"])
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_mandoc_lint_is_clean() -> None:
+    proc = lint(["mandoc", "-T", "lint", "-W", "style"])
+    assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
