@@ -12,6 +12,8 @@ one step (tests rewrite it between ticks):
 - ``{"hang": 30, "ignore_term": true}``: sleep, optionally ignoring SIGTERM.
 - ``{"grandchild_hang": 30, ...}``: first leave a grandchild in its own session holding
   stdout for that long, then answer as the rest of the step says.
+- ``"prepend": "<file in data/corpus/errors>"``: print that captured text first (a warning
+  nvidia-smi prints beside valid data, e.g. infoROM).
 - ``"reject": ["field", ...]``: fields this "driver" does not know (exit 2 with the message).
 
 Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
@@ -68,6 +70,9 @@ def main() -> int:
         return 2
     code = int(step.get("exit", 0))
     out = sys.stdout.buffer
+    if "prepend" in step:
+        with open(os.path.join(replay.CORPUS, "errors", str(step["prepend"])), "rb") as first:
+            out.write(first.read())
     if "capture" in step:
         cap = replay.load(str(step["capture"]))
         text, code = replay.answer(cap, query, _arg("--format=") or "csv", step.get("slots"))

@@ -1,0 +1,376 @@
+"""The fault matrix: every failure users of GPU collectors report, driven through the agent.
+
+One row per fault, each with its expected outcome: probe state, failure class, STATUS line
+and how many lines it logs at info or above (never one per tick).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from gpuagent import runner as runner_mod
+from gpuagent import state
+from gpuagent.config import Config
+from gpuagent.daemon import Daemon
+from gpuagent.logs import Event, EventLog
+from gpuagent.smi import FIELDS
+from tests import fakesysfs, replay
+from tests.conftest import FAKE_SMI, H200_LOAD, Host, ListHandler
+from tests.test_smi import ERRORS
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    setup: Callable[[Host], None]
+    state: str
+    failure: str | None
+    status: str
+    lines: int
+    ticks: int = 3
+    timeout: float = 5.0
+
+
+def error_row(name: str, code: int, failure: str) -> Fault:
+    if code in (0, 14) and failure == "other":
+        # These exits may carry data: output that is not our CSV is unparseable, not "other".
+        failure = "unparseable"
+    return Fault(
+        f"capture {name} exit {code}",
+        lambda h: h.scenario(error=name, exit=code),
+        "failing",
+        failure,
+        f"8 GPUs, nvidia-smi failing ({failure}), next try in 20 s",
+        1,
+    )
+
+
+def _h200_rows(h: Host) -> str:
+    return replay.answer(replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", h.slots)[0]
+
+
+def _not_executable(h: Host) -> None:
+    os.unlink(h.smi)
+    with open(h.smi, "w") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(h.smi, 0o644)
+
+
+def _directory(h: Host) -> None:
+    os.unlink(h.smi)
+    os.mkdir(h.smi)
+
+
+def _rebind_one(h: Host) -> None:
+    fakesysfs.bind(h.root, h.slots[0], "vfio-pci")
+    h.healthy(slots=h.slots[1:])
+
+
+def _rebind_all(h: Host) -> None:
+    for slot in h.slots:
+        fakesysfs.bind(h.root, slot, "vfio-pci")
+
+
+def _unreadable_class(h: Host) -> None:
+    dev = fakesysfs.add_device(h.root, "0000:f1:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+    os.remove(os.path.join(dev, "class"))
+    os.mkdir(os.path.join(dev, "class"))
+
+
+FAULTS = [
+    *(
+        error_row(n, code, f.value)
+        for n, (code, f) in sorted(ERRORS.items())
+        if n not in ("inforom-corrupted-warning-exit14.txt",)
+    ),
+    # infoROM: a warning with exit 14 beside valid data is a success; alone it is not data.
+    Fault(
+        "infoROM warning, rows, exit 14",
+        lambda h: h.healthy(prepend="inforom-corrupted-warning-exit14.txt", exit=14),
+        "ok",
+        None,
+        "8 GPUs, sampling",
+        0,
+    ),
+    Fault(
+        "infoROM warning, rows, exit 0",
+        lambda h: h.healthy(prepend="inforom-corrupted-warning-exit14.txt"),
+        "ok",
+        None,
+        "8 GPUs, sampling",
+        0,
+    ),
+    Fault(
+        "infoROM warning alone, exit 14",
+        lambda h: h.scenario(error="inforom-corrupted-warning-exit14.txt", exit=14),
+        "failing",
+        "unparseable",
+        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "hang past the timeout",
+        lambda h: h.scenario(hang=60),
+        "failing",
+        "timeout",
+        "8 GPUs, nvidia-smi failing (timeout), next try in 20 s",
+        1,
+        timeout=0.3,
+    ),
+    Fault(
+        "child ignores SIGTERM",
+        lambda h: h.scenario(hang=60, ignore_term=True),
+        "failing",
+        "timeout",
+        "8 GPUs, nvidia-smi failing (timeout), next try in 20 s",
+        1,
+        timeout=0.3,
+    ),
+    Fault(
+        "grandchild holds stdout",
+        lambda h: h.healthy(grandchild_hang=60),
+        "ok",
+        None,
+        "8 GPUs, sampling",
+        0,
+    ),
+    Fault(
+        "garbage on stdout",
+        lambda h: h.scenario(stdout="Segmentation fault\n"),
+        "failing",
+        "unparseable",
+        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "truncated row",
+        lambda h: h.scenario(stdout=_h200_rows(h)[:-40]),
+        "failing",
+        "unparseable",
+        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "extra columns",
+        lambda h: h.scenario(stdout=_h200_rows(h).replace("\n", ", 1\n")),
+        "failing",
+        "unparseable",
+        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "non-UTF-8 bytes",
+        lambda h: h.scenario(stdout_hex="30ff2c2034310a"),
+        "failing",
+        "unparseable",
+        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "10 MB of output",
+        lambda h: h.scenario(stdout="x" * 1023 + "\n", repeat=10240),
+        "failing",
+        "unparseable",
+        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "error text with exit 0",
+        lambda h: h.scenario(error="no-devices-were-found.txt"),
+        "failing",
+        "no_devices",
+        "8 GPUs, nvidia-smi failing (no_devices), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "binary missing",
+        lambda h: os.unlink(h.smi),
+        "gated",
+        None,
+        "8 GPUs, nvidia-smi not found",
+        1,
+    ),
+    Fault(
+        "binary not executable",
+        _not_executable,
+        "failing",
+        "permission_denied",
+        "8 GPUs, nvidia-smi failing (permission_denied), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "binary is a directory",
+        _directory,
+        "failing",
+        "permission_denied",
+        "8 GPUs, nvidia-smi failing (permission_denied), next try in 20 s",
+        1,
+    ),
+    Fault(
+        "module unloaded",
+        lambda h: fakesysfs.set_module(h.root, False),
+        "gated",
+        None,
+        "8 GPUs, NVIDIA driver not loaded; not probing",
+        1,
+    ),
+    Fault("one GPU re-bound to vfio-pci", _rebind_one, "ok", None, "8 GPUs, sampling", 0),
+    Fault(
+        "every GPU re-bound to vfio-pci",
+        _rebind_all,
+        "idle",
+        None,
+        "8 GPUs, all bound to vfio-pci; not sampled",
+        0,
+    ),
+    Fault("unreadable class file", _unreadable_class, "ok", None, "8 GPUs, sampling", 1),
+    Fault(
+        "GPU missing from nvidia-smi",
+        lambda h: h.healthy(slots=h.slots[1:]),
+        "ok",
+        None,
+        "8 GPUs, sampling, 1 missing from nvidia-smi",
+        1,
+    ),
+]
+
+
+def test_every_error_capture_is_a_row() -> None:
+    names = {f.name for f in FAULTS}
+    for error in ERRORS:
+        assert any(error in n for n in names) or error == "inforom-corrupted-warning-exit14.txt"
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_fault(host: Host, fault: Fault) -> None:
+    fault.setup(host)
+    agent = host.make_agent(probe_timeout=fault.timeout)
+    host.tick(fault.ticks)
+    snap = agent.snapshot()
+    assert snap["probe"]["state"] == fault.state
+    assert snap["probe"]["failure_class"] == fault.failure
+    assert snap["status"] == fault.status
+    loud = [r.getMessage() for r in host.logs.records if r.levelno >= logging.INFO]
+    assert len(loud) == fault.lines, loud
+    assert all("Traceback" not in line and "\n" not in line for line in loud)
+    assert not agent.prober.busy()
+    # More ticks of the same fault add no line: at most one per episode.
+    host.tick(20)
+    assert len([r for r in host.logs.records if r.levelno >= logging.INFO]) == fault.lines
+
+
+def test_stuck_child_blocks_new_probes_until_reaped(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without root nothing can be put in D state; a killpg that reaches nobody looks the same.
+    monkeypatch.setattr(runner_mod, "_killpg", lambda pgid, sig: None)
+    host.scenario(hang=60)
+    agent = host.make_agent(probe_timeout=0.2)
+    host.tick()
+    assert agent.probe_state == "stuck"
+    assert len(host.events(Event.PROBE_STUCK)) == 1
+    spawns = host.spawns
+    host.tick(10)
+    assert host.spawns == spawns
+    assert agent.snapshot()["probe"]["state"] == "stuck"
+    assert agent.status_line() == "8 GPUs, nvidia-smi stuck in the driver; not probing"
+    stuck = agent.prober.runner.stuck
+    assert stuck is not None
+    stuck.kill()
+    stuck.wait()
+    monkeypatch.undo()
+    host.healthy()
+    while agent.probe_state != "ok":
+        host.tick()
+    assert host.spawns == spawns + 1
+
+
+def test_nvidia_smi_removed_and_reinstalled(host: Host) -> None:
+    agent = host.make_agent()
+    host.tick(2)
+    os.unlink(host.smi)
+    host.tick(5)
+    assert agent.gate == "nvidia_smi_missing"
+    os.symlink(FAKE_SMI, host.smi)
+    host.tick()
+    assert agent.probe_state == "ok"
+    assert len(host.events(Event.NVIDIA_SMI_MISSING)) == 1
+    assert len(host.events(Event.NVIDIA_SMI_FOUND)) == 1
+
+
+def test_module_disappearing_and_returning_twice(host: Host) -> None:
+    agent = host.make_agent()
+    for _ in range(2):
+        fakesysfs.set_module(host.root, False)
+        host.tick(4)
+        assert agent.gate == "driver_not_loaded"
+        fakesysfs.set_module(host.root, True)
+        host.tick()
+        assert agent.probe_state == "ok"
+    assert len(host.events(Event.DRIVER_UNLOADED)) == 2
+    assert len(host.events(Event.DRIVER_LOADED)) == 2
+
+
+# The state file ---------------------------------------------------------------------------
+
+
+def daemon_on(host: Host, state_file: str) -> tuple[Daemon, ListHandler]:
+    logs = ListHandler()
+    logger = logging.getLogger(f"test.daemon.{id(host)}")
+    logger.handlers[:] = [logs]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    cfg = Config(
+        nvidia_smi=host.smi, sysfs_root=host.root, state_file=state_file, probe_timeout=5.0
+    )
+    return Daemon(cfg, ("/nonexistent.toml", False), log=EventLog(logger)), logs
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_state_write_fault_episode(host: Host, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
+    path = os.path.join(host.dir, "run", "state.json")
+    os.makedirs(os.path.dirname(path))
+    daemon, logs = daemon_on(host, path)
+    real_write = state.write
+
+    def failing_write(p: str, data: dict[str, object]) -> None:
+        raise OSError(err, os.strerror(err), p)
+
+    for _ in range(2):
+        monkeypatch.setattr(state, "write", failing_write)
+        for _ in range(5):
+            daemon.agent.tick()
+            daemon._publish()
+        assert daemon.agent.probe_state == "ok"  # sampling goes on
+        assert os.strerror(err) in daemon.agent.snapshot()["problems"]["state_file"]
+        monkeypatch.setattr(state, "write", real_write)
+        daemon.agent.tick()
+        daemon._publish()
+        assert "state_file" not in state.read(path)["problems"]
+    failed = [
+        r for r in logs.records if getattr(r, "MESSAGE_ID", "") == Event.STATE_WRITE_FAILED.value
+    ]
+    back = [
+        r for r in logs.records if getattr(r, "MESSAGE_ID", "") == Event.STATE_WRITE_RECOVERED.value
+    ]
+    assert len(failed) == 2
+    assert len(back) == 2
+
+
+def test_state_directory_that_is_a_file(host: Host) -> None:
+    blocker = os.path.join(host.dir, "blocker")
+    with open(blocker, "w") as f:
+        f.write("")
+    daemon, logs = daemon_on(host, os.path.join(blocker, "state.json"))
+    for _ in range(10):
+        daemon.agent.tick()
+        daemon._publish()
+    assert daemon.agent.probe_state == "ok"
+    assert len([r for r in logs.records if r.levelno >= logging.ERROR]) == 1
+    assert "Not a directory" in daemon.agent.snapshot()["problems"]["state_file"]
