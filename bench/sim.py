@@ -1,0 +1,106 @@
+"""Simulation helpers for the benchmarks and the soak: fake hosts and a scripted runner.
+
+The scripted runner answers like nvidia-smi (from the real captures) without spawning, so a
+simulated day or 100,000 ticks take seconds; it counts what would have been spawns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from gpuagent.agent import Agent
+from gpuagent.config import Config
+from gpuagent.logs import EventLog
+from gpuagent.probe import Prober
+from gpuagent.runner import Outcome, Runner, RunResult
+from gpuagent.smi import FIELDS
+from tests import fakesysfs, replay
+
+H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
+MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
+
+
+def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:
+    """A sysfs tree of ``devices`` PCI functions, ``gpus`` of them NVIDIA H200s."""
+    slots = fakesysfs.gpu_host(root, gpus) if gpus else []
+    if not gpus:
+        fakesysfs.set_module(root, False)
+    have = len(os.listdir(os.path.join(root, "bus", "pci", "devices"))) if gpus else 0
+    for i in range(devices - have):
+        fakesysfs.add_device(root, f"0001:{i // 32:02x}:{i % 32:02x}.0", 0x8086, 0x1000 + i,
+                             0x088000, None)
+    return slots
+
+
+@dataclass
+class ScriptedRunner(Runner):
+    """A :class:`Runner` whose child is a script: ``step`` says what the next run returns."""
+
+    slots: list[str] = field(default_factory=list)
+    step: str = "healthy"
+    spawns: int = 0
+
+    def __post_init__(self) -> None:
+        super().__init__(timeout=8.0)
+        cap = replay.load(H200_LOAD)
+        rows, _ = replay.answer(cap, list(FIELDS), "csv,noheader,nounits", self.slots)
+        with open(os.path.join(replay.CORPUS, "errors", MISMATCH), encoding="utf-8") as f:
+            mismatch = f.read()
+        self._answers = {
+            "healthy": RunResult(Outcome.EXITED, 0, rows),
+            "missing_gpu": RunResult(Outcome.EXITED, 0, rows.split("\n", 1)[1]),
+            "version_mismatch": RunResult(Outcome.EXITED, 18, mismatch),
+            "driver_not_loaded": RunResult(Outcome.EXITED, 9, "NVIDIA-SMI has failed because "
+                                           "it couldn't communicate with the NVIDIA driver."),
+            "timeout": RunResult(Outcome.TIMEOUT),
+            "garbage": RunResult(Outcome.EXITED, 0, "\ufffd\ufffd garbage\n"),
+            "flood": RunResult(Outcome.OVERFLOW, stdout="x" * 4096),
+            "gpu_lost": RunResult(Outcome.EXITED, 15, "Unable to determine the device handle "
+                                  "for GPU 0000:18:00.0: GPU is lost."),
+        }
+
+    def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
+        self.spawns += 1
+        return self._answers[self.step]
+
+
+class CountingHandler(logging.Handler):
+    """Counts log lines by level (what journald would store at the default level)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.by_level: dict[int, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.by_level[record.levelno] = self.by_level.get(record.levelno, 0) + 1
+
+    def at_least(self, level: int) -> int:
+        return sum(n for lvl, n in self.by_level.items() if lvl >= level)
+
+
+@dataclass
+class FakeClock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scripted_agent(
+    root: str, smi: str | None, slots: list[str], interval: float = 10.0
+) -> tuple[Agent, ScriptedRunner, CountingHandler, FakeClock]:
+    """An agent on ``root`` whose nvidia-smi is scripted; ``smi=None`` means not installed."""
+    runner = ScriptedRunner(slots=slots)
+    counter = CountingHandler()
+    logger = logging.getLogger(f"bench.{id(runner)}")
+    logger.handlers[:] = [counter]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    clock = FakeClock()
+    cfg = Config(interval=interval, sysfs_root=root, nvidia_smi=smi or "/nonexistent/nvidia-smi",
+                 state_file=os.path.join(root, "state.json"))
+    agent = Agent(cfg, Prober(runner), EventLog(logger), monotonic=clock,
+                  which=lambda name: smi)
+    return agent, runner, counter, clock

@@ -1,0 +1,202 @@
+"""Soak: many ticks with faults drawn at random; prints fds, RSS, children and log lines.
+
+Simulated (default): 100,000 ticks on a fake clock with a scripted nvidia-smi, each fault
+episode drawn from the fault matrix.  Real time (``--real``): ``gpuagent run`` as a process at
+a 0.1 s interval with the replaying fake nvidia-smi failing 30 % of the time.  With
+``--check`` it exits 1 when a target is missed: fds and children back to their start
+values, RSS growth <= 1 MiB, log lines <= 2 per outage.  Usage::
+
+    /usr/bin/python3 -m bench.soak [--ticks 100000] [--check]
+    /usr/bin/python3 -m bench.soak --real [--seconds 600] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.sim import H200_LOAD, MISMATCH, scripted_agent
+from gpuagent import state
+from tests import fakesysfs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAULTS = ["version_mismatch", "driver_not_loaded", "timeout", "garbage", "flood", "gpu_lost",
+          "missing_gpu", "module_unloaded", "smi_missing", "sysfs_problem"]
+
+
+def fds(pid: int | str = "self") -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> int:
+    n = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        n += 1
+            except (OSError, IndexError, ValueError):
+                continue
+    return n
+
+
+def quiet(pid: int) -> tuple[int, int, int]:
+    """fds, RSS and children between probes: the fewest seen over a second of readings."""
+    readings = []
+    for _ in range(30):
+        readings.append((fds(pid), rss_kib(pid), children(pid)))
+        time.sleep(1 / 30)
+    return min(r[0] for r in readings), readings[-1][1], min(r[2] for r in readings)
+
+
+def report(start: tuple[int, int, int], end: tuple[int, int, int], lines: int,
+           outages: int) -> list[str]:
+    print(f"{'':<14} {'fds':>5} {'RSS KiB':>9} {'children':>9}")
+    print(f"{'start':<14} {start[0]:>5} {start[1]:>9} {start[2]:>9}")
+    print(f"{'end':<14} {end[0]:>5} {end[1]:>9} {end[2]:>9}")
+    print(f"log lines (info and above): {lines} for {outages} fault episodes "
+          f"({lines / max(outages, 1):.2f} per episode)")
+    missed = []
+    if end[0] != start[0]:
+        missed.append(f"fds {start[0]} -> {end[0]}")
+    if end[2] != start[2]:
+        missed.append(f"children {start[2]} -> {end[2]}")
+    if end[1] - start[1] > 1024:
+        missed.append(f"RSS grew {end[1] - start[1]} KiB (> 1024)")
+    if lines > 2 * outages:
+        missed.append(f"{lines} log lines for {outages} episodes (> 2 each)")
+    return missed
+
+
+def simulated(ticks: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as root:
+        slots = fakesysfs.gpu_host(root, 8)
+        installed = {"smi": True}
+        agent, runner, counter, clock = scripted_agent(root, "/usr/bin/nvidia-smi", slots)
+        agent.which = lambda name: "/usr/bin/nvidia-smi" if installed["smi"] else None
+        path = os.path.join(root, "state.json")
+        bad = os.path.join(root, "bus", "pci", "devices", "0000:f0:00.0")
+
+        def apply(fault: str | None) -> None:
+            runner.step = fault if fault in runner._answers else "healthy"
+            fakesysfs.set_module(root, fault != "module_unloaded")
+            installed["smi"] = fault != "smi_missing"
+            if fault == "sysfs_problem":
+                fakesysfs.add_device(root, "0000:f0:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+                with open(os.path.join(bad, "class"), "w") as f:
+                    f.write("garbage\n")
+            elif os.path.exists(bad):
+                fakesysfs.remove_device(root, "0000:f0:00.0")
+
+        def tick_n(n: int) -> None:
+            for _ in range(n):
+                agent.tick()
+                state.write(path, agent.snapshot())
+                clock.now += 10.0
+
+        tick_n(100)  # warm up: imports, caches and the first samples settle
+        start = (fds(), rss_kib(), children(os.getpid()))
+        base_lines = counter.at_least(logging.INFO)
+        episodes = 0
+        done = 0
+        while done < ticks:
+            fault = rng.choice(FAULTS)
+            episodes += 1
+            length = min(rng.randint(1, 400), ticks - done)
+            apply(fault)
+            tick_n(length)
+            healthy = min(rng.randint(5, 200), max(ticks - done - length, 0))
+            apply(None)
+            tick_n(healthy)
+            done += length + healthy
+        apply(None)
+        tick_n(10)
+        end = (fds(), rss_kib(), children(os.getpid()))
+        print(f"{ticks} simulated ticks, {runner.spawns} scripted probes, seed {seed}")
+        return report(start, end, counter.at_least(logging.INFO) - base_lines, episodes)
+
+
+def real(seconds: float, fail: float, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as d:
+        slots = fakesysfs.gpu_host(os.path.join(d, "sys"), 8)
+        smi = os.path.join(d, "nvidia-smi")
+        os.symlink(os.path.join(REPO, "tests", "fake_nvidia_smi.py"), smi)
+        healthy = {"capture": H200_LOAD, "slots": slots}
+        bad = [{"error": MISMATCH, "exit": 18}, {"hang": 30}, {"stdout": "garbage\n"}]
+
+        def scenario(step: dict[str, object]) -> None:
+            with open(smi + ".json.tmp", "w") as f:
+                json.dump(step, f)
+            os.replace(smi + ".json.tmp", smi + ".json")
+
+        scenario(healthy)
+        conf = os.path.join(d, "gpuagent.toml")
+        with open(conf, "w") as f:
+            f.write(f'sysfs_root = "{d}/sys"\nnvidia_smi = "{smi}"\n'
+                    f'state_file = "{d}/state.json"\ninterval = 0.1\nprobe_timeout = 0.5\n')
+        log = open(os.path.join(d, "stderr"), "w+")  # noqa: SIM115 - read back at the end
+        env = {**os.environ, "PYTHONPATH": REPO}
+        env.pop("NOTIFY_SOCKET", None)
+        proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "--config", conf, "run"],
+                                env=env, stderr=log)
+        try:
+            time.sleep(3)  # a benchmark in real time: let it settle
+            start = quiet(proc.pid)
+            episodes = 0
+            end_at = time.monotonic() + seconds
+            while time.monotonic() < end_at:
+                failing = rng.random() < fail
+                episodes += failing
+                scenario(rng.choice(bad) if failing else healthy)
+                time.sleep(rng.uniform(0.5, 3.0))
+            scenario(healthy)
+            time.sleep(3)
+            end = quiet(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=10)
+        log.seek(0)
+        lines = [ln for ln in log.read().splitlines() if not ln.startswith("debug:")]
+        lines = [ln for ln in lines if "started: tick every" not in ln and "stopping" not in ln]
+        log.close()
+        print(f"{seconds:g} s at a 0.1 s interval, nvidia-smi failing {fail:.0%} of the time")
+        return report(start, end, len(lines), episodes)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ticks", type=int, default=100_000)
+    parser.add_argument("--real", action="store_true")
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--fail", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    missed = real(args.seconds, args.fail, args.seed) if args.real else simulated(args.ticks,
+                                                                                   args.seed)
+    for line in missed:
+        print(f"MISSED: {line}", file=sys.stderr)
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
