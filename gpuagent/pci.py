@@ -44,11 +44,17 @@ def is_nvidia_gpu(vendor: int, pci_class: int) -> bool:
 
 
 def _read(path: str) -> str | None:
+    # Raw os.open/os.read: a tick reads ~200 of these, and open() costs three times as much.
     try:
-        with open(path, encoding="ascii") as f:
-            return f.read().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    try:
+        return os.read(fd, 64).decode("ascii").strip()
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _hex(text: str | None) -> int | None:
@@ -78,8 +84,9 @@ def scan(sysfs_root: str) -> tuple[list[PciGpu], list[str]]:
         dev = os.path.join(base, slot)
         try:
             vendor_text = _read(os.path.join(dev, "vendor"))
-            if _hex(vendor_text) != NVIDIA_VENDOR:
-                if vendor_text is not None and _hex(vendor_text) is None:
+            vendor = _hex(vendor_text)
+            if vendor != NVIDIA_VENDOR:
+                if vendor_text is not None and vendor is None:
                     problems.append(f"{dev}/vendor: not a hex number: {vendor_text!r}")
                 continue
             class_text = _read(os.path.join(dev, "class"))

@@ -1,0 +1,119 @@
+"""The agent's own CPU per tick (process CPU time, children excluded), with a breakdown.
+
+Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs; nvidia-smi is a shell
+script that ``cat``s a real H200 capture projected onto the query (it answers at once, so
+what is measured is the agent's side of the spawn).  The floor is a minimal loop doing the
+same sysfs reads.  Usage::
+
+    /usr/bin/python3 -m bench.tick_cost [--ticks 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+
+from bench.sim import H200_LOAD, make_host
+from gpuagent import pci, smi, state
+from gpuagent.agent import Agent
+from gpuagent.config import Config
+from gpuagent.logs import EventLog
+from gpuagent.notify import Notifier
+from gpuagent.probe import Prober
+from gpuagent.runner import Runner
+from tests import replay
+
+
+def cpu_ms(fn: Callable[[], object], n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        fn()
+    return (time.process_time() - start) / n * 1000
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 64)
+    finally:
+        os.close(fd)
+
+
+def floor(root: str) -> None:
+    """The same sysfs reads, nothing else."""
+    base = os.path.join(root, "bus", "pci", "devices")
+    for slot in os.listdir(base):
+        if _read(os.path.join(base, slot, "vendor")) == b"0x10de\n":
+            _read(os.path.join(base, slot, "class"))
+            _read(os.path.join(base, slot, "device"))
+
+
+def measure(gpus: int, ticks: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        root = os.path.join(d, "sys")
+        slots = make_host(root, gpus)
+        out = os.path.join(d, "answer.csv")
+        cap = replay.load(H200_LOAD)
+        text, _ = replay.answer(cap, list(smi.FIELDS), "csv,noheader,nounits", slots)
+        with open(out, "w") as f:
+            f.write(text)
+        nvsmi = os.path.join(d, "nvidia-smi")
+        with open(nvsmi, "w") as f:
+            f.write(f"#!/bin/sh\nexec cat {out}\n")
+        os.chmod(nvsmi, 0o755)
+        sock_path = os.path.join(d, "notify")
+        sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sink.bind(sock_path)
+        logger = logging.getLogger(f"bench.tick.{gpus}")
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+        cfg = Config(sysfs_root=root, nvidia_smi=nvsmi, state_file=os.path.join(d, "state.json"))
+        agent = Agent(cfg, Prober(Runner(timeout=8)), EventLog(logger))
+        notifier = Notifier({"NOTIFY_SOCKET": sock_path})
+        n = 0
+
+        def tick() -> None:
+            nonlocal n
+            n += 1
+            agent.tick()
+            snap = agent.snapshot()
+            state.write(cfg.state_file, snap)
+            notifier.status(f"{snap['status']} {n}")  # a changed STATUS every tick: worst case
+
+        for _ in range(20):
+            tick()
+        snap = agent.snapshot()
+        prober = Prober(Runner(timeout=8))
+        figures = {
+            "tick": cpu_ms(tick, ticks),
+            "pci scan": cpu_ms(lambda: pci.scan(root), ticks),
+            "probe (spawn+read+parse)": cpu_ms(lambda: prober.probe(nvsmi), ticks) if gpus else 0,
+            "parse": cpu_ms(lambda: smi.parse(text, smi.FIELDS), ticks) if gpus else 0,
+            "snapshot": cpu_ms(agent.snapshot, ticks),
+            "state write": cpu_ms(lambda: state.write(cfg.state_file, snap), ticks),
+            "notify": cpu_ms(lambda: notifier.watchdog(), ticks),
+            "floor (same sysfs reads)": cpu_ms(lambda: floor(root), ticks),
+        }
+        sink.close()
+        return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ticks", type=int, default=300)
+    args = parser.parse_args()
+    sizes = [0, 1, 8, 16]
+    results = {g: measure(g, args.ticks) for g in sizes}
+    print(f"{'ms of agent CPU per tick':<28}" + "".join(f"{f'{g} GPUs':>9}" for g in sizes))
+    for key in results[0]:
+        print(f"{key:<28}" + "".join(f"{results[g][key]:>9.3f}" for g in sizes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
