@@ -9,8 +9,8 @@ exits 1 when a target is missed (counts are deterministic).  Usage::
 from __future__ import annotations
 
 import argparse
-import math
 import logging
+import math
 import sys
 import tempfile
 from collections.abc import Callable
@@ -47,10 +47,13 @@ def run(name: str, ticks: int) -> tuple[int, int, int, int]:
         if name == "driver-upgrade outage":
             # The seed's epyclab upgrade: module out ~80 s, then a version mismatch until the
             # new module is loaded 5 minutes later, then healthy.
+            def upgrade_done() -> None:
+                fakesysfs.set_module(root, True)
+                runner.step = "version_mismatch"
+
             script = {
                 100: lambda: fakesysfs.set_module(root, False),
-                108: lambda: (fakesysfs.set_module(root, True),
-                              setattr(runner, "step", "version_mismatch")),
+                108: upgrade_done,
                 138: lambda: setattr(runner, "step", "healthy"),
             }
         for tick in range(ticks):
@@ -58,8 +61,12 @@ def run(name: str, ticks: int) -> tuple[int, int, int, int]:
                 script[tick]()
             agent.tick()
             clock.now += 10.0
-        return (runner.spawns, counter.at_least(logging.INFO),
-                counter.at_least(logging.WARNING), outages)
+        return (
+            runner.spawns,
+            counter.at_least(logging.INFO),
+            counter.at_least(logging.WARNING),
+            outages,
+        )
 
 
 def main() -> int:
@@ -70,9 +77,9 @@ def main() -> int:
     scale = args.ticks / DAY
     print(f"{'situation':<24} {'spawns':>7} {'info+':>6} {'warn+':>6}   seed collector")
     missed = []
-    for name in SEED:
+    for name, seed in SEED.items():
         spawns, info, warn, outages = run(name, args.ticks)
-        print(f"{name:<24} {spawns:>7} {info:>6} {warn:>6}   {SEED[name]}")
+        print(f"{name:<24} {spawns:>7} {info:>6} {warn:>6}   {seed}")
         if name in ("gpu-less host", "nvidia-smi missing", "module unloaded") and spawns:
             missed.append(f"{name}: {spawns} spawns, target 0")
         # Once a minute is 1,440 a day; the fixed retry sequence (ticks 0, 1, 2, 4, 8, then

@@ -29,9 +29,23 @@ def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:
         fakesysfs.set_module(root, False)
     have = len(os.listdir(os.path.join(root, "bus", "pci", "devices"))) if gpus else 0
     for i in range(devices - have):
-        fakesysfs.add_device(root, f"0001:{i // 32:02x}:{i % 32:02x}.0", 0x8086, 0x1000 + i,
-                             0x088000, None)
+        fakesysfs.add_device(
+            root, f"0001:{i // 32:02x}:{i % 32:02x}.0", 0x8086, 0x1000 + i, 0x088000, None
+        )
     return slots
+
+
+def instant_nvidia_smi(directory: str, slots: list[str]) -> str:
+    """A real nvidia-smi stand-in that ``cat``s the H200 capture projected onto the query."""
+    answer = os.path.join(directory, "answer.csv")
+    text, _ = replay.answer(replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", slots)
+    with open(answer, "w") as f:
+        f.write(text)
+    path = os.path.join(directory, "nvidia-smi")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\nexec cat {answer}\n")
+    os.chmod(path, 0o755)
+    return path
 
 
 @dataclass
@@ -52,13 +66,19 @@ class ScriptedRunner(Runner):
             "healthy": RunResult(Outcome.EXITED, 0, rows),
             "missing_gpu": RunResult(Outcome.EXITED, 0, rows.split("\n", 1)[1]),
             "version_mismatch": RunResult(Outcome.EXITED, 18, mismatch),
-            "driver_not_loaded": RunResult(Outcome.EXITED, 9, "NVIDIA-SMI has failed because "
-                                           "it couldn't communicate with the NVIDIA driver."),
+            "driver_not_loaded": RunResult(
+                Outcome.EXITED,
+                9,
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+            ),
             "timeout": RunResult(Outcome.TIMEOUT),
             "garbage": RunResult(Outcome.EXITED, 0, "\ufffd\ufffd garbage\n"),
             "flood": RunResult(Outcome.OVERFLOW, stdout="x" * 4096),
-            "gpu_lost": RunResult(Outcome.EXITED, 15, "Unable to determine the device handle "
-                                  "for GPU 0000:18:00.0: GPU is lost."),
+            "gpu_lost": RunResult(
+                Outcome.EXITED,
+                15,
+                "Unable to determine the device handle for GPU 0000:18:00.0: GPU is lost.",
+            ),
         }
 
     def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
@@ -99,8 +119,11 @@ def scripted_agent(
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
     clock = FakeClock()
-    cfg = Config(interval=interval, sysfs_root=root, nvidia_smi=smi or "/nonexistent/nvidia-smi",
-                 state_file=os.path.join(root, "state.json"))
-    agent = Agent(cfg, Prober(runner), EventLog(logger), monotonic=clock,
-                  which=lambda name: smi)
+    cfg = Config(
+        interval=interval,
+        sysfs_root=root,
+        nvidia_smi=smi or "/nonexistent/nvidia-smi",
+        state_file=os.path.join(root, "state.json"),
+    )
+    agent = Agent(cfg, Prober(runner), EventLog(logger), monotonic=clock, which=lambda name: smi)
     return agent, runner, counter, clock

@@ -28,8 +28,18 @@ from gpuagent import state
 from tests import fakesysfs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAULTS = ["version_mismatch", "driver_not_loaded", "timeout", "garbage", "flood", "gpu_lost",
-          "missing_gpu", "module_unloaded", "smi_missing", "sysfs_problem"]
+FAULTS = [
+    "version_mismatch",
+    "driver_not_loaded",
+    "timeout",
+    "garbage",
+    "flood",
+    "gpu_lost",
+    "missing_gpu",
+    "module_unloaded",
+    "smi_missing",
+    "sysfs_problem",
+]
 
 
 def fds(pid: int | str = "self") -> int:
@@ -66,13 +76,16 @@ def quiet(pid: int) -> tuple[int, int, int]:
     return min(r[0] for r in readings), readings[-1][1], min(r[2] for r in readings)
 
 
-def report(start: tuple[int, int, int], end: tuple[int, int, int], lines: int,
-           outages: int) -> list[str]:
+def report(
+    start: tuple[int, int, int], end: tuple[int, int, int], lines: int, outages: int
+) -> list[str]:
     print(f"{'':<14} {'fds':>5} {'RSS KiB':>9} {'children':>9}")
     print(f"{'start':<14} {start[0]:>5} {start[1]:>9} {start[2]:>9}")
     print(f"{'end':<14} {end[0]:>5} {end[1]:>9} {end[2]:>9}")
-    print(f"log lines (info and above): {lines} for {outages} fault episodes "
-          f"({lines / max(outages, 1):.2f} per episode)")
+    print(
+        f"log lines (info and above): {lines} for {outages} fault episodes "
+        f"({lines / max(outages, 1):.2f} per episode)"
+    )
     missed = []
     if end[0] != start[0]:
         missed.append(f"fds {start[0]} -> {end[0]}")
@@ -140,8 +153,12 @@ def real(seconds: float, fail: float, seed: int) -> list[str]:
         slots = fakesysfs.gpu_host(os.path.join(d, "sys"), 8)
         smi = os.path.join(d, "nvidia-smi")
         os.symlink(os.path.join(REPO, "tests", "fake_nvidia_smi.py"), smi)
-        healthy = {"capture": H200_LOAD, "slots": slots}
-        bad = [{"error": MISMATCH, "exit": 18}, {"hang": 30}, {"stdout": "garbage\n"}]
+        healthy: dict[str, object] = {"capture": H200_LOAD, "slots": slots}
+        bad: list[dict[str, object]] = [
+            {"error": MISMATCH, "exit": 18},
+            {"hang": 30},
+            {"stdout": "garbage\n"},
+        ]
 
         def scenario(step: dict[str, object]) -> None:
             with open(smi + ".json.tmp", "w") as f:
@@ -151,13 +168,16 @@ def real(seconds: float, fail: float, seed: int) -> list[str]:
         scenario(healthy)
         conf = os.path.join(d, "gpuagent.toml")
         with open(conf, "w") as f:
-            f.write(f'sysfs_root = "{d}/sys"\nnvidia_smi = "{smi}"\n'
-                    f'state_file = "{d}/state.json"\ninterval = 0.1\nprobe_timeout = 0.5\n')
-        log = open(os.path.join(d, "stderr"), "w+")  # noqa: SIM115 - read back at the end
+            f.write(
+                f'sysfs_root = "{d}/sys"\nnvidia_smi = "{smi}"\n'
+                f'state_file = "{d}/state.json"\ninterval = 0.1\nprobe_timeout = 0.5\n'
+            )
+        log = open(os.path.join(d, "stderr"), "w+")
         env = {**os.environ, "PYTHONPATH": REPO}
         env.pop("NOTIFY_SOCKET", None)
-        proc = subprocess.Popen([sys.executable, "-m", "gpuagent", "--config", conf, "run"],
-                                env=env, stderr=log)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuagent", "--config", conf, "run"], env=env, stderr=log
+        )
         try:
             time.sleep(3)  # a benchmark in real time: let it settle
             start = quiet(proc.pid)
@@ -191,8 +211,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    missed = real(args.seconds, args.fail, args.seed) if args.real else simulated(args.ticks,
-                                                                                   args.seed)
+    missed = (
+        real(args.seconds, args.fail, args.seed) if args.real else simulated(args.ticks, args.seed)
+    )
     for line in missed:
         print(f"MISSED: {line}", file=sys.stderr)
     return 1 if args.check and missed else 0

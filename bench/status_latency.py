@@ -25,8 +25,9 @@ def median_ms(argv: list[str], runs: int, env: dict[str, str]) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=False)
+        subprocess.run(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
 
@@ -54,16 +55,22 @@ def main() -> int:
         # The console script the package installs (setuptools' entry-point form).
         script = os.path.join(d, "gpuagent")
         with open(script, "w") as f:
-            f.write(f"#!{PYTHON}\nimport sys\nfrom gpuagent.cli import main\n"
-                    "if __name__ == '__main__':\n    sys.exit(main())\n")
+            f.write(
+                f"#!{PYTHON}\nimport sys\nfrom gpuagent.cli import main\n"
+                "if __name__ == '__main__':\n    sys.exit(main())\n"
+            )
         os.chmod(script, 0o755)
         base = median_ms([PYTHON, "-c", "pass"], args.runs, env)
         human = median_ms([script, "status"], args.runs, env)
         as_json = median_ms([script, "status", "--json"], args.runs, env)
         click = median_ms([PYTHON, "-c", "import click"], args.runs, env)
     print(f"{'command':<34} {'median ms':>9} {'ratio':>6}")
-    for name, ms in (("python3 -c pass", base), ("python3 -c 'import click'", click),
-                     ("gpuagent status", human), ("gpuagent status --json", as_json)):
+    for name, ms in (
+        ("python3 -c pass", base),
+        ("python3 -c 'import click'", click),
+        ("gpuagent status", human),
+        ("gpuagent status --json", as_json),
+    ):
         print(f"{name:<34} {ms:>9.1f} {ms / base:>6.2f}")
     return 0
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from bench.sim import H200_LOAD, make_host
+from bench.sim import instant_nvidia_smi, make_host
 from gpuagent import pci, smi, state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
@@ -26,7 +26,6 @@ from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier
 from gpuagent.probe import Prober
 from gpuagent.runner import Runner
-from tests import replay
 
 
 def cpu_ms(fn: Callable[[], object], n: int) -> float:
@@ -57,15 +56,9 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         root = os.path.join(d, "sys")
         slots = make_host(root, gpus)
-        out = os.path.join(d, "answer.csv")
-        cap = replay.load(H200_LOAD)
-        text, _ = replay.answer(cap, list(smi.FIELDS), "csv,noheader,nounits", slots)
-        with open(out, "w") as f:
-            f.write(text)
-        nvsmi = os.path.join(d, "nvidia-smi")
-        with open(nvsmi, "w") as f:
-            f.write(f"#!/bin/sh\nexec cat {out}\n")
-        os.chmod(nvsmi, 0o755)
+        nvsmi = instant_nvidia_smi(d, slots)
+        with open(os.path.join(d, "answer.csv")) as f:
+            text = f.read()
         sock_path = os.path.join(d, "notify")
         sink = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sink.bind(sock_path)
@@ -96,7 +89,7 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             "parse": cpu_ms(lambda: smi.parse(text, smi.FIELDS), ticks) if gpus else 0,
             "snapshot": cpu_ms(agent.snapshot, ticks),
             "state write": cpu_ms(lambda: state.write(cfg.state_file, snap), ticks),
-            "notify": cpu_ms(lambda: notifier.watchdog(), ticks),
+            "notify": cpu_ms(notifier.watchdog, ticks),
             "floor (same sysfs reads)": cpu_ms(lambda: floor(root), ticks),
         }
         sink.close()

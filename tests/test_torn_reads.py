@@ -34,7 +34,7 @@ def test_ten_thousand_reads_while_writing_every_millisecond(tmp_path: str) -> No
         ready, _, _ = select.select([sock], [], [], 20)
         assert ready and sock.recv(4096).startswith(b"READY=1")
         runner = CliRunner(mix_stderr=False)
-        ticks = set()
+        ticks: set[int] = set()
         failures = 0
         reads = 0
         while reads < READS:

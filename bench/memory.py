@@ -1,0 +1,74 @@
+"""RSS of ``gpuagent run`` after 1,000 ticks on a fake 8-GPU host (target <= 25 MiB).
+
+nvidia-smi is a shell script that ``cat``s a real H200 capture projected onto the query, so
+1,000 ticks at a 10 ms interval take seconds.  Usage::
+
+    /usr/bin/python3 -m bench.memory [--ticks 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.sim import instant_nvidia_smi, make_host
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ticks", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        slots = make_host(os.path.join(d, "sys"), 8)
+        nvsmi = instant_nvidia_smi(d, slots)
+        state_file = os.path.join(d, "state.json")
+        conf = os.path.join(d, "gpuagent.toml")
+        with open(conf, "w") as f:
+            f.write(
+                f'sysfs_root = "{d}/sys"\nnvidia_smi = "{nvsmi}"\n'
+                f'state_file = "{state_file}"\ninterval = 0.01\n'
+                f'textfile = "{d}/gpuagent.prom"\n'
+            )
+        env = {**os.environ, "PYTHONPATH": REPO}
+        env.pop("NOTIFY_SOCKET", None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpuagent", "--config", conf, "run"], env=env
+        )
+        try:
+            ticks = 0
+            while ticks < args.ticks:
+                time.sleep(0.2)
+                try:
+                    with open(state_file) as f:
+                        ticks = json.load(f)["ticks"]
+                except (OSError, ValueError):
+                    continue
+            rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=10)
+    print(
+        f"after {ticks} ticks on 8 GPUs: RSS {rss / 1024:.1f} MiB, peak {hwm / 1024:.1f} MiB"
+        f" (target <= 25 MiB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

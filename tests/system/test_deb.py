@@ -1,0 +1,327 @@
+"""The .deb under a real systemd: install, status, the driver-upgrade story, watchdog, purge.
+
+Boots a Debian 12 container with ../shared/tools/systemd-lab (systemd-nspawn --boot), as
+root. The rootfs is cached under /var/tmp; the whole module takes well under five minutes.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from gpuagent import pci
+from gpuagent.logs import Event
+from tests import fakesysfs
+
+pytestmark = pytest.mark.system
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB = os.path.join(os.path.dirname(REPO), "shared", "tools", "systemd-lab")
+ROOTFS = "/var/tmp/gpuagent-systemd-lab/bookworm.tar.zst"
+# Beyond systemd-lab's base: pgrep for the purge check, man for `systemd-analyze verify`.
+ROOTFS_PACKAGES = "procps,man-db"
+NO_GPU = "no NVIDIA GPU on the PCI bus"
+CAPTURE = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
+MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
+# The fake GPU host inside the container: tests/ (fakes and corpus) and the agent's config.
+FAKE = "/opt/gpuagent-test"
+FAKE_CONFIG = f"""\
+interval = 0.5
+retry_max = 2
+nvidia_smi = "{FAKE}/tests/fake_nvidia_smi.py"
+sysfs_root = "{FAKE}/sys"
+"""
+DROP_IN = f"""\
+[Service]
+Environment=GPUAGENT_CONFIG={FAKE}/gpuagent.toml FAKE_NVIDIA_SMI_SCENARIO={FAKE}/scenario.json
+WatchdogSec=3
+"""
+FAILING_STATUS = re.compile(
+    r"^8 GPUs, nvidia-smi failing \(version_mismatch\), next try in [\d.]+ s$"
+)
+
+T = TypeVar("T")
+
+
+def need(ok: bool, why: str) -> None:
+    """Skip without the prerequisite; CI has them all, so there it fails."""
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def one(entries: list[dict[str, Any]], what: str) -> dict[str, Any]:
+    assert len(entries) == 1, f"{len(entries)} journal entries for {what}, not one: {entries}"
+    return entries[0]
+
+
+def wait_for(what: str, check: Callable[[], T], timeout: float) -> T:
+    """Poll ``check`` until it returns something true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.25)
+
+
+class Container:
+    """A booted container and the gpuagent unit in it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(
+        self, *argv: str, stdin: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [LAB, "exec", self.name, *argv],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            pytest.fail(f"{' '.join(argv)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
+        return proc
+
+    def out(self, *argv: str) -> str:
+        return self.run(*argv).stdout.strip()
+
+    def copy(self, src: str, dst: str) -> None:
+        subprocess.run([LAB, "copy", self.name, src, dst], check=True, timeout=60)
+
+    def write(self, path: str, text: str) -> None:
+        """Replace ``path`` atomically (the agent and the fake read these files any time)."""
+        script = 'mkdir -p "${1%/*}" && cat >"$1.tmp" && chmod 644 "$1.tmp" && mv "$1.tmp" "$1"'
+        self.run("sh", "-c", script, "sh", path, stdin=text)
+
+    def apt(self, *args: str) -> None:
+        self.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", *args, timeout=300)
+
+    def prop(self, name: str) -> str:
+        return self.out("systemctl", "show", "-p", name, "--value", "gpuagent")
+
+    def events(self, event: Event) -> list[dict[str, Any]]:
+        """The unit's journal entries with ``event``'s MESSAGE_ID."""
+        text = self.out("journalctl", "-u", "gpuagent", "-o", "json", "--no-pager")
+        entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [e for e in entries if e.get("MESSAGE_ID") == event.value]
+
+    def status(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``gpuagent status`` as an unprivileged user."""
+        return self.run("runuser", "-u", "nobody", "--", "gpuagent", "status", *args, check=False)
+
+    def journal(self) -> str:
+        return self.run(
+            "journalctl", "-u", "gpuagent", "--no-pager", "-o", "short-precise", check=False
+        ).stdout
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> str:
+    need(shutil.which("dpkg-buildpackage") is not None, "dpkg-buildpackage is not installed")
+    out = str(tmp_path_factory.mktemp("deb"))
+    build = os.path.join(REPO, "packaging", "build-deb.sh")
+    proc = subprocess.run([build, out], capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def container() -> Iterator[Container]:
+    need(os.geteuid() == 0, "systemd-lab needs root")
+    need(os.access(LAB, os.X_OK), f"{LAB} is missing")
+    rootfs = subprocess.run(
+        [LAB, "rootfs", ROOTFS, ROOTFS_PACKAGES],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert rootfs.returncode == 0, rootfs.stderr
+    c = Container(f"gpuagent-test-{os.getpid()}")
+    try:
+        boot = subprocess.run(
+            [LAB, "boot", c.name, ROOTFS], capture_output=True, text=True, check=False, timeout=180
+        )
+        assert boot.returncode == 0, boot.stderr
+        yield c
+    finally:
+        subprocess.run([LAB, "stop", c.name], check=False, timeout=120)
+
+
+def test_lintian_is_clean(deb: str) -> None:
+    need(shutil.which("lintian") is not None, "lintian is not installed")
+    (changes,) = glob.glob(os.path.join(os.path.dirname(deb), "*.changes"))
+    proc = subprocess.run(
+        ["lintian", "--fail-on", "error,warning", changes, deb],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_package_under_systemd(deb: str, container: Container) -> None:
+    c = container
+    try:
+        install(c, deb)
+        no_gpu(c)
+        fake_gpu_host(c)
+        driver_upgrade(c)
+        watchdog(c)
+        bad_config(c)
+        purge(c)
+    except BaseException:
+        print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
+        raise
+
+
+def install(c: Container, deb: str) -> None:
+    c.copy(deb, "/root/")
+    c.apt("update")  # the dependencies come from Debian's archive
+    c.apt("install", f"/root/{os.path.basename(deb)}")
+    assert c.out("systemctl", "is-enabled", "gpuagent") == "enabled"
+    assert c.out("systemctl", "is-active", "gpuagent") == "active"
+    verify = c.run("systemd-analyze", "verify", "gpuagent.service", check=False)
+    assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
+    security = c.out("systemd-analyze", "security", "--no-pager", "gpuagent.service")
+    m = re.search(r"Overall exposure level for gpuagent\.service: (\d+\.\d+)", security)
+    assert m is not None and float(m.group(1)) <= 1.5, security
+    # systemd's dpkg trigger compiled the catalog.
+    catalog = c.out("journalctl", "--list-catalog")
+    assert all(e.value in catalog for e in Event)
+
+
+def no_gpu(c: Container) -> None:
+    """On a host without GPUs: the status line, and `gpuagent status` for any user."""
+    if pci.scan("/sys")[0]:
+        # The container sees the host's sysfs: on a host with GPUs, the agent sees them.
+        assert re.match(r"\d+ GPUs?, ", c.prop("StatusText"))
+        return
+    assert c.prop("StatusText") == NO_GPU
+    status = c.status()
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert NO_GPU in status.stdout
+
+
+def fake_gpu_host(c: Container) -> None:
+    """8 H200s on a fake bus, the fake nvidia-smi failing with exit 18 (an upgrade)."""
+    c.copy(os.path.join(REPO, "tests"), f"{FAKE}/tests")
+    c.run("rm", "-rf", f"{FAKE}/tests/system")
+    c.run("chmod", "-R", "a+rX", FAKE)
+    make = f"from tests import fakesysfs; fakesysfs.gpu_host('{FAKE}/sys', 8)"
+    c.run("env", f"PYTHONPATH={FAKE}", "python3", "-c", make)
+    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG)
+    c.write(f"{FAKE}/scenario.json", json.dumps({"error": MISMATCH, "exit": 18}))
+    c.write("/etc/systemd/system/gpuagent.service.d/test.conf", DROP_IN)
+    c.run("systemctl", "daemon-reload")
+    c.run("systemctl", "restart", "gpuagent")
+
+
+def driver_upgrade(c: Container) -> None:
+    """Failing with a version mismatch: one warning; then healthy: one recovery line."""
+    wait_for("the version-mismatch warning", lambda: c.events(Event.FAILING_VERSION_MISMATCH), 20)
+    wait_for("the failing status", lambda: FAILING_STATUS.match(c.prop("StatusText")), 10)
+    time.sleep(2)  # four more ticks, to see that the warning is not repeated
+    warning = one(c.events(Event.FAILING_VERSION_MISMATCH), "the version mismatch")
+    assert {k: warning.get(k) for k in ("PRIORITY", "FAILURE_CLASS", "EXIT_CODE")} == {
+        "PRIORITY": "4",
+        "FAILURE_CLASS": "version_mismatch",
+        "EXIT_CODE": "18",
+    }
+    assert warning["SYSLOG_IDENTIFIER"] == "gpuagent"
+    assert "Driver/library version mismatch" in warning["MESSAGE"]
+    assert c.status().returncode == 1  # degraded
+
+    slots = fakesysfs.gpu_slots(8)
+    c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
+    wait_for("the recovery line", lambda: c.events(Event.RECOVERED), 10)
+
+    def fresh() -> dict[str, Any]:
+        st: dict[str, Any] = json.loads(c.status("--json").stdout)
+        gpus = st["gpus"]
+        ok = len(gpus) == 8 and not any(g["stale"] for g in gpus)
+        return st if ok and all(time.time() - g["sampled_at"] < 5 for g in gpus) else {}
+
+    st = wait_for("8 fresh samples in gpuagent status --json", fresh, 10)
+    assert sorted(g["pci_slot"] for g in st["gpus"]) == slots
+    recovered = one(c.events(Event.RECOVERED), "the recovery")
+    assert recovered["MESSAGE"] == "nvidia-smi is answering again"
+    assert c.prop("StatusText") == "8 GPUs, sampling"
+    status = c.status()
+    assert status.returncode == 0, status.stdout + status.stderr
+
+
+def watchdog(c: Container) -> None:
+    """A frozen agent stops pinging; systemd kills and restarts it."""
+    pid, restarts = c.prop("MainPID"), int(c.prop("NRestarts"))
+    c.run("kill", "-STOP", pid)
+    wait_for("a watchdog restart", lambda: int(c.prop("NRestarts")) > restarts, 30)
+    wait_for(
+        "the restarted agent to be ready",
+        lambda: c.prop("SubState") == "running" and c.prop("MainPID") not in ("0", pid),
+        20,
+    )
+    journal = c.journal()
+    assert "Watchdog timeout" in journal
+    assert "Failed with result 'watchdog'" in journal
+
+
+def bad_config(c: Container) -> None:
+    """A broken config: a reload logs it and changes nothing; a start exits 78, no retry."""
+    pid = c.prop("MainPID")
+    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG.replace("0.5", '"soon"'))
+    errors = len(c.events(Event.CONFIG_ERROR))
+    c.run("systemctl", "reload", "gpuagent")
+    wait_for("the config error", lambda: c.events(Event.CONFIG_ERROR)[errors:], 10)
+    error = one(c.events(Event.CONFIG_ERROR)[errors:], "the reload's config error")
+    assert "keeping the old config" in error["MESSAGE"]
+    assert error["PRIORITY"] == "3"
+    assert c.out("systemctl", "is-active", "gpuagent") == "active"
+    assert c.prop("MainPID") == pid
+    assert c.prop("StatusText") == "8 GPUs, sampling"
+
+    assert c.run("systemctl", "restart", "gpuagent", check=False).returncode != 0
+    time.sleep(3)  # longer than RestartSec=2
+    assert (c.prop("ActiveState"), c.prop("ExecMainStatus")) == ("failed", "78")
+    assert c.prop("NRestarts") == "0"  # (a manual restart resets the count)
+    error = one(c.events(Event.CONFIG_ERROR)[errors + 1 :], "the start's config error")
+    assert error["CONFIG_FILE"] == f"{FAKE}/gpuagent.toml"
+
+    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG)
+    c.run("systemctl", "start", "gpuagent")
+    c.run("systemctl", "reload", "gpuagent")
+    wait_for("the reload", lambda: c.events(Event.RELOADED), 10)
+
+
+def purge(c: Container) -> None:
+    """`apt purge` leaves no unit, no process and nothing under /etc/gpuagent."""
+    c.run("rm", "-r", "/etc/systemd/system/gpuagent.service.d")  # the test's own drop-in
+    c.apt("purge", "gpuagent")
+    assert c.prop("LoadState") == "not-found"
+    assert c.run("pgrep", "-f", "/usr/bin/gpuagent", check=False).returncode == 1
+    for path in (
+        "/etc/gpuagent",
+        "/lib/systemd/system/gpuagent.service",
+        "/etc/systemd/system/multi-user.target.wants/gpuagent.service",
+        "/run/gpuagent",
+        "/usr/lib/systemd/catalog/gpuagent.catalog",
+        "/usr/bin/gpuagent",
+    ):
+        assert c.run("test", "!", "-e", path, check=False).returncode == 0, f"{path} is left"
