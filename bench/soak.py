@@ -171,6 +171,7 @@ def real(seconds: float, fail: float, seed: int) -> list[str]:
             f.write(
                 f'sysfs_root = "{d}/sys"\nnvidia_smi = "{smi}"\n'
                 f'state_file = "{d}/state.json"\ninterval = 0.1\nprobe_timeout = 0.5\n'
+                f'textfile = "{d}/gpuagent.prom"\n'
             )
         log = open(os.path.join(d, "stderr"), "w+")
         env = {**os.environ, "PYTHONPATH": REPO}

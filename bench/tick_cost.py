@@ -65,7 +65,12 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
         logger = logging.getLogger(f"bench.tick.{gpus}")
         logger.addHandler(logging.NullHandler())
         logger.propagate = False
-        cfg = Config(sysfs_root=root, nvidia_smi=nvsmi, state_file=os.path.join(d, "state.json"))
+        cfg = Config(
+            sysfs_root=root,
+            nvidia_smi=nvsmi,
+            state_file=os.path.join(d, "state.json"),
+            textfile=os.path.join(d, "gpuagent.prom"),
+        )
         agent = Agent(cfg, Prober(Runner(timeout=8)), EventLog(logger))
         notifier = Notifier({"NOTIFY_SOCKET": sock_path})
         n = 0

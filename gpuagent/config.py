@@ -37,6 +37,8 @@ class Config:
     state_file: str = "/run/gpuagent/state.json"
     load_driver: bool = False
     log_level: str = "info"
+    # Prometheus metrics for node_exporter's textfile collector; "" disables them.
+    textfile: str = "/var/lib/prometheus/node-exporter/gpuagent.prom"
 
 
 _DURATIONS = {"interval", "probe_timeout", "retry_max"}
@@ -109,6 +111,17 @@ def _check(source: str, key: str, value: Any) -> Any:
     if key == "log_level":
         if value not in LOG_LEVELS:
             raise ConfigError(f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return value
+    if key == "textfile":
+        if (
+            not isinstance(value, str)
+            or "\0" in value
+            or (value and not (value.startswith("/") and value.endswith(".prom")))
+        ):
+            raise ConfigError(
+                f'{where}: expected an absolute path ending in .prom, or "" to disable, '
+                f"got {value!r}"
+            )
         return value
     if not isinstance(value, str) or not value or "\0" in value:
         raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")

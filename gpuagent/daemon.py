@@ -1,4 +1,5 @@
-"""The tick loop: a fixed grid on the monotonic clock, signals, sd_notify and the state file.
+"""The tick loop: a fixed grid on the monotonic clock, signals, sd_notify, the state file and
+the Prometheus textfile.
 
 SIGTERM and SIGINT stop the loop (within 2 s even mid-probe); SIGHUP reloads the config
 (a bad file is logged and the old config kept).  The watchdog is fed from this loop itself,
@@ -19,6 +20,7 @@ from types import FrameType
 from . import __version__, config, state
 from .agent import Agent
 from .logs import Event, EventLog, setup
+from .metrics import Textfile
 from .notify import Notifier, watchdog_period
 from .probe import Prober
 from .runner import Runner
@@ -60,6 +62,7 @@ class Daemon:
         runner.heartbeat_every = self.ping_every or 1.0
         self.agent = Agent(cfg, Prober(runner), self.log, monotonic=monotonic)
         self._state_error: str | None = None
+        self.textfile = Textfile(cfg.textfile, self.log)
 
     # Signals -------------------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class Daemon:
     def _publish(self) -> None:
         snapshot = self.agent.snapshot()
         self._write_state(snapshot)
+        self._write_metrics(snapshot)
         self.notifier.status(snapshot["status"])
         self.ping_if_due()
 
@@ -150,6 +154,13 @@ class Daemon:
             self.agent.problems.pop("state_file", None)
             state.write(path, self.agent.snapshot())
 
+    def _write_metrics(self, snapshot: dict[str, object]) -> None:
+        self.textfile.write(snapshot)
+        if self.textfile.problem is None:
+            self.agent.problems.pop("textfile", None)
+        else:
+            self.agent.problems["textfile"] = self.textfile.problem
+
     def _reload(self) -> None:
         self.reload_requested = False
         self.notifier.reloading()
@@ -163,6 +174,7 @@ class Daemon:
         else:
             self.config = cfg
             self.agent.configure(cfg)
+            self.textfile.configure(cfg.textfile)
             setup(cfg.log_level)
             self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}")
         self.notifier.ready(self.agent.status_line())
@@ -172,6 +184,7 @@ class Daemon:
             self.notifier.stopping()
             self.log(logging.INFO, Event.STOPPING, "stopping on signal")
         self.agent.prober.runner.kill_stuck()
+        self.textfile.remove()
         snapshot = self.agent.snapshot()
         snapshot["exit"] = {"reason": reason, "at": snapshot["updated_at"]}
         with contextlib.suppress(OSError):

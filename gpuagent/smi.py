@@ -29,7 +29,9 @@ Value = int | float | str | None
 Row = dict[str, Value]
 
 # The query, in nvidia-smi's own field names; nounits values: temperature.gpu °C,
-# utilization.* %, memory.* MiB, power.* W, clocks.* MHz, fan.speed %.
+# temperature.gpu.tlimit °C left below the GPU's maximum operating temperature (recent drivers
+# only; an older one rejects it and it is dropped), utilization.* %, memory.* MiB, power.* W,
+# clocks.* MHz, fan.speed %.
 FIELDS: tuple[str, ...] = (
     "index",
     "uuid",
@@ -38,6 +40,7 @@ FIELDS: tuple[str, ...] = (
     "driver_version",
     "pstate",
     "temperature.gpu",
+    "temperature.gpu.tlimit",
     "utilization.gpu",
     "utilization.memory",
     "memory.total",

@@ -81,6 +81,7 @@ class Host:
             nvidia_smi=self.smi,
             sysfs_root=self.root,
             state_file=os.path.join(self.dir, "state.json"),
+            textfile=os.path.join(self.dir, "gpuagent.prom"),
         )
         return replace(base, **overrides)
 

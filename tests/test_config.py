@@ -58,6 +58,11 @@ def test_values_are_read(tmp_path: str) -> None:
         ("nvidia_smi = 3", "nvidia_smi: expected a non-empty string"),
         ('sysfs_root = "sys"', "sysfs_root: expected an absolute path"),
         ('state_file = "state.json"', "state_file: expected an absolute path"),
+        ('textfile = "gpuagent.prom"', "textfile: expected an absolute path ending in .prom"),
+        ('textfile = "/var/lib/x/gpuagent.txt"', "textfile: expected an absolute path ending"),
+        ('textfile = "/var/lib/x/"', "textfile: expected an absolute path ending in .prom"),
+        ("textfile = false", "textfile: expected an absolute path ending in .prom"),
+        ('textfile = "/a\\u0000.prom"', "textfile: expected an absolute path ending in .prom"),
         ("interval = [", "not valid TOML"),
         ("[section]\nx = 1", "unknown key 'section'"),
     ],
@@ -93,3 +98,10 @@ def test_path_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUAGENT_CONFIG", "/env.toml")
     assert config_path(None) == ("/env.toml", True)
     assert config_path("/cli.toml") == ("/cli.toml", True)
+
+
+def test_textfile_default_path_and_empty_disables(tmp_path: str) -> None:
+    assert Config().textfile == "/var/lib/prometheus/node-exporter/gpuagent.prom"
+    assert load(write(tmp_path, 'textfile = ""'), required=True).textfile == ""
+    path = write(tmp_path, 'textfile = "/run/gpuagent/gpuagent.prom"')
+    assert load(path, required=True).textfile == "/run/gpuagent/gpuagent.prom"

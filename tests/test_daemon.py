@@ -76,6 +76,7 @@ def fake_host(tmp_path: str) -> dict[str, str]:
         f.write(
             f'sysfs_root = "{root}"\nnvidia_smi = "{smi}"\n'
             f'state_file = "{d}/state.json"\ninterval = 1.0\nprobe_timeout = 1.5\n'
+            f'textfile = "{d}/gpuagent.prom"\n'
         )
     return {"dir": d, "smi": smi, "conf": conf}
 

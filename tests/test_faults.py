@@ -327,7 +327,11 @@ def daemon_on(host: Host, state_file: str) -> tuple[Daemon, ListHandler]:
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
     cfg = Config(
-        nvidia_smi=host.smi, sysfs_root=host.root, state_file=state_file, probe_timeout=5.0
+        nvidia_smi=host.smi,
+        sysfs_root=host.root,
+        state_file=state_file,
+        probe_timeout=5.0,
+        textfile="",
     )
     return Daemon(cfg, ("/nonexistent.toml", False), log=EventLog(logger)), logs
 

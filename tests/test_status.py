@@ -139,7 +139,7 @@ def write_state(tmp_path: str, st: dict[str, Any]) -> str:
     state.write(path, st)
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w") as f:
-        f.write(f'state_file = "{path}"\n')
+        f.write(f'state_file = "{path}"\ntextfile = ""\n')
     return conf
 
 

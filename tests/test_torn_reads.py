@@ -25,7 +25,9 @@ def test_ten_thousand_reads_while_writing_every_millisecond(tmp_path: str) -> No
     state_file = os.path.join(d, "state.json")
     conf = os.path.join(d, "gpuagent.toml")
     with open(conf, "w") as f:
-        f.write(f'sysfs_root = "{root}"\nstate_file = "{state_file}"\ninterval = 0.001\n')
+        f.write(
+            f'sysfs_root = "{root}"\nstate_file = "{state_file}"\ninterval = 0.001\ntextfile = ""\n'
+        )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(os.path.join(d, "notify"))
     env = {**os.environ, "PYTHONPATH": REPO, "NOTIFY_SOCKET": os.path.join(d, "notify")}

@@ -27,8 +27,11 @@ pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(os.path.dirname(REPO), "shared", "tools", "systemd-lab")
 ROOTFS = "/var/tmp/gpuagent-systemd-lab/bookworm.tar.zst"
-# Beyond systemd-lab's base: pgrep for the purge check, man for `systemd-analyze verify`.
-ROOTFS_PACKAGES = "procps,man-db"
+# Beyond systemd-lab's base: pgrep for the purge check, man for `systemd-analyze verify`, and
+# Debian's node exporter, installed before gpuagent as on an operator's host.
+ROOTFS_PACKAGES = "procps,man-db,prometheus-node-exporter"
+# The container shares the host's network: a port of its own for its node exporter.
+NODE_EXPORTER = "127.0.0.1:19100"
 NO_GPU = "no NVIDIA GPU on the PCI bus"
 CAPTURE = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
@@ -184,6 +187,7 @@ def test_package_under_systemd(deb: str, container: Container) -> None:
         no_gpu(c)
         fake_gpu_host(c)
         driver_upgrade(c)
+        node_exporter(c)
         watchdog(c)
         bad_config(c)
         purge(c)
@@ -193,6 +197,10 @@ def test_package_under_systemd(deb: str, container: Container) -> None:
 
 
 def install(c: Container, deb: str) -> None:
+    c.write(
+        "/etc/default/prometheus-node-exporter", f'ARGS="--web.listen-address={NODE_EXPORTER}"\n'
+    )
+    c.run("systemctl", "restart", "prometheus-node-exporter")
     c.copy(deb, "/root/")
     c.apt("update")  # the dependencies come from Debian's archive
     c.apt("install", f"/root/{os.path.basename(deb)}")
@@ -266,6 +274,20 @@ def driver_upgrade(c: Container) -> None:
     assert c.prop("StatusText") == "8 GPUs, sampling"
     status = c.status()
     assert status.returncode == 0, status.stdout + status.stderr
+
+
+def node_exporter(c: Container) -> None:
+    """Debian's node exporter serves gpuagent's series with no step beyond `apt install`."""
+    fetch = f"import urllib.request; print(urllib.request.urlopen('http://{NODE_EXPORTER}/metrics').read().decode())"
+
+    def series() -> str:
+        text = c.out("python3", "-c", fetch)
+        return text if "gpuagent_gpu_info{" in text else ""
+
+    text = wait_for("gpuagent_ series from the node exporter", series, 15)
+    assert re.search(r"^gpuagent_probe_up 1$", text, re.M), text
+    assert len(re.findall(r"^gpuagent_gpu_temperature_celsius\{", text, re.M)) == 8
+    assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
 
 
 def watchdog(c: Container) -> None:

@@ -1,0 +1,308 @@
+"""Prometheus metrics: the state snapshot as series, written for node_exporter's textfile collector.
+
+Only the daemon imports this module: ``gpuagent status`` must not load prometheus_client.
+
+Values are in base units (bytes, ratios 0-1, hertz, watts, degrees Celsius) and every per-GPU
+series is labelled by ``pci_slot`` (sysfs form) and ``uuid``, never by index alone, since
+indices shift when a GPU disappears.  A null field is no series, and a stale GPU keeps only its
+``gpuagent_gpu_info`` series, so Prometheus never graphs frozen numbers as live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .logs import Event, EventLog
+
+__all__ = ["GPU_VALUES", "Textfile", "families", "render"]
+
+_MIB = 1048576
+GPU_LABELS = ("pci_slot", "uuid")
+
+
+def _same(v: float) -> float:
+    return v
+
+
+def _ratio(v: float) -> float:
+    return v / 100
+
+
+def _bytes(v: float) -> float:
+    return v * _MIB
+
+
+def _hertz(v: float) -> float:
+    return v * 1_000_000
+
+
+# Series, nvidia-smi field, conversion to the base unit, help text.
+GPU_VALUES: tuple[tuple[str, str, Callable[[float], float], str], ...] = (
+    ("gpuagent_gpu_temperature_celsius", "temperature.gpu", _same, "GPU core temperature."),
+    (
+        "gpuagent_gpu_temperature_limit_margin_celsius",
+        "temperature.gpu.tlimit",
+        _same,
+        "Degrees left below the GPU's maximum operating temperature (nvidia-smi T.Limit); "
+        "the GPU slows down near 0.",
+    ),
+    ("gpuagent_gpu_utilization_ratio", "utilization.gpu", _ratio, "GPU busy time, 0 to 1."),
+    (
+        "gpuagent_gpu_memory_utilization_ratio",
+        "utilization.memory",
+        _ratio,
+        "Time the memory controller was busy, 0 to 1.",
+    ),
+    ("gpuagent_gpu_memory_used_bytes", "memory.used", _bytes, "GPU memory in use."),
+    ("gpuagent_gpu_memory_total_bytes", "memory.total", _bytes, "GPU memory installed."),
+    ("gpuagent_gpu_power_draw_watts", "power.draw", _same, "Power drawn by the board."),
+    ("gpuagent_gpu_power_limit_watts", "power.limit", _same, "Power limit of the board."),
+    ("gpuagent_gpu_sm_clock_hertz", "clocks.sm", _hertz, "SM clock."),
+    ("gpuagent_gpu_memory_clock_hertz", "clocks.mem", _hertz, "Memory clock."),
+    ("gpuagent_gpu_fan_speed_ratio", "fan.speed", _ratio, "Fan speed asked for, 0 to 1."),
+    (
+        "gpuagent_gpu_ecc_uncorrected_volatile_errors",
+        "ecc.errors.uncorrected.volatile.total",
+        _same,
+        "Uncorrected ECC errors since the driver loaded.",
+    ),
+)
+_PSTATE = re.compile(r"P(\d{1,2})")
+_MIG = {"Enabled": 1.0, "Disabled": 0.0}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    for v in values:
+        family.add_metric([v], 1.0)
+    return family
+
+
+def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
+    info = GaugeMetricFamily(
+        "gpuagent_gpu_info",
+        "A GPU nvidia-smi reports, with its name and driver version; always 1.",
+        labels=[*GPU_LABELS, "name", "driver_version"],
+    )
+    values = {
+        name: GaugeMetricFamily(name, doc, labels=GPU_LABELS) for name, _, _, doc in GPU_VALUES
+    }
+    pstate = GaugeMetricFamily(
+        "gpuagent_gpu_pstate", "Performance state: 0 (P0, fastest) to 15.", labels=GPU_LABELS
+    )
+    mig = GaugeMetricFamily(
+        "gpuagent_gpu_mig_enabled",
+        "1 when MIG mode is enabled, 0 when disabled.",
+        labels=GPU_LABELS,
+    )
+    for gpu in gpus:
+        fields: Mapping[str, object] = gpu.get("fields") or {}
+        labels = [str(gpu.get("pci_slot", "")), _text(fields.get("uuid"))]
+        info.add_metric(
+            [*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0
+        )
+        if gpu.get("stale"):
+            continue
+        for name, field, convert, _ in GPU_VALUES:
+            number = _number(fields.get(field))
+            if number is not None:
+                values[name].add_metric(labels, convert(number))
+        if m := _PSTATE.fullmatch(_text(fields.get("pstate"))):
+            pstate.add_metric(labels, float(m.group(1)))
+        mode = _MIG.get(_text(fields.get("mig.mode.current")))
+        if mode is not None:
+            mig.add_metric(labels, mode)
+    return [info, *values.values(), pstate, mig]
+
+
+def families(snapshot: Mapping[str, Any]) -> list[Metric]:
+    """The series for one state snapshot (:meth:`gpuagent.agent.Agent.snapshot`)."""
+    probe: Mapping[str, Any] = snapshot.get("probe") or {}
+    state = probe.get("state")
+    out: list[Metric] = [
+        _labelled(
+            "gpuagent_info",
+            "The running gpuagent's version; always 1.",
+            "version",
+            [str(snapshot.get("version", ""))],
+        ),
+        _gauge(
+            "gpuagent_probe_up",
+            "1 when the last nvidia-smi probe succeeded, else 0 (failing, stuck, gated, idle).",
+            1.0 if state == "ok" else 0.0,
+        ),
+        _gauge(
+            "gpuagent_probe_consecutive_failures",
+            "nvidia-smi probes failed in a row.",
+            float(probe.get("consecutive_failures") or 0),
+        ),
+        _labelled(
+            "gpuagent_probe_failure_info",
+            "Present while nvidia-smi is failing: the failure class; always 1.",
+            "class",
+            [probe["failure_class"]]
+            if state in ("failing", "stuck") and probe.get("failure_class")
+            else [],
+        ),
+        _labelled(
+            "gpuagent_probe_gated",
+            "Present while the agent does not probe: why (no_gpu, nvidia_smi_missing, "
+            "driver_not_loaded); always 1.",
+            "reason",
+            [probe["gate"]] if probe.get("gate") else [],
+        ),
+        CounterMetricFamily(
+            "gpuagent_probe_spawns_total",
+            "nvidia-smi processes started since the agent started.",
+            value=float(probe.get("spawns_total") or 0),
+        ),
+        _gauge(
+            "gpuagent_pci_gpus",
+            "NVIDIA GPUs on the PCI bus, whatever driver they are bound to.",
+            float(len(snapshot.get("pci") or [])),
+        ),
+        _labelled(
+            "gpuagent_gpu_missing",
+            "A GPU bound to nvidia on the PCI bus that nvidia-smi does not report; always 1.",
+            "pci_slot",
+            [str(s) for s in snapshot.get("missing") or []],
+        ),
+        _gauge(
+            "gpuagent_interval_seconds",
+            "Seconds between ticks.",
+            float(snapshot.get("interval") or 0),
+        ),
+        _gauge(
+            "gpuagent_last_update_timestamp_seconds",
+            "When the agent last wrote its state (Unix time); it does so every tick.",
+            float(snapshot.get("updated_at") or 0),
+        ),
+    ]
+    if probe.get("last_success_at") is not None:
+        out.append(
+            _gauge(
+                "gpuagent_probe_last_success_timestamp_seconds",
+                "When nvidia-smi last answered (Unix time).",
+                float(probe["last_success_at"]),
+            )
+        )
+    out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
+    return [f for f in out if f.samples]
+
+
+class _Snapshot(Collector):
+    def __init__(self) -> None:
+        self.snapshot: Mapping[str, Any] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self.snapshot)
+
+
+def _registry() -> tuple[CollectorRegistry, _Snapshot]:
+    registry = CollectorRegistry(auto_describe=False)
+    collector = _Snapshot()
+    registry.register(collector)
+    return registry, collector
+
+
+def render(snapshot: Mapping[str, Any]) -> str:
+    """The exposition text of one snapshot (what the textfile holds)."""
+    registry, collector = _registry()
+    collector.snapshot = snapshot
+    return generate_latest(registry).decode()
+
+
+class Textfile:
+    """Writes each tick's snapshot to ``path`` for node_exporter; owns its "log once".
+
+    ``path`` may be a symlink (the package links node_exporter's directory to
+    ``/run/gpuagent``): it is resolved first, since the write goes to a temporary file beside
+    the target and is renamed over it.  A directory that does not exist is one info line
+    (no node_exporter here), other errors one error line per episode; ``problem`` says what is
+    wrong while it is.
+    """
+
+    def __init__(self, path: str, log: EventLog) -> None:
+        self.path = path
+        self.log = log
+        self.problem: str | None = None
+        self._absent: str | None = None
+        self._registry, self._collector = _registry()
+
+    def configure(self, path: str) -> None:
+        """Use ``path`` from now on (``""``: write nothing); the old file is removed."""
+        if path != self.path:
+            self.remove()
+            self.path = path
+            self.problem = None
+            self._absent = None
+
+    def write(self, snapshot: Mapping[str, Any]) -> None:
+        """Replace the file with ``snapshot``'s series; never raises for I/O errors."""
+        if not self.path:
+            return
+        target = os.path.realpath(self.path)
+        directory = os.path.dirname(target)
+        if not os.path.isdir(directory):
+            if self._absent != directory:
+                self.log(
+                    logging.INFO,
+                    None,
+                    f"not writing Prometheus metrics to {self._name(target)}: {directory} "
+                    "does not exist (is prometheus-node-exporter installed?)",
+                )
+                self._absent = directory
+            return
+        self._collector.snapshot = snapshot
+        try:
+            write_to_textfile(target, self._registry)
+        except OSError as e:
+            # prometheus_client 0.16 leaves its temporary file behind on an error.
+            with contextlib.suppress(OSError):
+                os.unlink(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
+            reason = f"{self._name(target)}: {e.strerror or e}"
+            if reason != self.problem:
+                self.log(
+                    logging.ERROR,
+                    Event.METRICS_WRITE_FAILED,
+                    f"cannot write Prometheus metrics to {reason}; sampling goes on",
+                )
+            self.problem = reason
+            return
+        if self.problem is not None or self._absent is not None:
+            self.log(logging.INFO, None, f"Prometheus metrics written to {self._name(target)}")
+        self.problem = None
+        self._absent = None
+
+    def remove(self) -> None:
+        """Remove the file (at exit: a stopped agent's numbers must not look live)."""
+        if self.path:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.realpath(self.path))
+
+    def _name(self, target: str) -> str:
+        return self.path if target == self.path else f"{self.path} (-> {target})"

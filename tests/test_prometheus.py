@@ -1,0 +1,318 @@
+"""gpuagent's metrics through the real node exporter into a real Prometheus, and the alert rules
+under promtool.
+
+The agent runs as a process on a fake 8-GPU host replaying a real H200 capture, writing its
+textfile through a symlink the way the package installs it; Debian's prometheus-node-exporter
+reads it and a Prometheus on loopback scrapes that every second.  Skipped only where the
+binaries are missing and $CI is unset; in CI a missing binary fails.  Every wait has a
+deadline, and every process is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from gpuagent import __version__
+from gpuagent.smi import FIELDS, parse, sysfs_slot
+from tests import fakesysfs, replay
+from tests.conftest import FAKE_SMI, H200_LOAD, MISMATCH
+from tests.test_metrics import EXPECTED_VALUES
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RULES_DIR = os.path.join(REPO, "packaging", "prometheus")
+RULES = os.path.join(RULES_DIR, "gpuagent-alerts.yml")
+RULE_TESTS = os.path.join(RULES_DIR, "gpuagent-alerts.test.yml")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+T = TypeVar("T")
+
+
+def need(*names: str) -> list[str]:
+    """The binaries' paths; skip (fail in CI) when one is not installed."""
+    paths = [shutil.which(n) for n in names]
+    missing = [n for n, p in zip(names, paths, strict=True) if p is None]
+    if missing:
+        reason = (
+            f"{', '.join(missing)} not installed "
+            "(apt-get install prometheus prometheus-node-exporter)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return [p for p in paths if p is not None]
+
+
+# The alert rules ----------------------------------------------------------------------------
+
+
+def test_promtool_check_rules_is_clean() -> None:
+    (promtool,) = need("promtool")
+    proc = subprocess.run(
+        [promtool, "check", "rules", RULES], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS: 7 rules found" in proc.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    (promtool,) = need("promtool")
+    proc = subprocess.run(
+        [promtool, "test", "rules", os.path.basename(RULE_TESTS)],
+        check=False,
+        cwd=RULES_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_alert_is_tested_firing_and_not_firing() -> None:
+    with open(RULES, encoding="utf-8") as f:
+        alerts = re.findall(r"^\s+- alert: (\w+)$", f.read(), re.MULTILINE)
+    with open(RULE_TESTS, encoding="utf-8") as f:
+        tests = f.read()
+    cases = re.findall(r"alertname: (\w+)\n\s+exp_alerts:( \[\])?", tests)
+    assert len(alerts) == 7
+    for alert in alerts:
+        outcomes = {empty == "" for name, empty in cases if name == alert}
+        assert outcomes == {True, False}, alert
+    with open(RULES, encoding="utf-8") as f:
+        rules = f.read()
+    assert rules.count("summary:") == rules.count("description:") == 7
+
+
+# node exporter + Prometheus -----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# Loopback only, never through a proxy named in the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def get(url: str) -> Any:
+    with _OPENER.open(url, timeout=5) as response:
+        return json.load(response)
+
+
+class Stack:
+    """The processes of one run and their logs."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopped: set[str] = set()
+        self.prometheus = ""
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        with open(os.path.join(self.dir, f"{name}.log"), "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+
+    def logs(self) -> str:
+        out = []
+        for name in self.procs:
+            with open(os.path.join(self.dir, f"{name}.log"), errors="replace") as f:
+                out.append(f"--- {name}\n{f.read()[-3000:]}")
+        return "\n".join(out)
+
+    def stop(self, name: str) -> int:
+        self.stopped.add(name)
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def wait_for(self, what: str, check: Callable[[], T | None], timeout: float = 30) -> T:
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None and name not in self.stopped:
+                    raise AssertionError(f"{name} exited {proc.returncode}\n{self.logs()}")
+            try:
+                result = check()
+            except (OSError, ValueError, KeyError) as e:  # not listening yet
+                last = e
+            else:
+                if result is not None and result is not False:
+                    return result
+            time.sleep(0.2)
+        raise AssertionError(f"not within {timeout} s: {what} (last error: {last})\n{self.logs()}")
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        body = get(f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def value(self, expr: str) -> float | None:
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+@pytest.fixture
+def stack(tmp_path: str) -> Iterator[Stack]:
+    s = Stack(str(tmp_path))
+    try:
+        yield s
+    finally:
+        for name in reversed(list(s.procs)):
+            s.stop(name)
+
+
+def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
+    stack: Stack, tmp_path: str
+) -> None:
+    node_exporter, prometheus = need("prometheus-node-exporter", "prometheus")
+    d = str(tmp_path)
+    # The fake host and its nvidia-smi.
+    root = os.path.join(d, "sys")
+    slots = fakesysfs.gpu_host(root, 8)
+    smi = os.path.join(d, "nvidia-smi")
+    os.symlink(FAKE_SMI, smi)
+
+    def scenario(**step: Any) -> None:
+        with open(smi + ".json.tmp", "w", encoding="utf-8") as f:
+            json.dump(step, f)
+        os.replace(smi + ".json.tmp", smi + ".json")
+
+    scenario(capture=H200_LOAD, slots=slots)
+    # The package's layout: node exporter's directory holds a link into the agent's own.
+    run = os.path.join(d, "run")
+    textfiles = os.path.join(d, "node-exporter")
+    os.makedirs(run)
+    os.makedirs(textfiles)
+    link = os.path.join(textfiles, "gpuagent.prom")
+    os.symlink(os.path.join(run, "gpuagent.prom"), link)
+    conf = os.path.join(d, "gpuagent.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(
+            f'sysfs_root = "{root}"\nnvidia_smi = "{smi}"\nstate_file = "{run}/state.json"\n'
+            f'textfile = "{link}"\ninterval = 0.5\nprobe_timeout = 2\n'
+        )
+
+    ne_port = free_port()
+    while (prom_port := free_port()) == ne_port:
+        pass
+    stack.start(
+        "node-exporter",
+        [
+            node_exporter,
+            f"--web.listen-address=127.0.0.1:{ne_port}",
+            "--collector.disable-defaults",
+            "--collector.textfile",
+            f"--collector.textfile.directory={textfiles}",
+        ],
+    )
+    prom_conf = os.path.join(d, "prometheus.yml")
+    with open(prom_conf, "w", encoding="utf-8") as f:
+        f.write(
+            "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+            f"rule_files: [{json.dumps(RULES)}]\n"
+            "scrape_configs:\n"
+            "  - job_name: node\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{ne_port}']}}]\n"
+        )
+    stack.start(
+        "prometheus",
+        [
+            prometheus,
+            f"--config.file={prom_conf}",
+            f"--storage.tsdb.path={os.path.join(d, 'tsdb')}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+    )
+    stack.prometheus = f"http://127.0.0.1:{prom_port}"
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    stack.start(
+        "gpuagent",
+        [PYTHON, "-m", "gpuagent", "--config", conf, "run"],
+        {**env, "PYTHONPATH": REPO},
+    )
+
+    # Healthy: every value of the capture, in base units, for each of the 8 GPUs.
+    stack.wait_for(
+        "8 GPUs' temperatures in Prometheus",
+        lambda: stack.value("count(gpuagent_gpu_temperature_celsius)") == 8,
+    )
+    assert os.path.islink(link)
+    cap = replay.load(H200_LOAD)
+    raw = cap.rows[0]
+    stdout, _ = replay.answer(cap, list(FIELDS), "csv,noheader,nounits", slots)
+    uuids = {sysfs_slot(str(r["pci.bus_id"])): str(r["uuid"]) for r in parse(stdout, FIELDS)}
+    assert sorted(uuids) == sorted(slots)
+    got: dict[tuple[str, str, str], float] = {}
+    for sample in stack.query('{__name__=~"gpuagent_gpu_.+"}'):
+        m = sample["metric"]
+        assert (m["instance"], m["job"]) == (f"127.0.0.1:{ne_port}", "node")
+        assert uuids[m["pci_slot"]] == m["uuid"]
+        got[m["__name__"], m["pci_slot"], m["uuid"]] = float(sample["value"][1])
+    expected = {("gpuagent_gpu_info", slot, uuid): 1.0 for slot, uuid in uuids.items()}
+    for name, (field, convert) in EXPECTED_VALUES.items():
+        cell = replay.nounits(raw[cap.fields.index(replay.canonical(field))])
+        if cell.startswith("["):
+            continue  # [N/A]: no series
+        for slot, uuid in uuids.items():
+            expected[name, slot, uuid] = convert(cell)
+    assert got == expected
+    assert stack.value('count(gpuagent_gpu_info{name="NVIDIA H200"})') == 8
+    assert stack.value('count(gpuagent_gpu_info{driver_version="590.48.01"})') == 8
+    assert stack.value("gpuagent_probe_up") == 1
+    assert stack.value("gpuagent_pci_gpus") == 8
+    assert stack.value(f'gpuagent_info{{version="{__version__}"}}') == 1
+    assert (stack.value("gpuagent_probe_spawns_total") or 0) >= 1
+    assert stack.value("node_textfile_scrape_error") == 0
+    # node exporter reads the link's target, rewritten every tick.
+    mtime = f'node_textfile_mtime_seconds{{file="{link}"}}'
+    first = stack.wait_for("the textfile's mtime", lambda: stack.value(mtime))
+    stack.wait_for("a newer textfile", lambda: (stack.value(mtime) or 0) > first)
+    assert stack.query("gpuagent_probe_failure_info") == []
+    assert stack.query("gpuagent_gpu_missing") == []
+    rules = get(f"{stack.prometheus}/api/v1/rules")["data"]["groups"]
+    assert [len(g["rules"]) for g in rules] == [7]
+
+    # The probe fails: up turns 0, the class is told, and the value series go stale.
+    scenario(error=MISMATCH, exit=18)
+    stack.wait_for("gpuagent_probe_up 0", lambda: stack.value("gpuagent_probe_up") == 0)
+    stack.wait_for(
+        "the value series to go stale",
+        lambda: stack.query('{__name__=~"gpuagent_gpu_.+", __name__!="gpuagent_gpu_info"}') == [],
+    )
+    assert stack.value("count(gpuagent_gpu_info)") == 8
+    assert stack.value('gpuagent_probe_failure_info{class="version_mismatch"}') == 1
+    assert (stack.value("gpuagent_probe_consecutive_failures") or 0) >= 1
+    stack.wait_for(
+        "GpuagentProbeDown pending",
+        lambda: stack.value('ALERTS{alertname="GpuagentProbeDown", alertstate="pending"}'),
+    )
+
+    # A stopped agent removes its file: its series leave Prometheus too.
+    assert stack.stop("gpuagent") == 0
+    assert not os.path.exists(os.path.join(run, "gpuagent.prom"))
+    stack.wait_for("gpuagent's series gone", lambda: stack.query("gpuagent_info") == [])
