@@ -60,12 +60,14 @@ def main() -> int:
                 except (OSError, ValueError):
                     continue
             rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
+            anon, file = status_kib(proc.pid, "RssAnon"), status_kib(proc.pid, "RssFile")
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=10)
     print(
-        f"after {ticks} ticks on 8 GPUs: RSS {rss / 1024:.1f} MiB, peak {hwm / 1024:.1f} MiB"
-        f" (target <= 25 MiB)"
+        f"after {ticks} ticks on 8 GPUs: RSS {rss / 1024:.1f} MiB (target <= 25 MiB), "
+        f"peak {hwm / 1024:.1f} MiB; private (RssAnon) {anon / 1024:.1f} MiB, "
+        f"file-backed (RssFile: the interpreter and shared libraries) {file / 1024:.1f} MiB"
     )
     return 0
 

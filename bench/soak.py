@@ -25,6 +25,7 @@ import time
 
 from bench.sim import H200_LOAD, MISMATCH, scripted_agent
 from gpuagent import state
+from gpuagent.metrics import Textfile
 from tests import fakesysfs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,6 +107,7 @@ def simulated(ticks: int, seed: int) -> list[str]:
         agent, runner, counter, clock = scripted_agent(root, "/usr/bin/nvidia-smi", slots)
         agent.which = lambda name: "/usr/bin/nvidia-smi" if installed["smi"] else None
         path = os.path.join(root, "state.json")
+        textfile = Textfile(os.path.join(root, "gpuagent.prom"), agent.log)
         bad = os.path.join(root, "bus", "pci", "devices", "0000:f0:00.0")
 
         def apply(fault: str | None) -> None:
@@ -122,7 +124,9 @@ def simulated(ticks: int, seed: int) -> list[str]:
         def tick_n(n: int) -> None:
             for _ in range(n):
                 agent.tick()
-                state.write(path, agent.snapshot())
+                snapshot = agent.snapshot()
+                state.write(path, snapshot)
+                textfile.write(snapshot)
                 clock.now += 10.0
 
         tick_n(100)  # warm up: imports, caches and the first samples settle
