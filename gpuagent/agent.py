@@ -103,6 +103,10 @@ class Agent:
             self.on_scanned = None
         probeable = [g for g in gpus if g.probeable]
         gate = self._gate(probeable)
+        if gate is None and self.gate is not None:
+            # Whatever kept the probe off has cleared (a GPU appeared, the driver or
+            # nvidia-smi came back): look now, not when the old backoff says.
+            self.backoff.expedite()
         due = self.backoff.due()
         if gate is not None:
             self._set_gated(gate)

@@ -295,3 +295,21 @@ def test_sysfs_problem_logged_once(host: Host) -> None:
     host.tick(5)
     assert len(host.events(Event.SYSFS_PROBLEM)) == 1
     assert "sysfs" in agent.snapshot()["problems"]
+
+
+def test_a_cleared_gate_probes_on_that_tick_whatever_the_backoff(host: Host) -> None:
+    host.failing()
+    agent = host.make_agent()
+    host.tick(9)  # deep in the backoff: next probe several ticks away
+    assert agent.backoff.next_in_ticks > 1
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, "vfio-pci")
+    host.tick(2)
+    assert agent.probe_state == "idle"
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, "nvidia")
+    host.healthy()
+    spawns = host.spawns
+    host.tick()
+    assert host.spawns == spawns + 1
+    assert agent.probe_state == "ok"
