@@ -17,9 +17,7 @@ from gpuagent.probe import Prober
 from gpuagent.runner import Outcome, Runner, RunResult
 from gpuagent.smi import FIELDS
 from tests import fakesysfs, replay
-
-H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
-MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
+from tests.fakehost import H200_LOAD, MISMATCH
 
 
 def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:

@@ -13,7 +13,6 @@ values, RSS growth <= 1 MiB, log lines <= 2 per outage.  Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
@@ -23,10 +22,11 @@ import sys
 import tempfile
 import time
 
-from bench.sim import H200_LOAD, MISMATCH, scripted_agent
+from bench.sim import scripted_agent
 from gpuagent import state
 from gpuagent.metrics import Textfile
-from tests import fakesysfs
+from tests import fakehost, fakesysfs
+from tests.fakehost import MISMATCH
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS = [
@@ -154,34 +154,19 @@ def simulated(ticks: int, seed: int) -> list[str]:
 def real(seconds: float, fail: float, seed: int) -> list[str]:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as d:
-        slots = fakesysfs.gpu_host(os.path.join(d, "sys"), 8)
-        smi = os.path.join(d, "nvidia-smi")
-        os.symlink(os.path.join(REPO, "tests", "fake_nvidia_smi.py"), smi)
-        healthy: dict[str, object] = {"capture": H200_LOAD, "slots": slots}
+        host = fakehost.create(d, interval=0.1, probe_timeout=0.5)
         bad: list[dict[str, object]] = [
             {"error": MISMATCH, "exit": 18},
             {"hang": 30},
             {"stdout": "garbage\n"},
         ]
-
-        def scenario(step: dict[str, object]) -> None:
-            with open(smi + ".json.tmp", "w") as f:
-                json.dump(step, f)
-            os.replace(smi + ".json.tmp", smi + ".json")
-
-        scenario(healthy)
-        conf = os.path.join(d, "gpuagent.toml")
-        with open(conf, "w") as f:
-            f.write(
-                f'sysfs_root = "{d}/sys"\nnvidia_smi = "{smi}"\n'
-                f'state_file = "{d}/state.json"\ninterval = 0.1\nprobe_timeout = 0.5\n'
-                f'textfile = "{d}/gpuagent.prom"\n'
-            )
         log = open(os.path.join(d, "stderr"), "w+")
         env = {**os.environ, "PYTHONPATH": REPO}
         env.pop("NOTIFY_SOCKET", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuagent", "--config", conf, "run"], env=env, stderr=log
+            [sys.executable, "-m", "gpuagent", "--config", host.conf, "run"],
+            env=env,
+            stderr=log,
         )
         try:
             time.sleep(3)  # a benchmark in real time: let it settle
@@ -191,9 +176,12 @@ def real(seconds: float, fail: float, seed: int) -> list[str]:
             while time.monotonic() < end_at:
                 failing = rng.random() < fail
                 episodes += failing
-                scenario(rng.choice(bad) if failing else healthy)
+                if failing:
+                    host.scenario(**rng.choice(bad))
+                else:
+                    host.healthy()
                 time.sleep(rng.uniform(0.5, 3.0))
-            scenario(healthy)
+            host.healthy()
             time.sleep(3)
             end = quiet(proc.pid)
         finally:

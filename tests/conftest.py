@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pytest
@@ -16,12 +15,8 @@ from gpuagent.config import Config
 from gpuagent.logs import Event, EventLog
 from gpuagent.probe import Prober
 from gpuagent.runner import Runner
-from tests import fakesysfs
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE_SMI = os.path.join(HERE, "fake_nvidia_smi.py")
-H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
-MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
+from tests import fakehost
+from tests.fakehost import FakeHost
 
 
 class ListHandler(logging.Handler):
@@ -42,37 +37,12 @@ class Clock:
 
 
 @dataclass
-class Host:
-    """A fake machine: ``root`` sysfs, ``smi`` the fake nvidia-smi, ``slots`` its GPUs."""
+class Host(FakeHost):
+    """A fake host with an agent driven tick by tick on a fake monotonic clock."""
 
-    dir: str
-    root: str
-    smi: str
-    slots: list[str]
-    calls_log: str
-    logs: ListHandler
+    logs: ListHandler = field(default_factory=ListHandler)
     clock: Clock = field(default_factory=Clock)
     agent: Agent | None = None
-
-    def scenario(self, **step: Any) -> None:
-        step.setdefault("log", self.calls_log)
-        tmp = self.smi + ".json.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(step, f)
-        os.replace(tmp, self.smi + ".json")
-
-    def healthy(self, slots: list[str] | None = None, **extra: Any) -> None:
-        self.scenario(capture=H200_LOAD, slots=self.slots if slots is None else slots, **extra)
-
-    def failing(self, error: str = MISMATCH, code: int = 18) -> None:
-        self.scenario(error=error, exit=code)
-
-    @property
-    def spawns(self) -> int:
-        if not os.path.exists(self.calls_log):
-            return 0
-        with open(self.calls_log) as f:
-            return sum(1 for _ in f)
 
     def config(self, **overrides: Any) -> Config:
         base = Config(
@@ -111,14 +81,8 @@ class Host:
 
 @pytest.fixture
 def host(tmp_path: str) -> Iterator[Host]:
-    d = str(tmp_path)
-    root = os.path.join(d, "sys")
-    slots = fakesysfs.gpu_host(root, 8)
-    smi = os.path.join(d, "bin", "nvidia-smi")
-    os.makedirs(os.path.dirname(smi))
-    os.symlink(FAKE_SMI, smi)
-    h = Host(d, root, smi, slots, os.path.join(d, "calls.log"), ListHandler())
-    h.healthy()
+    made = fakehost.create(str(tmp_path))
+    h = Host(**{f.name: getattr(made, f.name) for f in fields(FakeHost)})
     yield h
     if h.agent is not None:
         stuck = h.agent.prober.runner.stuck

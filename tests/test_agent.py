@@ -10,7 +10,7 @@ import pytest
 from gpuagent.logs import Event
 from gpuagent.smi import FIELDS
 from tests import fakesysfs
-from tests.conftest import Host, ListHandler
+from tests.conftest import Host
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
@@ -21,9 +21,9 @@ def test_gpu_less_host_never_spawns(tmp_path: str) -> None:
         d,
         os.path.join(d, "sys"),
         "/nonexistent/nvidia-smi",
+        "/nonexistent.toml",
         [],
         os.path.join(d, "calls"),
-        ListHandler(),
     )
     fakesysfs.add_device(h.root, "0000:03:00.0", 0x1A03, 0x2000, 0x030000, "ast")
     which_calls: list[str] = []

@@ -15,12 +15,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests import fakesysfs
-from tests.conftest import FAKE_SMI, H200_LOAD
+from tests import fakehost
+from tests.fakehost import FakeHost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -63,31 +62,11 @@ class Notify:
 
 
 @pytest.fixture
-def fake_host(tmp_path: str) -> dict[str, str]:
-    d = str(tmp_path)
-    root = os.path.join(d, "sys")
-    slots = fakesysfs.gpu_host(root, 2)
-    smi = os.path.join(d, "nvidia-smi")
-    os.symlink(FAKE_SMI, smi)
-    with open(smi + ".json", "w") as f:
-        json.dump({"capture": H200_LOAD, "slots": slots}, f)
-    conf = os.path.join(d, "gpuagent.toml")
-    with open(conf, "w") as f:
-        f.write(
-            f'sysfs_root = "{root}"\nnvidia_smi = "{smi}"\n'
-            f'state_file = "{d}/state.json"\ninterval = 1.0\nprobe_timeout = 1.5\n'
-            f'textfile = "{d}/gpuagent.prom"\n'
-        )
-    return {"dir": d, "smi": smi, "conf": conf}
+def fake_host(tmp_path: str) -> FakeHost:
+    return fakehost.create(str(tmp_path), 2, interval=1.0, probe_timeout=1.5)
 
 
-def scenario(host: dict[str, str], **step: Any) -> None:
-    with open(host["smi"] + ".json.tmp", "w") as f:
-        json.dump(step, f)
-    os.replace(host["smi"] + ".json.tmp", host["smi"] + ".json")
-
-
-def start(host: dict[str, str], notify: Notify, **env: str) -> subprocess.Popen[str]:
+def start(host: FakeHost, notify: Notify, **env: str) -> subprocess.Popen[str]:
     environ = {
         **os.environ,
         "NOTIFY_SOCKET": notify.address,
@@ -95,14 +74,14 @@ def start(host: dict[str, str], notify: Notify, **env: str) -> subprocess.Popen[
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuagent", "--config", host["conf"], "run"],
+        [sys.executable, "-m", "gpuagent", "--config", host.conf, "run"],
         env=environ,
         stderr=subprocess.PIPE,
         text=True,
     )
 
 
-def fake_smi_processes(host: dict[str, str]) -> list[int]:
+def fake_smi_processes(host: FakeHost) -> list[int]:
     pids = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -112,7 +91,7 @@ def fake_smi_processes(host: dict[str, str]) -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if host["smi"].encode() in cmd:
+        if host.smi.encode() in cmd:
             pids.append(int(pid))
     return pids
 
@@ -131,7 +110,7 @@ def stop(proc: subprocess.Popen[str]) -> tuple[int, float]:
     return code, time.monotonic() - t0
 
 
-def test_ready_status_watchdog_reload_stopping(fake_host: dict[str, str], notify: Notify) -> None:
+def test_ready_status_watchdog_reload_stopping(fake_host: FakeHost, notify: Notify) -> None:
     proc = start(fake_host, notify, WATCHDOG_USEC="1000000")
     try:
         notify.wait_for("READY=1", 15)
@@ -161,10 +140,10 @@ def test_ready_status_watchdog_reload_stopping(fake_host: dict[str, str], notify
 
 
 def test_pings_continue_while_a_probe_hangs_and_sigterm_kills_it(
-    fake_host: dict[str, str], notify: Notify
+    fake_host: FakeHost, notify: Notify
 ) -> None:
-    scenario(fake_host, hang=60, ignore_term=True)
-    with open(fake_host["conf"], "a") as f:
+    fake_host.scenario(hang=60, ignore_term=True)
+    with open(fake_host.conf, "a") as f:
         f.write("")
     proc = start(fake_host, notify, WATCHDOG_USEC="600000")
     try:
@@ -187,11 +166,11 @@ def test_pings_continue_while_a_probe_hangs_and_sigterm_kills_it(
         proc.wait()
 
 
-def test_bad_config_on_reload_keeps_the_old_one(fake_host: dict[str, str], notify: Notify) -> None:
+def test_bad_config_on_reload_keeps_the_old_one(fake_host: FakeHost, notify: Notify) -> None:
     proc = start(fake_host, notify)
     try:
         notify.wait_for("STATUS=2 GPUs, sampling", 15)
-        with open(fake_host["conf"], "a") as f:
+        with open(fake_host.conf, "a") as f:
             f.write("interval = -1\n")
         proc.send_signal(signal.SIGHUP)
         notify.wait_for("RELOADING=1", 5)
@@ -210,13 +189,13 @@ def test_bad_config_on_reload_keeps_the_old_one(fake_host: dict[str, str], notif
     assert errors
     assert all("reload failed, keeping the old config" in ln for ln in errors), errors
     assert "Traceback" not in "".join(errors)
-    with open(os.path.join(fake_host["dir"], "state.json")) as f:
+    with open(os.path.join(fake_host.dir, "state.json")) as f:
         final = json.load(f)
     assert final["interval"] == 1.0
     assert final["exit"]["reason"] == "signal"
 
 
-def test_no_notify_socket_is_fine(fake_host: dict[str, str]) -> None:
+def test_no_notify_socket_is_fine(fake_host: FakeHost) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
     proc = subprocess.run(
         [
@@ -224,7 +203,7 @@ def test_no_notify_socket_is_fine(fake_host: dict[str, str]) -> None:
             "-m",
             "gpuagent",
             "--config",
-            fake_host["conf"],
+            fake_host.conf,
             "run",
             "--ticks",
             "2",
@@ -238,7 +217,7 @@ def test_no_notify_socket_is_fine(fake_host: dict[str, str]) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    with open(os.path.join(fake_host["dir"], "state.json")) as f:
+    with open(os.path.join(fake_host.dir, "state.json")) as f:
         final = json.load(f)
     assert final["ticks"] == 2
     assert final["exit"]["reason"] == "ticks"

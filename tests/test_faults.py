@@ -21,7 +21,8 @@ from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
 from gpuagent.smi import FIELDS
 from tests import fakesysfs, replay
-from tests.conftest import FAKE_SMI, H200_LOAD, Host, ListHandler
+from tests.conftest import Host, ListHandler
+from tests.fakehost import FAKE_SMI, H200_LOAD
 from tests.test_smi import ERRORS
 
 

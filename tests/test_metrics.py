@@ -19,7 +19,8 @@ from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
 from gpuagent.smi import FIELDS, parse, sysfs_slot
 from tests import fakesysfs, replay
-from tests.conftest import H200_LOAD, Host, ListHandler
+from tests.conftest import Host, ListHandler
+from tests.fakehost import H200_LOAD
 from tests.test_smi import MISSING_TEXTS, QUERY_CAPTURES
 
 MIG_LOAD = "h200-mig-linux-driver590.48.01-load-query-gpu-all-fields.csv"

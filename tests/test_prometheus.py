@@ -28,8 +28,8 @@ import pytest
 
 from gpuagent import __version__
 from gpuagent.smi import FIELDS, parse, sysfs_slot
-from tests import fakesysfs, replay
-from tests.conftest import FAKE_SMI, H200_LOAD, MISMATCH
+from tests import fakehost, replay
+from tests.fakehost import H200_LOAD
 from tests.test_metrics import EXPECTED_VALUES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -191,18 +191,6 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
 ) -> None:
     node_exporter, prometheus = need("prometheus-node-exporter", "prometheus")
     d = str(tmp_path)
-    # The fake host and its nvidia-smi.
-    root = os.path.join(d, "sys")
-    slots = fakesysfs.gpu_host(root, 8)
-    smi = os.path.join(d, "nvidia-smi")
-    os.symlink(FAKE_SMI, smi)
-
-    def scenario(**step: Any) -> None:
-        with open(smi + ".json.tmp", "w", encoding="utf-8") as f:
-            json.dump(step, f)
-        os.replace(smi + ".json.tmp", smi + ".json")
-
-    scenario(capture=H200_LOAD, slots=slots)
     # The package's layout: node exporter's directory holds a link into the agent's own.
     run = os.path.join(d, "run")
     textfiles = os.path.join(d, "node-exporter")
@@ -210,12 +198,10 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     os.makedirs(textfiles)
     link = os.path.join(textfiles, "gpuagent.prom")
     os.symlink(os.path.join(run, "gpuagent.prom"), link)
-    conf = os.path.join(d, "gpuagent.toml")
-    with open(conf, "w", encoding="utf-8") as f:
-        f.write(
-            f'sysfs_root = "{root}"\nnvidia_smi = "{smi}"\nstate_file = "{run}/state.json"\n'
-            f'textfile = "{link}"\ninterval = 0.5\nprobe_timeout = 2\n'
-        )
+    host = fakehost.create(
+        d, state_file=f"{run}/state.json", textfile=link, interval=0.5, probe_timeout=2
+    )
+    slots, conf = host.slots, host.conf
 
     ne_port = free_port()
     while (prom_port := free_port()) == ne_port:
@@ -298,7 +284,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     assert [len(g["rules"]) for g in rules] == [7]
 
     # The probe fails: up turns 0, the class is told, and the value series go stale.
-    scenario(error=MISMATCH, exit=18)
+    host.failing()
     stack.wait_for("gpuagent_probe_up 0", lambda: stack.value("gpuagent_probe_up") == 0)
     stack.wait_for(
         "the value series to go stale",
