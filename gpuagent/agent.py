@@ -84,12 +84,15 @@ class Agent:
         self.configure(config)
 
     def configure(self, config: Config) -> None:
-        """Apply a (re)loaded config; counters, samples and the outage survive it."""
+        """Apply a (re)loaded config; counters, samples and the outage's backoff survive it."""
         self.config = config
-        failures = getattr(self, "backoff", None)
-        self.backoff = Backoff(config.backoff_after, cap_ticks(config.interval, config.retry_max))
-        if failures is not None:
-            self.backoff.failures = failures.failures
+        after, cap = config.backoff_after, cap_ticks(config.interval, config.retry_max)
+        old: Backoff | None = getattr(self, "backoff", None)
+        if old is None:
+            self.backoff = Backoff(after, cap)
+        else:
+            old.after, old.cap = after, cap
+            old.clamp()
         self.prober.runner.timeout = config.probe_timeout
 
     # The tick ------------------------------------------------------------------------------

@@ -60,6 +60,10 @@ class Backoff:
         self.failures = 0
         self._skip = 0
 
+    def clamp(self) -> None:
+        """Shorten the current gap to the cap (after ``cap`` was lowered by a reload)."""
+        self._skip = min(self._skip, self.cap - 1)
+
     def expedite(self) -> None:
         """Make the next ``due()`` true whatever the gap had counted (e.g. the driver returned)."""
         self._skip = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -39,6 +39,9 @@ def _load(ctx: click.Context) -> config.Config:
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """Host agent that samples NVIDIA GPUs with nvidia-smi for systemd and Prometheus."""
+    if config_path == "":
+        click.echo("gpuagent: --config: expected a path, got an empty string", err=True)
+        sys.exit(config.EX_CONFIG)
     ctx.obj = {"config_file": config.config_path(config_path)}
 
 
@@ -64,10 +67,8 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
         setup("info")
         EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
         sys.exit(config.EX_CONFIG)
-    if interval is not None:
-        cfg = replace(cfg, interval=interval)
     setup(cfg.log_level)
-    sys.exit(Daemon(cfg, (path, required)).run(ticks))
+    sys.exit(Daemon(cfg, (path, required), interval=interval).run(ticks))
 
 
 @main.command()

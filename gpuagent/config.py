@@ -7,8 +7,8 @@ configuration on it at reload.
 
 from __future__ import annotations
 
-import math
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -42,6 +42,8 @@ class Config:
 
 
 _DURATIONS = {"interval", "probe_timeout", "retry_max"}
+# A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
+_MAX_SIZE = 64 * 1024
 # Below a millisecond the loop would spend its time scheduling; a day is beyond any use.
 _DURATION_RANGE = (0.001, 86400.0)
 
@@ -67,17 +69,35 @@ def load(path: str, *, required: bool) -> Config:
     ``required``; a missing optional file gives the defaults.
     """
     try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
+        data = _read_regular(path)
     except FileNotFoundError:
         if required:
             raise ConfigError(f"{path}: no such file") from None
         return Config()
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
+    # TOMLDecodeError is a ValueError; so is an integer of more than 4300 digits.
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML: {str(e)[:200]}") from None
     return from_mapping(raw, source=path)
+
+
+def _read_regular(path: str) -> bytes:
+    # O_NONBLOCK: a FIFO must not hang the daemon (at start or on reload); it is refused below.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        data = os.read(fd, _MAX_SIZE + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_SIZE:
+        raise OSError(f"larger than {_MAX_SIZE // 1024} KiB")
+    return data
 
 
 def from_mapping(raw: dict[str, Any], *, source: str) -> Config:
@@ -91,26 +111,36 @@ def from_mapping(raw: dict[str, Any], *, source: str) -> Config:
     return replace(Config(), **values)
 
 
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check(source: str, key: str, value: Any) -> Any:
     where = f"{source}: {key}"
     if key in _DURATIONS:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: expected a number of seconds, got {value!r}")
+            raise ConfigError(f"{where}: expected a number of seconds, got {_show(value)}")
         low, high = _DURATION_RANGE
-        if not math.isfinite(value) or not low <= value <= high:
-            raise ConfigError(f"{where}: expected seconds between {low} and {high:g}, got {value}")
+        # A chained comparison is false for NaN and infinities, and safe for huge integers.
+        if not low <= value <= high:
+            raise ConfigError(
+                f"{where}: expected seconds between {low} and {high:g}, got {_show(value)}"
+            )
         return float(value)
     if key == "backoff_after":
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            raise ConfigError(f"{where}: expected an integer from 1 to 1000, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer from 1 to 1000, got {_show(value)}")
         return value
     if key == "load_driver":
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
         return value
     if key == "log_level":
         if value not in LOG_LEVELS:
-            raise ConfigError(f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+            raise ConfigError(
+                f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {_show(value)}"
+            )
         return value
     if key == "textfile":
         if (
@@ -120,11 +150,11 @@ def _check(source: str, key: str, value: Any) -> Any:
         ):
             raise ConfigError(
                 f'{where}: expected an absolute path ending in .prom, or "" to disable, '
-                f"got {value!r}"
+                f"got {_show(value)}"
             )
         return value
     if not isinstance(value, str) or not value or "\0" in value:
-        raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+        raise ConfigError(f"{where}: expected a non-empty string, got {_show(value)}")
     if key in {"sysfs_root", "state_file"} and not value.startswith("/"):
-        raise ConfigError(f"{where}: expected an absolute path, got {value!r}")
+        raise ConfigError(f"{where}: expected an absolute path, got {_show(value)}")
     return value

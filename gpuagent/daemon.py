@@ -15,6 +15,7 @@ import select
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from types import FrameType
 
 from . import __version__, config, state
@@ -43,7 +44,12 @@ class Daemon:
         notifier: Notifier | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         log: EventLog | None = None,
+        interval: float | None = None,
     ) -> None:
+        # ``interval`` (run --interval) overrides the file's, on reloads too.
+        self.interval_override = interval
+        if interval is not None:
+            cfg = replace(cfg, interval=interval)
         self.config = cfg
         self.config_file = config_file
         self.notifier = notifier or Notifier()
@@ -59,7 +65,8 @@ class Daemon:
         runner.wake_fd = self._wake_r
         runner.interrupted = lambda: self.stop_requested
         runner.heartbeat = self.ping_if_due
-        runner.heartbeat_every = self.ping_every or 1.0
+        # A quarter of the ping period between looks keeps the gap under half the watchdog.
+        runner.heartbeat_every = self.ping_every / 4 if self.ping_every else 1.0
         self.agent = Agent(cfg, Prober(runner), self.log, monotonic=monotonic)
         self._state_error: str | None = None
         self.textfile = Textfile(cfg.textfile, self.log)
@@ -103,14 +110,22 @@ class Daemon:
         while True:
             self.agent.tick()
             self._publish()
+            if self.agent.ticks == 1:
+                self.log(logging.INFO, None, f"first tick: {self.agent.status_line()}")
             if self.stop_requested or (ticks is not None and self.agent.ticks >= ticks):
                 break
             index = next_index(start, self.config.interval, index, self.monotonic())
-            if self._wait_until(deadline(start, self.config.interval, index)):
-                break
-            if self.reload_requested:
+            # A reload keeps the grid (a SIGHUP storm must not turn into a tick storm) unless
+            # it changes the interval: then the next tick is one new interval from now.
+            while not self._wait_until(deadline(start, self.config.interval, index)):
+                if not self.reload_requested:
+                    break
+                interval = self.config.interval
                 self._reload()
-                start, index = self.monotonic(), 0
+                if self.config.interval != interval:
+                    start, index = self.monotonic(), 1
+            if self.stop_requested:
+                break
         return self._finish("ticks" if not self.stop_requested else "signal")
 
     def _wait_until(self, when: float) -> bool:
@@ -137,6 +152,10 @@ class Daemon:
         path = self.agent.config.state_file
         try:
             state.write(path, snapshot)
+            if self._state_error is not None:
+                # The file just written still reports the write failure: write it without.
+                self.agent.problems.pop("state_file", None)
+                state.write(path, self.agent.snapshot())
         except OSError as e:
             reason = f"{path}: {e.strerror or e}"
             if reason != self._state_error:
@@ -151,8 +170,6 @@ class Daemon:
         if self._state_error is not None:
             self.log(logging.INFO, Event.STATE_WRITE_RECOVERED, f"state file {path} written again")
             self._state_error = None
-            self.agent.problems.pop("state_file", None)
-            state.write(path, self.agent.snapshot())
 
     def _write_metrics(self, snapshot: dict[str, object]) -> None:
         self.textfile.write(snapshot)
@@ -172,6 +189,8 @@ class Daemon:
                 logging.ERROR, Event.CONFIG_ERROR, f"reload failed, keeping the old config: {e}"
             )
         else:
+            if self.interval_override is not None:
+                cfg = replace(cfg, interval=self.interval_override)
             self.config = cfg
             self.agent.configure(cfg)
             self.textfile.configure(cfg.textfile)

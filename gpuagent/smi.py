@@ -7,6 +7,7 @@ classified together with the exit code.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from enum import StrEnum
 
@@ -76,6 +77,8 @@ _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 _QUOTE = '"\u201c\u201d'
 _INVALID_FIELD = re.compile(rf"Field [{_QUOTE}]([^{_QUOTE}]+)[{_QUOTE}] is not a valid field")
 _WARNING = re.compile(r"^WARNING: ")
+_BUS_ID = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<rest>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
+_INDEX_DIGITS = 6
 
 
 class Failure(StrEnum):
@@ -107,23 +110,33 @@ def command(binary: str, fields: tuple[str, ...]) -> list[str]:
 
 
 def sysfs_slot(bus_id: str) -> str:
-    """nvidia-smi's ``pci.bus_id`` (``00000000:41:00.0``) in sysfs form (``0000:41:00.0``)."""
-    domain, sep, rest = bus_id.strip().lower().rpartition(":")
-    head, _, bus = domain.rpartition(":")
-    if not sep or not head:
+    """nvidia-smi's ``pci.bus_id`` (``00000000:41:00.0``) in sysfs form (``0000:41:00.0``).
+
+    A bus id without a domain (``41:00.0``) is returned lower-cased as it is.
+    """
+    m = _BUS_ID.fullmatch(bus_id.strip().lower())
+    if m is None or m["domain"] is None:
         return bus_id.strip().lower()
-    return f"{int(head, 16):04x}:{bus}:{rest}"
+    return f"{int(m['domain'], 16):04x}:{m['rest']}"
 
 
 def _value(field: str, text: str) -> Value:
     if text in _MISSING or (text.startswith("[") and text.endswith("]")):
         return None
+    if field == "pci.bus_id" and not _BUS_ID.fullmatch(text.lower()):
+        raise ValueError(text)
     if field in _TEXT:
         return text
+    if field == "index":
+        if not text.isdigit() or len(text) > _INDEX_DIGITS:
+            raise ValueError(text)
+        return int(text)
     if not _NUMBER.fullmatch(text):
         raise ValueError(text)
     number = float(text)
-    return int(number) if field == "index" or (number.is_integer() and "." not in text) else number
+    if not math.isfinite(number):
+        raise ValueError(text)
+    return int(number) if number.is_integer() and "." not in text else number
 
 
 def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
@@ -137,7 +150,10 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
     rows: list[Row] = []
     lines = [ln for ln in stdout.splitlines() if ln.strip() and not _WARNING.match(ln)]
     for line in lines:
-        cells = next(csv.reader([line], skipinitialspace=True))
+        try:
+            cells = next(csv.reader([line], skipinitialspace=True))
+        except csv.Error as e:
+            raise ParseError(f"not CSV: {e}", line[:300]) from None
         if len(cells) != len(fields):
             raise ParseError(f"{len(cells)} columns where {len(fields)} were asked for", line)
         row: Row = {}
@@ -145,10 +161,15 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
             try:
                 row[field] = _value(field, cell.strip())
             except ValueError:
-                raise ParseError(f"{field}: not a number: {cell.strip()!r}", line) from None
+                what = "a PCI bus id" if field == "pci.bus_id" else "a number"
+                text = cell.strip()[:80]
+                raise ParseError(f"{field}: not {what}: {text!r}", line[:300]) from None
         rows.append(row)
     if not rows:
         raise ParseError("no rows", stdout[:200])
+    bus_ids = [r["pci.bus_id"] for r in rows if r.get("pci.bus_id") is not None]
+    if len(set(bus_ids)) != len(bus_ids):
+        raise ParseError("the same pci.bus_id on two rows", stdout[:300])
     return rows
 
 

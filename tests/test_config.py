@@ -105,3 +105,39 @@ def test_textfile_default_path_and_empty_disables(tmp_path: str) -> None:
     assert load(write(tmp_path, 'textfile = ""'), required=True).textfile == ""
     path = write(tmp_path, 'textfile = "/run/gpuagent/gpuagent.prom"')
     assert load(path, required=True).textfile == "/run/gpuagent/gpuagent.prom"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("interval = 1" + "0" * 400, "interval: expected seconds between"),
+        ("backoff_after = 1" + "0" * 400, "backoff_after: expected an integer"),
+        ("backoff_after = 1" + "0" * 5000, "not valid TOML"),
+        ("a = " + "[" * 5000 + "]" * 5000, "not valid TOML"),
+    ],
+)
+def test_hostile_files_are_one_line_errors(tmp_path: str, text: str, needle: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load(path, required=True)
+    assert needle in str(err.value)
+    assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/null"])
+def test_devices_are_refused(path: str) -> None:
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load(path, required=True)
+
+
+def test_a_fifo_does_not_hang(tmp_path: str) -> None:
+    path = os.path.join(tmp_path, "fifo.toml")
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load(path, required=True)
+
+
+def test_a_huge_file_is_refused(tmp_path: str) -> None:
+    path = write(tmp_path, "# " + "x" * 100_000 + "\n")
+    with pytest.raises(ConfigError, match="larger than 64 KiB"):
+        load(path, required=True)

@@ -66,7 +66,7 @@ def fake_host(tmp_path: str) -> FakeHost:
     return fakehost.create(str(tmp_path), 2, interval=1.0, probe_timeout=1.5)
 
 
-def start(host: FakeHost, notify: Notify, **env: str) -> subprocess.Popen[str]:
+def start(host: FakeHost, notify: Notify, *args: str, **env: str) -> subprocess.Popen[str]:
     environ = {
         **os.environ,
         "NOTIFY_SOCKET": notify.address,
@@ -74,7 +74,7 @@ def start(host: FakeHost, notify: Notify, **env: str) -> subprocess.Popen[str]:
         **env,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "gpuagent", "--config", host.conf, "run"],
+        [sys.executable, "-m", "gpuagent", "--config", host.conf, "run", *args],
         env=environ,
         stderr=subprocess.PIPE,
         text=True,
@@ -222,3 +222,25 @@ def test_no_notify_socket_is_fine(fake_host: FakeHost) -> None:
     assert final["ticks"] == 2
     assert final["exit"]["reason"] == "ticks"
     assert final["probe"]["state"] == "ok"
+
+
+def test_a_sighup_storm_keeps_the_grid_and_the_interval_override(
+    fake_host: FakeHost, notify: Notify
+) -> None:
+    proc = start(fake_host, notify, "--interval", "0.5")
+    try:
+        notify.wait_for("STATUS=2 GPUs, sampling", 15)
+        before = fake_host.spawns
+        window = time.monotonic()
+        for _ in range(50):
+            proc.send_signal(signal.SIGHUP)
+        notify.pump(window + 1.5)
+        # 1.5 s at 0.5 s is 3 or 4 ticks; a tick per SIGHUP would be 50 more.
+        assert fake_host.spawns - before <= 5
+        code, _ = stop(proc)
+        assert code == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    with open(os.path.join(fake_host.dir, "state.json")) as f:
+        assert json.load(f)["interval"] == 0.5

@@ -379,3 +379,24 @@ def test_state_directory_that_is_a_file(host: Host) -> None:
     assert daemon.agent.probe_state == "ok"
     assert len([r for r in logs.records if r.levelno >= logging.ERROR]) == 1
     assert "Not a directory" in daemon.agent.snapshot()["problems"]["state_file"]
+
+
+def test_state_write_failing_on_and_off_never_kills_the_daemon(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = os.path.join(host.dir, "state.json")
+    daemon, _ = daemon_on(host, path)
+    real_write = state.write
+    calls = {"n": 0}
+
+    def flaky(p: str, data: dict[str, object]) -> None:
+        calls["n"] += 1
+        if calls["n"] % 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), p)
+        real_write(p, data)
+
+    monkeypatch.setattr(state, "write", flaky)
+    for _ in range(20):
+        daemon.agent.tick()
+        daemon._publish()
+    assert daemon.agent.probe_state == "ok"

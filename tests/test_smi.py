@@ -235,3 +235,42 @@ def test_invalid_field_absent() -> None:
 )
 def test_bus_id_to_sysfs_slot(bus_id: str, slot: str) -> None:
     assert sysfs_slot(bus_id) == slot
+
+
+@pytest.mark.parametrize(
+    ("cell", "field", "reason"),
+    [
+        ("9" * 400, "temperature.gpu", "temperature.gpu: not a number"),
+        ("9" * 400, "index", "index: not a number"),
+        ("1.5", "index", "index: not a number"),
+        ("-1", "index", "index: not a number"),
+        ("g:18:00.0", "pci.bus_id", "pci.bus_id: not a PCI bus id"),
+        ("00000000:18:00", "pci.bus_id", "pci.bus_id: not a PCI bus id"),
+        ("inf", "power.draw", "power.draw: not a number"),
+        ("nan", "power.draw", "power.draw: not a number"),
+        ("1e5", "power.draw", "power.draw: not a number"),
+    ],
+)
+def test_hostile_values_are_parse_errors(cell: str, field: str, reason: str) -> None:
+    with pytest.raises(ParseError, match=reason):
+        parse(f"{cell}\n", (field,))
+
+
+def test_a_huge_field_is_a_parse_error() -> None:
+    with pytest.raises(ParseError, match="not CSV"):
+        parse("x" * 200_000 + ", 1\n", ("name", "index"))
+
+
+def test_nul_bytes_are_a_parse_error() -> None:
+    with pytest.raises(ParseError):
+        parse("0, 4\x001\n", ("index", "temperature.gpu"))
+
+
+def test_two_rows_with_one_bus_id_are_a_parse_error() -> None:
+    with pytest.raises(ParseError, match=r"the same pci\.bus_id on two rows"):
+        parse("0, 00000000:18:00.0\n1, 00000000:18:00.0\n", ("index", "pci.bus_id"))
+
+
+def test_negative_and_fractional_numbers() -> None:
+    (row,) = parse("-5, 2.50\n", ("temperature.gpu", "power.draw"))
+    assert row == {"temperature.gpu": -5, "power.draw": 2.5}

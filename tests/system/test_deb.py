@@ -288,6 +288,13 @@ def node_exporter(c: Container) -> None:
     assert re.search(r"^gpuagent_probe_up 1$", text, re.M), text
     assert len(re.findall(r"^gpuagent_gpu_temperature_celsius\{", text, re.M)) == 8
     assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
+    # Stopped: no series, and no dangling link for node_exporter to report an error about.
+    c.run("systemctl", "stop", "gpuagent")
+    text = c.out("python3", "-c", fetch)
+    assert "gpuagent_" not in text
+    assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
+    c.run("systemctl", "start", "gpuagent")
+    wait_for("gpuagent_ series again", series, 15)
 
 
 def watchdog(c: Container) -> None:
@@ -347,3 +354,5 @@ def purge(c: Container) -> None:
         "/usr/bin/gpuagent",
     ):
         assert c.run("test", "!", "-e", path, check=False).returncode == 0, f"{path} is left"
+    link = "/var/lib/prometheus/node-exporter/gpuagent.prom"
+    assert c.run("test", "!", "-L", link, check=False).returncode == 0, f"{link} is left"
