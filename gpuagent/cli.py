@@ -7,6 +7,7 @@ Imports beyond click, json and tomllib happen inside the commands that need them
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -77,7 +78,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show the running agent's view; exit 0 healthy, 1 degraded, 3 unknown."""
     from . import state  # noqa: PLC0415
-    from .status import UNKNOWN, judge, render  # noqa: PLC0415
+    from .status import UNKNOWN, clean, judge, malformed, render  # noqa: PLC0415
 
     cfg = _load(ctx)
     try:
@@ -85,15 +86,35 @@ def status(ctx: click.Context, as_json: bool) -> None:
     except state.StateError as e:
         click.echo(f"gpuagent: {e}", err=True)
         sys.exit(UNKNOWN)
+    bad = malformed(st)
+    if bad is not None:
+        click.echo(f"gpuagent: {cfg.state_file}: not a gpuagent state file: bad {bad!r}", err=True)
+        sys.exit(UNKNOWN)
     now = time.time()
     code, reason = judge(st, now)
-    if as_json:
-        click.echo(json.dumps(st, indent=2, sort_keys=True))
-    else:
-        click.echo(render(st, now, code, reason))
+    text = json.dumps(st, indent=2, sort_keys=True) if as_json else render(st, now, code, reason)
+    _print(text)
     if code:
-        click.echo(f"gpuagent: {reason}", err=True)
+        click.echo(f"gpuagent: {clean(reason)}", err=True)
     sys.exit(code)
+
+
+def _print(text: str) -> None:
+    """Print to stdout whatever it is: a terminal that cannot encode a character gets "?",
+    and a full or broken stdout loses the text, not the exit status."""
+    out = sys.stdout
+    if out is None:
+        return
+    if hasattr(out, "reconfigure"):
+        out.reconfigure(errors="replace")
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except OSError:
+        # Point fd 1 at /dev/null so that the interpreter's last flush cannot fail either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
 
 
 @main.command()
@@ -124,10 +145,19 @@ def detect(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def probe(ctx: click.Context, as_json: bool) -> None:
     """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure."""
+    from . import pci  # noqa: PLC0415
     from .probe import Prober, lookup  # noqa: PLC0415
     from .runner import Runner  # noqa: PLC0415
 
     cfg = _load(ctx)
+    if not cfg.load_driver and not pci.module_loaded(cfg.sysfs_root):
+        # The agent's own gate: nvidia-smi would load the module mid driver upgrade.
+        click.echo(
+            "gpuagent: the nvidia kernel module is not loaded; not running nvidia-smi, which "
+            "would load it (load_driver = true probes anyway)",
+            err=True,
+        )
+        sys.exit(1)
     binary = lookup(cfg.nvidia_smi)
     if binary is None:
         click.echo(f"gpuagent: nvidia-smi not found ({cfg.nvidia_smi!r})", err=True)

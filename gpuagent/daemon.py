@@ -108,7 +108,7 @@ class Daemon:
         self.agent.on_scanned = lambda: self.notifier.ready(self.agent.status_line())
         start, index = self.monotonic(), 0
         while True:
-            self.agent.tick()
+            self._tick()
             self._publish()
             if self.agent.ticks == 1:
                 self.log(logging.INFO, None, f"first tick: {self.agent.status_line()}")
@@ -127,6 +127,21 @@ class Daemon:
             if self.stop_requested:
                 break
         return self._finish("ticks" if not self.stop_requested else "signal")
+
+    def _tick(self) -> None:
+        try:
+            self.agent.tick()
+        except Exception as e:
+            # A bug must not become a restart loop under Restart=on-failure.
+            # Every known bad input is handled in the agent; this is for the unknown one.
+            # Logged once per distinct error, traceback at debug; the next tick tries again.
+            reason = f"{type(e).__name__}: {e}"[:300]
+            if self.agent.problems.get("internal") != reason:
+                self.log(logging.ERROR, None, f"internal error in a tick, carrying on: {reason}")
+                self.log.logger.debug("the internal error's traceback", exc_info=True)
+            self.agent.problems["internal"] = reason
+        else:
+            self.agent.problems.pop("internal", None)
 
     def _wait_until(self, when: float) -> bool:
         """Sleep until ``when`` (monotonic s), pinging the watchdog; True if asked to stop."""

@@ -2,16 +2,72 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-__all__ = ["DEGRADED", "HEALTHY", "UNKNOWN", "judge", "render"]
+__all__ = ["DEGRADED", "HEALTHY", "UNKNOWN", "clean", "judge", "malformed", "render"]
 
 HEALTHY, DEGRADED, UNKNOWN = 0, 1, 3
 # A running daemon rewrites the state every tick; this many intervals without it is a hang.
 SILENT_INTERVALS = 3
 # ...but never less than this, so that a tick stretched by a probe timeout is not a hang.
 SILENT_MIN = 30.0
+
+
+def _finite(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _time(value: object) -> bool:
+    return value is None or _finite(value)
+
+
+def malformed(st: dict[str, Any]) -> str | None:
+    """The first key of ``st`` that is not what the agent writes, or None if it is sound.
+
+    A state file edited by hand (or by anything else) must give a clear exit 3, not a
+    traceback that would read as exit 1, "degraded".
+    """
+    checks: list[tuple[str, bool]] = [
+        ("pid", isinstance(st.get("pid"), int)),
+        ("interval", _finite(st.get("interval")) and st["interval"] > 0),
+        ("started_at", _finite(st.get("started_at"))),
+        ("updated_at", _finite(st.get("updated_at"))),
+        ("ticks", isinstance(st.get("ticks"), int)),
+        ("status", isinstance(st.get("status"), str)),
+        ("exit", st.get("exit") is None or isinstance(st.get("exit"), dict)),
+        ("pci", isinstance(st.get("pci"), list)),
+        ("probe", isinstance(st.get("probe"), dict)),
+        ("gpus", isinstance(st.get("gpus"), list)),
+        ("missing", isinstance(st.get("missing"), list)),
+        ("problems", isinstance(st.get("problems"), dict)),
+    ]
+    for key, ok in checks:
+        if not ok:
+            return key
+    probe = st["probe"]
+    if not isinstance(probe.get("state"), str) or not _time(probe.get("last_success_at")):
+        return "probe"
+    if not all(isinstance(s, str) for s in st["missing"]):
+        return "missing"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in st["problems"].items()):
+        return "problems"
+    for g in st["gpus"]:
+        if not (
+            isinstance(g, dict)
+            and isinstance(g.get("pci_slot"), str)
+            and isinstance(g.get("fields"), dict)
+            and _finite(g.get("sampled_at"))
+            and isinstance(g.get("stale"), bool)
+        ):
+            return "gpus"
+    return None
 
 
 def _pid_alive(pid: object) -> bool:
@@ -55,9 +111,14 @@ def _ago(seconds: float) -> str:
 
 
 def _num(value: object, unit: str, digits: int = 0) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if _finite(value):
         return f"{value:.{digits}f}{unit}"
     return "-"
+
+
+def clean(value: object) -> str:
+    """Text from the state (nvidia-smi's words) made safe to print on a terminal."""
+    return "".join(c if c.isprintable() else "?" for c in str(value))
 
 
 def _pair(used: object, total: object, unit: str) -> str:
@@ -67,46 +128,54 @@ def _pair(used: object, total: object, unit: str) -> str:
 
 
 def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
-    """Human text in the spirit of ``systemctl status``: header, probe line, one row a GPU."""
-    dot = {HEALTHY: "\u25cf", DEGRADED: "\u25cf", UNKNOWN: "\u25cb"}.get(code, "?")
-    probe = st.get("probe") or {}
-    up = _ago(now - float(st.get("started_at") or now))
+    """Human text in the spirit of ``systemctl status``: header, probe line, one row a GPU.
+
+    ``st`` must have passed :func:`malformed`.
+    """
+    dot = "\u25cb" if code == UNKNOWN else "\u25cf"
+    probe = st["probe"]
+    exit_info = st["exit"]
+    if exit_info is None:
+        life = f"up {_ago(now - st['started_at'])}"
+    else:
+        # A finished agent's age stops at its end: it is not "up" any more.
+        ran = _ago(st["updated_at"] - st["started_at"])
+        life = f"finished {_ago(now - st['updated_at'])} ago after {ran}"
     lines = [
-        f"{dot} gpuagent - {st.get('status', '?')}",
-        f"    pid {st.get('pid')}, up {up}, {st.get('ticks')} ticks every "
-        f"{float(st.get('interval') or 0):g} s, version {st.get('version')}",
+        f"{dot} gpuagent - {clean(st['status'])}",
+        f"    pid {st['pid']}, {life}, {st['ticks']} ticks every {st['interval']:g} s, "
+        f"version {clean(st.get('version'))}",
     ]
     last = probe.get("last_success_at")
-    probe_line = f"    probe: {probe.get('state')}"
+    probe_line = f"    probe: {clean(probe['state'])}"
     if probe.get("failure_class"):
         probe_line += (
-            f" ({probe['failure_class']}, {probe.get('consecutive_failures')} failures, "
-            f"next try in {probe.get('next_probe_in_ticks')} ticks)"
+            f" ({clean(probe['failure_class'])}, {clean(probe.get('consecutive_failures'))} "
+            f"failures, next try in {clean(probe.get('next_probe_in_ticks'))} ticks)"
         )
-    probe_line += f", {probe.get('spawns_total', 0)} spawns"
-    if last:
-        probe_line += f", last success {_ago(now - float(last))} ago"
+    probe_line += f", {clean(probe.get('spawns_total', 0))} spawns"
+    if last is not None:
+        probe_line += f", last success {_ago(now - last)} ago"
     lines.append(probe_line)
     if probe.get("last_error"):
-        lines.append(f"    last error: {probe['last_error']}")
-    if code != HEALTHY and reason != st.get("status"):
-        lines.append(f"    {reason}")
-    gpus = st.get("gpus") or []
-    if gpus:
+        lines.append(f"    last error: {clean(probe['last_error'])}")
+    if code != HEALTHY and reason != st["status"]:
+        lines.append(f"    {clean(reason)}")
+    if st["gpus"]:
         lines.append(
             f"    {'SLOT':<13} {'NAME':<26} {'TEMP':>5} {'UTIL':>5} {'MEMORY':>18} "
             f"{'POWER':>13} AGE"
         )
-    for g in gpus:
-        f = g.get("fields") or {}
-        age = _ago(now - float(g.get("sampled_at") or now))
+    for g in st["gpus"]:
+        f = g["fields"]
+        age = _ago(now - g["sampled_at"])
         lines.append(
-            f"    {g.get('pci_slot', '?'):<13} {str(f.get('name') or '-')[:26]:<26} "
+            f"    {clean(g['pci_slot']):<13} {clean(f.get('name') or '-')[:26]:<26} "
             f"{_num(f.get('temperature.gpu'), 'C'):>5} {_num(f.get('utilization.gpu'), '%'):>5} "
             f"{_pair(f.get('memory.used'), f.get('memory.total'), 'MiB'):>18} "
             f"{_pair(f.get('power.draw'), f.get('power.limit'), 'W'):>13} "
-            f"{'STALE ' + age if g.get('stale') else age}"
+            f"{'STALE ' + age if g['stale'] else age}"
         )
-    for slot in st.get("missing") or []:
-        lines.append(f"    {slot:<13} (on the PCI bus, not reported by nvidia-smi)")
+    for slot in st["missing"]:
+        lines.append(f"    {clean(slot):<13} (on the PCI bus, not reported by nvidia-smi)")
     return "\n".join(lines)

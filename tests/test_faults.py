@@ -400,3 +400,24 @@ def test_state_write_failing_on_and_off_never_kills_the_daemon(
         daemon.agent.tick()
         daemon._publish()
     assert daemon.agent.probe_state == "ok"
+
+
+def test_an_unexpected_error_in_a_tick_is_logged_once_and_survived(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, logs = daemon_on(host, os.path.join(host.dir, "state.json"))
+
+    def broken() -> None:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(daemon.agent, "tick", broken)
+    for _ in range(5):
+        daemon._tick()
+        daemon._publish()
+    errors = [r.getMessage() for r in logs.records if r.levelno >= logging.ERROR]
+    assert errors == ["internal error in a tick, carrying on: KeyError: 'surprise'"]
+    assert "internal" in state.read(os.path.join(host.dir, "state.json"))["problems"]
+    monkeypatch.undo()
+    daemon._tick()
+    daemon._publish()
+    assert "internal" not in state.read(os.path.join(host.dir, "state.json"))["problems"]

@@ -202,3 +202,65 @@ def test_status_imports_stay_light(tmp_path: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=30
     )
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
+
+
+MALFORMED = [
+    ("exit", "yesterday"),
+    ("interval", "10"),
+    ("updated_at", [1]),
+    ("started_at", 10**400),
+    ("probe", "ok"),
+    ("problems", ["x"]),
+    ("gpus", "none"),
+    ("gpus", [1, 2]),
+    ("gpus", [{"pci_slot": None, "fields": {}, "sampled_at": NOW, "stale": False}]),
+    ("gpus", [{"pci_slot": "0000:18:00.0", "fields": [], "sampled_at": NOW, "stale": False}]),
+    ("missing", 3),
+    ("missing", [3]),
+    ("pid", "1"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), MALFORMED, ids=[f"{k}={v!r}"[:40] for k, v in MALFORMED])
+def test_hand_edited_state_is_3_with_one_line(tmp_path: str, key: str, value: object) -> None:
+    path = os.path.join(tmp_path, "state.json")
+    st = base(updated_at=time.time())
+    st[key] = value
+    with open(path, "w") as f:
+        # Python's json writes 10**400 as digits, as a hand edit would.
+        json.dump(st, f)
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'state_file = "{path}"\ntextfile = ""\n')
+    for args in (["status"], ["status", "--json"]):
+        res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, *args])
+        assert res.exit_code == UNKNOWN, res.output
+        assert res.stderr.strip() == f"gpuagent: {path}: not a gpuagent state file: bad {key!r}"
+
+
+def test_finished_run_is_not_up() -> None:
+    st = base(updated_at=NOW - 600, started_at=NOW - 660, exit={"reason": "ticks", "at": NOW})
+    text = render(st, NOW, *judge(st, NOW))
+    assert "finished 10m ago after 60s" in text
+    assert "up " not in text
+
+
+def test_terminal_control_characters_are_not_printed() -> None:
+    gpu = dict(base()["gpus"][0], fields={"name": "evil\x1b[2J\x00name"})
+    st = base(gpus=[gpu], probe=probe(state="failing", last_error="exit 1: \x1b]0;pwned\x07"))
+    text = render(st, NOW, *judge(st, NOW))
+    assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
+    assert "evil?[2J?name" in text
+
+
+def test_unencodable_and_full_stdout_keep_the_exit_status(tmp_path: str) -> None:
+    conf = write_state(tmp_path, base(updated_at=time.time(), probe=probe(state="failing")))
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+    argv = [sys.executable, "-m", "gpuagent", "--config", conf, "status"]
+    latin = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=30)
+    assert latin.returncode == DEGRADED
+    assert b"Traceback" not in latin.stderr
+    with open("/dev/full", "w") as full:
+        res = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, check=False, timeout=30)
+    assert res.returncode == DEGRADED
+    assert b"Traceback" not in res.stderr and b"Exception" not in res.stderr
