@@ -86,6 +86,9 @@ class Agent:
     def configure(self, config: Config) -> None:
         """Apply a (re)loaded config; counters, samples and the outage's backoff survive it."""
         self.config = config
+        scanner: pci.Scanner | None = getattr(self, "scanner", None)
+        if scanner is None or scanner.root != config.sysfs_root:
+            self.scanner = pci.Scanner(config.sysfs_root)
         after, cap = config.backoff_after, cap_ticks(config.interval, config.retry_max)
         old: Backoff | None = getattr(self, "backoff", None)
         if old is None:
@@ -121,7 +124,7 @@ class Agent:
         self._mark_stale()
 
     def _scan(self) -> list[pci.PciGpu]:
-        gpus, problems = pci.scan(self.config.sysfs_root)
+        gpus, problems = self.scanner.scan()
         for problem in sorted(set(problems) - self._sysfs_problems):
             self.log(ERROR, Event.SYSFS_PROBLEM, problem)
         self._sysfs_problems = set(problems)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["NVIDIA_VENDOR", "PciGpu", "is_nvidia_gpu", "module_loaded", "scan"]
+__all__ = ["NVIDIA_VENDOR", "PciGpu", "Scanner", "is_nvidia_gpu", "module_loaded", "scan"]
 
 NVIDIA_VENDOR = 0x10DE
 _GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
@@ -66,44 +66,108 @@ def _hex(text: str | None) -> int | None:
         return None
 
 
-def scan(sysfs_root: str) -> tuple[list[PciGpu], list[str]]:
-    """List the NVIDIA GPUs under ``<sysfs_root>/bus/pci/devices``, sorted by slot.
+# What a function is, by slot: the directory entry it was read from (inode and change time),
+# and its (device id, class) when it is an NVIDIA GPU, else None.
+_Identity = tuple[tuple[int, int], tuple[str, str] | None]
 
-    Returns the GPUs and a list of one-line problems (an unreadable or malformed ``vendor``
-    or ``class`` file), each naming the file.  A device gone between listing and reading is
-    skipped silently.  A missing PCI directory is a problem, not an exception.
+
+class Scanner:
+    """Scans ``<sysfs_root>/bus/pci/devices`` every tick, remembering what each function is.
+
+    A function's vendor and class cannot change while its sysfs entry lives; a device that
+    is removed and another that appears in its slot get a new entry (a new inode or, where a
+    filesystem reuses inode numbers, a new change time), which is read afresh.  So a tick
+    lists the bus and reads only the ``driver`` link of each GPU: on a GPU-less host with 200
+    functions that is half the cost of reading every ``vendor`` file.  Functions whose files
+    could not be read are not remembered, so their problem is seen again on every tick.
     """
-    base = os.path.join(sysfs_root, "bus", "pci", "devices")
-    problems: list[str] = []
-    try:
-        slots = sorted(os.listdir(base))
-    except OSError as e:
-        return [], [f"{base}: cannot list PCI devices: {e.strerror}"]
-    gpus: list[PciGpu] = []
-    for slot in slots:
-        dev = os.path.join(base, slot)
+
+    def __init__(self, sysfs_root: str) -> None:
+        self.root = sysfs_root
+        self.base = os.path.join(sysfs_root, "bus", "pci", "devices")
+        self._known: dict[str, _Identity] = {}
+
+    def scan(self) -> tuple[list[PciGpu], list[str]]:
+        """The NVIDIA GPUs on the bus, sorted by slot, and one-line problems naming files.
+
+        A device gone between listing and reading is skipped silently; a missing PCI
+        directory is a problem, not an exception.
+        """
+        problems: list[str] = []
         try:
-            vendor_text = _read(os.path.join(dev, "vendor"))
-            vendor = _hex(vendor_text)
-            if vendor != NVIDIA_VENDOR:
-                if vendor_text is not None and vendor is None:
-                    problems.append(f"{dev}/vendor: not a hex number: {vendor_text!r}")
-                continue
-            class_text = _read(os.path.join(dev, "class"))
-            device_text = _read(os.path.join(dev, "device"))
-        except (OSError, UnicodeDecodeError) as e:
-            problems.append(f"{dev}: cannot read: {getattr(e, 'strerror', None) or e}")
-            continue
-        pci_class = _hex(class_text)
-        if class_text is None:
-            continue
-        if pci_class is None:
-            problems.append(f"{dev}/class: not a hex number: {class_text!r}")
-            continue
-        if not is_nvidia_gpu(NVIDIA_VENDOR, pci_class):
-            continue
-        gpus.append(PciGpu(slot, device_text or "", class_text, _driver(dev)))
-    return gpus, problems
+            with os.scandir(self.base) as it:
+                entries = sorted((e.name, _entry_id(e)) for e in it)
+        except OSError as e:
+            return [], [f"{self.base}: cannot list PCI devices: {e.strerror}"]
+        known: dict[str, _Identity] = {}
+        gpus: list[PciGpu] = []
+        for slot, entry in entries:
+            if entry is None:
+                continue  # gone between listing and looking
+            cached = self._known.get(slot)
+            if cached is not None and cached[0] == entry:
+                ident = cached[1]
+            else:
+                dev = os.path.join(self.base, slot)
+                try:
+                    ident = _identify(dev)
+                except _Unreadable as e:
+                    problems.append(str(e))
+                    continue
+                except _Gone:
+                    continue
+            known[slot] = (entry, ident)
+            if ident is not None:
+                device_id, pci_class = ident
+                driver = _driver(os.path.join(self.base, slot))
+                gpus.append(PciGpu(slot, device_id, pci_class, driver))
+        self._known = known
+        return gpus, problems
+
+
+def _entry_id(entry: os.DirEntry[str]) -> tuple[int, int] | None:
+    try:
+        return entry.inode(), entry.stat(follow_symlinks=False).st_ctime_ns
+    except FileNotFoundError:
+        return None
+
+
+class _Unreadable(Exception):
+    """A function's file that exists but cannot be used; ``str()`` names it."""
+
+
+class _Gone(Exception):
+    """A function that vanished while it was read (hot-plug)."""
+
+
+def _identify(dev: str) -> tuple[str, str] | None:
+    """(device id, class) of an NVIDIA GPU at ``dev``, None for any other function."""
+    try:
+        vendor_text = _read(os.path.join(dev, "vendor"))
+        vendor = _hex(vendor_text)
+        if vendor != NVIDIA_VENDOR:
+            if vendor_text is not None and vendor is None:
+                raise _Unreadable(f"{dev}/vendor: not a hex number: {vendor_text!r}")
+            if vendor_text is None:
+                raise _Gone
+            return None
+        class_text = _read(os.path.join(dev, "class"))
+        device_text = _read(os.path.join(dev, "device"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise _Unreadable(f"{dev}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if class_text is None:
+        raise _Gone
+    pci_class = _hex(class_text)
+    if pci_class is None:
+        raise _Unreadable(f"{dev}/class: not a hex number: {class_text!r}")
+    if not is_nvidia_gpu(NVIDIA_VENDOR, pci_class):
+        return None
+    return device_text or "", class_text
+
+
+def scan(sysfs_root: str) -> tuple[list[PciGpu], list[str]]:
+    """One scan without memory (``gpuagent detect``); see :meth:`Scanner.scan`."""
+    return Scanner(sysfs_root).scan()
 
 
 def _driver(dev: str) -> str | None:

@@ -138,3 +138,37 @@ def test_module_loaded(tmp_path: str) -> None:
     assert not pci.module_loaded(root)
     fakesysfs.set_module(root, True)
     assert pci.module_loaded(root)
+
+
+def test_scanner_rereads_a_slot_whose_device_was_replaced(tmp_path: str) -> None:
+    root = str(tmp_path)
+    fakesysfs.add_device(root, "0000:18:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+    scanner = pci.Scanner(root)
+    assert [g.slot for g in scanner.scan()[0]] == ["0000:18:00.0"]
+    # Hot-plug: the GPU leaves and a NIC takes its slot (ext4 even reuses the inode).
+    fakesysfs.remove_device(root, "0000:18:00.0")
+    fakesysfs.add_device(root, "0000:18:00.0", 0x15B3, 0x1021, 0x020000, "mlx5_core")
+    assert scanner.scan() == ([], [])
+    fakesysfs.remove_device(root, "0000:18:00.0")
+    fakesysfs.add_device(root, "0000:18:00.0", 0x10DE, 0x2330, 0x030200, None)
+    (gpu,) = scanner.scan()[0]
+    assert (gpu.device_id, gpu.driver) == ("0x2330", None)
+
+
+def test_scanner_rereads_the_driver_every_time(tmp_path: str) -> None:
+    root = str(tmp_path)
+    fakesysfs.add_device(root, "0000:18:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+    scanner = pci.Scanner(root)
+    assert scanner.scan()[0][0].driver == "nvidia"
+    fakesysfs.bind(root, "0000:18:00.0", "vfio-pci")
+    assert scanner.scan()[0][0].driver == "vfio-pci"
+
+
+def test_scanner_reports_a_problem_on_every_scan(tmp_path: str) -> None:
+    root = str(tmp_path)
+    dev = fakesysfs.add_device(root, "0000:18:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+    with open(os.path.join(dev, "class"), "w") as f:
+        f.write("zz\n")
+    scanner = pci.Scanner(root)
+    assert len(scanner.scan()[1]) == 1
+    assert len(scanner.scan()[1]) == 1
