@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from gpuagent.logs import Event
+from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CATALOG = os.path.join(REPO, "packaging", "gpuagent.catalog")
@@ -69,11 +70,7 @@ def test_entry_is_well_formed(message_id: str, text: list[str]) -> None:
 
 
 def test_journalctl_compiles_it(tmp_path: str) -> None:
-    journalctl = shutil.which("journalctl")
-    if journalctl is None:
-        if os.environ.get("CI"):
-            pytest.fail("journalctl is not installed (CI installs systemd)")
-        pytest.skip("journalctl is not installed")
+    journalctl = tool("journalctl")
     root = str(tmp_path)
     os.makedirs(os.path.join(root, "usr/lib/systemd/catalog"))
     shutil.copy(CATALOG, os.path.join(root, "usr/lib/systemd/catalog"))

@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
+from tests.tools import tool
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed (CI installs it)")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 @pytest.mark.parametrize("args", [["check", "."], ["format", "--check", "."]])

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import fields
 
-import pytest
-
 from gpuagent.cli import main
 from gpuagent.config import Config
+from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = os.path.join(REPO, "man", "gpuagent.8")
@@ -75,10 +73,7 @@ def test_environment() -> None:
 
 
 def lint(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    if shutil.which(argv[0]) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{argv[0]} is not installed (CI installs it)")
-        pytest.skip(f"{argv[0]} is not installed")
+    argv = [tool(argv[0]), *argv[1:]]
     return subprocess.run([*argv, PAGE], capture_output=True, text=True, check=False, timeout=60)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +30,7 @@ from gpuagent.smi import FIELDS, parse, sysfs_slot
 from tests import fakehost, replay
 from tests.fakehost import H200_LOAD
 from tests.test_metrics import EXPECTED_VALUES
+from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RULES_DIR = os.path.join(REPO, "packaging", "prometheus")
@@ -41,18 +41,8 @@ T = TypeVar("T")
 
 
 def need(*names: str) -> list[str]:
-    """The binaries' paths; skip (fail in CI) when one is not installed."""
-    paths = [shutil.which(n) for n in names]
-    missing = [n for n, p in zip(names, paths, strict=True) if p is None]
-    if missing:
-        reason = (
-            f"{', '.join(missing)} not installed "
-            "(apt-get install prometheus prometheus-node-exporter)"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return [p for p in paths if p is not None]
+    """The binaries' paths (Debian's prometheus and prometheus-node-exporter)."""
+    return [tool(n) for n in names]
 
 
 # The alert rules ----------------------------------------------------------------------------

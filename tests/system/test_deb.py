@@ -21,6 +21,7 @@ import pytest
 from gpuagent import pci
 from gpuagent.logs import Event
 from tests import fakesysfs
+from tests.tools import need
 
 pytestmark = pytest.mark.system
 
@@ -53,14 +54,6 @@ FAILING_STATUS = re.compile(
 )
 
 T = TypeVar("T")
-
-
-def need(ok: bool, why: str) -> None:
-    """Skip without the prerequisite; CI has them all, so there it fails."""
-    if not ok:
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
 
 
 def one(entries: list[dict[str, Any]], what: str) -> dict[str, Any]:

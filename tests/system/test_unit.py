@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 
-import pytest
+from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UNIT = os.path.join(REPO, "packaging", "gpuagent.service")
@@ -19,15 +19,6 @@ MAN = os.path.join(REPO, "man", "gpuagent.8")
 MAX_EXPOSURE = 1.5
 # Options that lock the agent out of /dev/nvidia* or /proc/driver/nvidia (see the unit).
 DEVICE_TRAPS = ("PrivateDevices", "ProcSubset", "DevicePolicy", "DeviceAllow", "ProtectClock")
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed (CI installs it)")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 def settings() -> dict[str, list[str]]:
