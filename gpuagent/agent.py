@@ -81,22 +81,20 @@ class Agent:
         self._smi_path: str | None = None
         self._smi_seen: bool | None = None
         self._module: bool | None = None
-        self.configure(config)
+        self.config = config
+        self.scanner = pci.Scanner(config.sysfs_root)
+        self.backoff = Backoff(config.backoff_after, cap_ticks(config.interval, config.retry_max))
+        self.prober.runner.timeout = config.probe_timeout
 
     def configure(self, config: Config) -> None:
-        """Apply a (re)loaded config; counters, samples and the outage's backoff survive it."""
-        self.config = config
-        scanner: pci.Scanner | None = getattr(self, "scanner", None)
-        if scanner is None or scanner.root != config.sysfs_root:
+        """Apply a reloaded config; counters, samples and the outage's backoff survive it."""
+        if config.sysfs_root != self.config.sysfs_root:
             self.scanner = pci.Scanner(config.sysfs_root)
-        after, cap = config.backoff_after, cap_ticks(config.interval, config.retry_max)
-        old: Backoff | None = getattr(self, "backoff", None)
-        if old is None:
-            self.backoff = Backoff(after, cap)
-        else:
-            old.after, old.cap = after, cap
-            old.clamp()
+        self.backoff.after = config.backoff_after
+        self.backoff.cap = cap_ticks(config.interval, config.retry_max)
+        self.backoff.clamp()
         self.prober.runner.timeout = config.probe_timeout
+        self.config = config
 
     # The tick ------------------------------------------------------------------------------
 

@@ -313,3 +313,14 @@ def test_a_cleared_gate_probes_on_that_tick_whatever_the_backoff(host: Host) -> 
     host.tick()
     assert host.spawns == spawns + 1
     assert agent.probe_state == "ok"
+
+
+def test_reload_keeps_the_outage_and_clamps_its_gap(host: Host) -> None:
+    host.failing()
+    agent = host.make_agent()
+    host.tick(9)  # failures 0..: probes at ticks 0, 1, 2, 4, 8; the gap is now 6 ticks
+    assert (agent.backoff.failures, agent.backoff.next_in_ticks) == (5, 6)
+    agent.configure(host.config(retry_max=20.0))  # cap 2 ticks
+    assert agent.backoff.failures == 5
+    assert agent.backoff.next_in_ticks == 2
+    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
