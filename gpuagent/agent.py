@@ -211,7 +211,8 @@ class Agent:
         fields = {"failure_class": failure.value, "exit_code": result.exit_code}
         if result.detail:
             self.log(DEBUG, None, f"nvidia-smi output not understood: {result.detail!r}")
-        if n == self.backoff.after:
+        # ">=" and the flag, not "==": a reload may move the threshold mid-outage.
+        if n >= self.backoff.after and not self.warned_outage:
             self.warned_outage = True
             self.log(
                 WARNING,

@@ -121,7 +121,7 @@ def _print(text: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def detect(ctx: click.Context, as_json: bool) -> None:
-    """Scan the PCI bus for NVIDIA GPUs (no nvidia-smi)."""
+    """Scan the PCI bus for NVIDIA GPUs (no nvidia-smi); exit 1 if sysfs could not be read."""
     from . import pci  # noqa: PLC0415
 
     cfg = _load(ctx)
@@ -132,12 +132,14 @@ def detect(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         out: dict[str, Any] = {"gpus": [asdict(g) for g in gpus], "module_loaded": loaded}
         click.echo(json.dumps(out, indent=2))
-        return
-    if not gpus:
-        click.echo("no NVIDIA GPU on the PCI bus")
-    for g in gpus:
-        click.echo(f"{g.slot}  device {g.device_id}  class {g.pci_class}  driver {g.driver or '-'}")
-    click.echo(f"nvidia kernel module: {'loaded' if loaded else 'not loaded'}")
+    else:
+        if not gpus:
+            click.echo("no NVIDIA GPU on the PCI bus")
+        for g in gpus:
+            driver = g.driver or "-"
+            click.echo(f"{g.slot}  device {g.device_id}  class {g.pci_class}  driver {driver}")
+        click.echo(f"nvidia kernel module: {'loaded' if loaded else 'not loaded'}")
+    sys.exit(1 if problems else 0)
 
 
 @main.command()
@@ -148,6 +150,7 @@ def probe(ctx: click.Context, as_json: bool) -> None:
     from . import pci  # noqa: PLC0415
     from .probe import Prober, lookup  # noqa: PLC0415
     from .runner import Runner  # noqa: PLC0415
+    from .status import clean  # noqa: PLC0415
 
     cfg = _load(ctx)
     if not cfg.load_driver and not pci.module_loaded(cfg.sysfs_root):
@@ -164,10 +167,10 @@ def probe(ctx: click.Context, as_json: bool) -> None:
         sys.exit(1)
     result = Prober(Runner(timeout=cfg.probe_timeout)).probe(binary)
     if result.rows is None:
-        click.echo(f"gpuagent: probe failed ({result.failure}): {result.error}", err=True)
+        click.echo(f"gpuagent: probe failed ({result.failure}): {clean(result.error)}", err=True)
         sys.exit(1)
     if as_json:
         click.echo(json.dumps({"fields": list(result.fields), "rows": result.rows}, indent=2))
         return
     for row in result.rows:
-        click.echo(", ".join(f"{k}={v}" for k, v in row.items()))
+        click.echo(clean(", ".join(f"{k}={v}" for k, v in row.items())))

@@ -140,6 +140,10 @@ class Daemon:
                 self.log(logging.ERROR, None, f"internal error in a tick, carrying on: {reason}")
                 self.log.logger.debug("the internal error's traceback", exc_info=True)
             self.agent.problems["internal"] = reason
+            if self.agent.on_scanned is not None:
+                # READY=1 comes after the first scan; without one, systemd must hear it anyway.
+                self.agent.on_scanned()
+                self.agent.on_scanned = None
         else:
             self.agent.problems.pop("internal", None)
 
@@ -206,6 +210,10 @@ class Daemon:
         else:
             if self.interval_override is not None:
                 cfg = replace(cfg, interval=self.interval_override)
+            if cfg.state_file != self.config.state_file:
+                # Nothing updates the old file any more: it would read as a hung agent.
+                with contextlib.suppress(OSError):
+                    os.unlink(self.config.state_file)
             self.config = cfg
             self.agent.configure(cfg)
             self.textfile.configure(cfg.textfile)

@@ -71,7 +71,15 @@ def malformed(st: dict[str, Any]) -> str | None:
 
 
 def _pid_alive(pid: object) -> bool:
-    return isinstance(pid, int) and pid > 0 and os.path.exists(f"/proc/{pid}")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # another user's process (/proc may hide it: hidepid)
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
 
 
 def judge(st: dict[str, Any], now: float) -> tuple[int, str]:

@@ -97,7 +97,14 @@ def set_module(root: str, loaded: bool, name: str = "nvidia") -> None:
 
 
 def remove_device(root: str, slot: str) -> None:
-    shutil.rmtree(os.path.join(root, "bus", "pci", "devices", slot))
+    """Unplug ``slot``.  Its directory is moved aside rather than deleted: sysfs never gives
+    a new device an old entry's inode, while ext4 would hand the freed one straight back."""
+    graveyard = os.path.join(root, ".removed")
+    os.makedirs(graveyard, exist_ok=True)
+    os.rename(
+        os.path.join(root, "bus", "pci", "devices", slot),
+        os.path.join(graveyard, f"{slot}.{len(os.listdir(graveyard))}"),
+    )
 
 
 def gpu_slots(n: int) -> list[str]:

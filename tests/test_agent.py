@@ -324,3 +324,25 @@ def test_reload_keeps_the_outage_and_clamps_its_gap(host: Host) -> None:
     assert agent.backoff.failures == 5
     assert agent.backoff.next_in_ticks == 2
     assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
+
+
+def test_a_lower_threshold_on_reload_still_warns_once(host: Host) -> None:
+    host.failing()
+    agent = host.make_agent(backoff_after=10)
+    host.tick(5)
+    agent.configure(host.config(backoff_after=3))
+    host.tick(40)
+    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
+    host.healthy()
+    while agent.probe_state != "ok":
+        host.tick()
+    assert len(host.events(Event.RECOVERED)) == 1
+
+
+def test_a_higher_threshold_on_reload_does_not_warn_again(host: Host) -> None:
+    host.failing()
+    agent = host.make_agent(backoff_after=3)
+    host.tick(5)
+    agent.configure(host.config(backoff_after=6))
+    host.tick(40)
+    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1

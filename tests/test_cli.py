@@ -8,7 +8,9 @@ import os
 from click.testing import CliRunner
 
 from gpuagent.cli import main
-from tests import fakehost, fakesysfs
+from gpuagent.smi import FIELDS
+from tests import fakehost, fakesysfs, replay
+from tests.fakehost import H200_LOAD
 
 
 def test_detect_and_probe_on_a_fake_host(tmp_path: str) -> None:
@@ -57,3 +59,26 @@ def test_empty_config_path_is_refused() -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", "", "status"])
     assert res.exit_code == 78
     assert "--config" in res.stderr
+
+
+def test_detect_fails_when_sysfs_cannot_be_read(tmp_path: str) -> None:
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'sysfs_root = "{tmp_path}/nonexistent"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "detect"])
+    assert res.exit_code == 1
+    assert "cannot list PCI devices" in res.stderr
+
+
+def test_probe_output_is_stripped_of_control_characters(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 1)
+    rows, _ = replay.answer(
+        replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", host.slots
+    )
+    host.scenario(stdout=rows.replace("NVIDIA H200", "evil\x1b]0;pwned\x07name"), exit=0)
+    conf = os.path.join(tmp_path, "probe.toml")
+    with open(conf, "w") as f:
+        f.write(f'sysfs_root = "{host.root}"\nnvidia_smi = "{host.smi}"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
+    assert res.exit_code == 0, res.stderr
+    assert "name=evil?]0;pwned?name" in res.stdout

@@ -421,3 +421,19 @@ def test_an_unexpected_error_in_a_tick_is_logged_once_and_survived(
     daemon._tick()
     daemon._publish()
     assert "internal" not in state.read(os.path.join(host.dir, "state.json"))["problems"]
+
+
+def test_ready_is_sent_even_when_the_first_scan_fails(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon, _ = daemon_on(host, os.path.join(host.dir, "state.json"))
+    sent: list[str] = []
+    monkeypatch.setattr(daemon.notifier, "ready", lambda status=None: sent.append("READY"))
+
+    def broken() -> tuple[list[object], list[str]]:
+        raise OSError("sysfs went away")
+
+    monkeypatch.setattr(daemon.agent.scanner, "scan", broken)
+    daemon.agent.on_scanned = lambda: daemon.notifier.ready("x")
+    daemon._tick()
+    assert sent == ["READY"]
