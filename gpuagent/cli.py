@@ -117,6 +117,25 @@ def _print(text: str) -> None:
         os.close(devnull)
 
 
+@main.command("link-textfile")
+@click.option("--remove", is_flag=True, help="Remove the link (after the service stopped).")
+@click.pass_context
+def link_textfile(ctx: click.Context, remove: bool) -> None:
+    """Link node_exporter's textfile to the agent's metrics (run by the unit as root)."""
+    from . import textlink  # noqa: PLC0415
+
+    cfg = _load(ctx)
+    default = config.Config().textfile
+    if remove:
+        textlink.unlink([cfg.textfile, default])
+        return
+    try:
+        textlink.link(cfg.textfile, [default])
+    except OSError as e:
+        click.echo(f"gpuagent: cannot link {cfg.textfile}: {e.strerror or e}", err=True)
+        sys.exit(1)
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context

@@ -288,6 +288,18 @@ def node_exporter(c: Container) -> None:
     assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
     c.run("systemctl", "start", "gpuagent")
     wait_for("gpuagent_ series again", series, 15)
+    # Installed after gpuagent: the package's trigger links the textfile, no restart needed.
+    link = "/var/lib/prometheus/node-exporter/gpuagent.prom"
+    c.run("systemctl", "stop", "gpuagent")
+    c.apt("remove", "prometheus-node-exporter")  # (its /etc/default, with our port, stays)
+    assert c.run("test", "-e", "/var/lib/prometheus/node-exporter", check=False).returncode
+    c.run("systemctl", "start", "gpuagent")
+    pid = c.prop("MainPID")
+    assert c.run("test", "-L", link, check=False).returncode  # nothing to link into
+    c.apt("install", "prometheus-node-exporter")
+    assert c.out("readlink", link) == "/run/gpuagent/gpuagent.prom"
+    wait_for("gpuagent_ series after node_exporter came", series, 15)
+    assert c.prop("MainPID") == pid
 
 
 def watchdog(c: Container) -> None:

@@ -1,0 +1,80 @@
+"""The node_exporter link: made only where it can stay valid, removed only when it is ours."""
+
+from __future__ import annotations
+
+import os
+
+from click.testing import CliRunner
+
+from gpuagent import textlink
+from gpuagent.cli import main
+
+
+def dirs(tmp_path: str) -> tuple[str, str, str]:
+    exporter = os.path.join(tmp_path, "node-exporter")
+    run = os.path.join(tmp_path, "run")
+    os.makedirs(exporter)
+    os.makedirs(run)
+    return os.path.join(exporter, "gpuagent.prom"), os.path.join(run, "gpuagent.prom"), exporter
+
+
+def test_link_points_at_an_existing_target(tmp_path: str) -> None:
+    path, target, _ = dirs(tmp_path)
+    assert textlink.link(path, [], target) == path
+    assert os.readlink(path) == target
+    assert os.path.isfile(path)  # the empty target exists: never a dangling link
+    with open(target, "w") as f:
+        f.write("kept\n")
+    assert textlink.link(path, [], target) == path
+    with open(path) as f:
+        assert f.read() == "kept\n"  # relinking does not truncate the agent's file
+
+
+def test_no_node_exporter_no_link(tmp_path: str) -> None:
+    path = os.path.join(tmp_path, "absent", "gpuagent.prom")
+    assert textlink.link(path, [], os.path.join(tmp_path, "t.prom")) is None
+    assert not os.path.lexists(path)
+
+
+def test_an_operators_file_is_left_alone(tmp_path: str) -> None:
+    path, target, _ = dirs(tmp_path)
+    with open(path, "w") as f:
+        f.write("mine\n")
+    assert textlink.link(path, [], target) is None
+    assert textlink.unlink([path], target) == []
+    with open(path) as f:
+        assert f.read() == "mine\n"
+
+
+def test_disabled_or_moved_textfile_drops_the_default_link(tmp_path: str) -> None:
+    path, target, exporter = dirs(tmp_path)
+    textlink.link(path, [], target)
+    assert textlink.link("", [path], target) is None
+    assert not os.path.lexists(path)
+    textlink.link(path, [], target)
+    moved = os.path.join(exporter, "other.prom")
+    assert textlink.link(moved, [path], target) == moved
+    assert not os.path.lexists(path)
+    assert os.readlink(moved) == target
+
+
+def test_unlink_removes_only_our_links(tmp_path: str) -> None:
+    path, target, exporter = dirs(tmp_path)
+    textlink.link(path, [], target)
+    theirs = os.path.join(exporter, "theirs.prom")
+    os.symlink("/somewhere/else.prom", theirs)
+    assert textlink.unlink([path, theirs, path, ""], target) == [path]
+    assert not os.path.lexists(path)
+    assert os.path.islink(theirs)
+
+
+def test_the_command_links_and_removes(tmp_path: str) -> None:
+    path, _, _ = dirs(tmp_path)
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'textfile = "{path}"\n')
+    runner = CliRunner(mix_stderr=False)
+    assert runner.invoke(main, ["--config", conf, "link-textfile"]).exit_code == 0
+    assert os.readlink(path) == textlink.RUN_FILE
+    assert runner.invoke(main, ["--config", conf, "link-textfile", "--remove"]).exit_code == 0
+    assert not os.path.lexists(path)
