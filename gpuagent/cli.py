@@ -1,4 +1,5 @@
-"""Command line: ``run``, ``status``, ``detect``, ``probe`` (thin; no logic here).
+"""Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config`` (thin; no logic
+here), and the unit's helpers ``link-textfile`` and ``reload``.
 
 Imports beyond click, json and tomllib happen inside the commands that need them, so that
 ``gpuagent status`` starts fast.
@@ -29,7 +30,33 @@ def _load(ctx: click.Context) -> config.Config:
         sys.exit(config.EX_CONFIG)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _salvage(ctx: click.Context, *, quiet: bool = False) -> config.Config:
+    """The config for commands that must work whatever the file says: a bad file is a
+    warning (none when ``quiet``) and its valid settings are used."""
+    path, required = ctx.obj["config_file"]
+    cfg, error = config.salvage(path, required=required)
+    if error is not None and not quiet:
+        click.echo(f"gpuagent: warning: {error}; using its valid settings only", err=True)
+    return cfg
+
+
+def _load_or_exit(path: str, required: bool) -> config.Config:
+    """The config, or exit 78 with the error logged as the agent logs it: to the journal
+    with its MESSAGE_ID under systemd, else to stderr."""
+    try:
+        return config.load(path, required=required)
+    except config.ConfigError as e:
+        import logging  # noqa: PLC0415
+
+        from .logs import Event, EventLog, setup  # noqa: PLC0415
+
+        setup("info")
+        EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
+        sys.exit(config.EX_CONFIG)
+
+
+# no_args_is_help=False: a bare `gpuagent` is a usage error (exit 2), not a help page (exit 0).
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, no_args_is_help=False)
 @click.option(
     "--config",
     "config_path",
@@ -50,24 +77,17 @@ def main(ctx: click.Context, config_path: str | None) -> None:
 @click.option("--ticks", type=click.IntRange(min=1), help="Run N ticks, then exit 0.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.001, max=86400),
-    help="Seconds between ticks (overrides the config).",
+    type=click.FloatRange(min=config.MIN_INTERVAL, max=86400),
+    help="Seconds between ticks (overrides the config; caps probe_timeout at 0.8 of it).",
 )
 @click.pass_context
 def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
     from .daemon import Daemon  # noqa: PLC0415
-    from .logs import Event, EventLog, setup  # noqa: PLC0415
+    from .logs import setup  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    try:
-        cfg = config.load(path, required=required)
-    except config.ConfigError as e:
-        import logging  # noqa: PLC0415
-
-        setup("info")
-        EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
-        sys.exit(config.EX_CONFIG)
+    cfg = _load_or_exit(path, required)
     setup(cfg.log_level)
     sys.exit(Daemon(cfg, (path, required), interval=interval).run(ticks))
 
@@ -80,7 +100,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     from . import state  # noqa: PLC0415
     from .status import UNKNOWN, clean, judge, malformed, render  # noqa: PLC0415
 
-    cfg = _load(ctx)
+    cfg = _salvage(ctx)
     try:
         st = state.read(cfg.state_file)
     except state.StateError as e:
@@ -94,7 +114,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     code, reason = judge(st, now)
     text = json.dumps(st, indent=2, sort_keys=True) if as_json else render(st, now, code, reason)
     _print(text)
-    if code:
+    if code and as_json:
+        # The text says why; the JSON does not.
         click.echo(f"gpuagent: {clean(reason)}", err=True)
     sys.exit(code)
 
@@ -117,17 +138,51 @@ def _print(text: str) -> None:
         os.close(devnull)
 
 
-@main.command("link-textfile")
+@main.command("check-config")
+@click.argument("path", required=False)
+@click.pass_context
+def check_config(ctx: click.Context, path: str | None) -> None:
+    """Validate a config file [default: the one `run` reads]; exit 78 if it is bad."""
+    required = True
+    if path is None:
+        path, required = ctx.obj["config_file"]
+    cfg = _load_or_exit(path, required)
+    for warning in config.warnings(cfg):
+        click.echo(f"gpuagent: warning: {path}: {warning}", err=True)
+    absent = not required and not os.path.lexists(path)
+    click.echo(f"{path}: no such file; the defaults apply" if absent else f"{path}: OK")
+
+
+@main.command(hidden=True)
+@click.argument("pid", type=click.IntRange(min=2))
+def reload(pid: int) -> None:
+    """Ask the agent PID to reload and probe now (the unit's ExecReload; needs no kill(1))."""
+    import signal  # noqa: PLC0415
+
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as e:
+        click.echo(f"gpuagent: cannot signal pid {pid}: {e.strerror or e}", err=True)
+        sys.exit(1)
+
+
+# Hidden: the unit's helper, not a command for people (gpuagent(8) still describes it).
+@main.command("link-textfile", hidden=True)
 @click.option("--remove", is_flag=True, help="Remove the link (after the service stopped).")
 @click.pass_context
 def link_textfile(ctx: click.Context, remove: bool) -> None:
     """Link node_exporter's textfile to the agent's metrics (run by the unit as root)."""
     from . import textlink  # noqa: PLC0415
 
-    cfg = _load(ctx)
+    path, required = ctx.obj["config_file"]
+    cfg, error = config.salvage(path, required=required)
     default = config.Config().textfile
     if remove:
+        # Whatever the file says now, the links made at start go: none may dangle.
         textlink.unlink([cfg.textfile, default])
+        return
+    if error is not None:
+        # The agent will not start (or reload) on this file, and says why itself: once.
         return
     try:
         textlink.link(cfg.textfile, [default])
@@ -143,7 +198,7 @@ def detect(ctx: click.Context, as_json: bool) -> None:
     """Scan the PCI bus for NVIDIA GPUs (no nvidia-smi); exit 1 if sysfs could not be read."""
     from . import pci  # noqa: PLC0415
 
-    cfg = _load(ctx)
+    cfg = _salvage(ctx)
     gpus, problems = pci.scan(cfg.sysfs_root)
     for problem in problems:
         click.echo(f"gpuagent: {problem}", err=True)
@@ -172,6 +227,12 @@ def probe(ctx: click.Context, as_json: bool) -> None:
     from .status import clean  # noqa: PLC0415
 
     cfg = _load(ctx)
+    gpus, _ = pci.scan(cfg.sysfs_root)
+    if not any(g.probeable for g in gpus):
+        # The agent's own gate; a module that is not loaded is no news on such a host.
+        which = "is bound to nvidia or unbound" if gpus else "at all"
+        click.echo(f"gpuagent: no NVIDIA GPU on the PCI bus {which}; nothing to probe", err=True)
+        sys.exit(1)
     if not cfg.load_driver and not pci.module_loaded(cfg.sysfs_root):
         # The agent's own gate: nvidia-smi would load the module mid driver upgrade.
         click.echo(
@@ -192,4 +253,5 @@ def probe(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps({"fields": list(result.fields), "rows": result.rows}, indent=2))
         return
     for row in result.rows:
-        click.echo(clean(", ".join(f"{k}={v}" for k, v in row.items())))
+        # None: nvidia-smi's [N/A] and friends.
+        click.echo(clean(", ".join(f"{k}={'-' if v is None else v}" for k, v in row.items())))

@@ -2,7 +2,8 @@
 
 Every error is a :class:`ConfigError` whose message is one line naming the file, the key and
 what was expected; the daemon exits 78 (EX_CONFIG) on it at start and keeps its old
-configuration on it at reload.
+configuration on it at reload.  :func:`salvage` is for the commands that must work whatever
+the file says (``status``, ``detect``, ``link-textfile``): it keeps what can be used.
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["DEFAULT_PATH", "EX_CONFIG", "Config", "ConfigError", "config_path", "load"]
+__all__ = [
+    "DEFAULT_PATH",
+    "EX_CONFIG",
+    "Config",
+    "ConfigError",
+    "config_path",
+    "load",
+    "salvage",
+    "warnings",
+    "with_interval",
+]
 
 DEFAULT_PATH = "/etc/gpuagent/gpuagent.toml"
 EX_CONFIG = 78
@@ -46,6 +57,12 @@ _DURATIONS = {"interval", "probe_timeout", "retry_max"}
 _MAX_SIZE = 64 * 1024
 # Below a millisecond the loop would spend its time scheduling; a day is beyond any use.
 _DURATION_RANGE = (0.001, 86400.0)
+# Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
+# spend a core on bookkeeping, and an nvidia-smi call alone takes longer than that.
+MIN_INTERVAL = 0.1
+# Without a probe_timeout of its own, a short interval gets this fraction of it: a probe must
+# end before the next tick is due, or ticks are skipped and every sample turns stale.
+TIMEOUT_FRACTION = 0.8
 
 
 def config_path(explicit: str | None) -> tuple[str, bool]:
@@ -68,22 +85,58 @@ def load(path: str, *, required: bool) -> Config:
     Raises :class:`ConfigError` for an unreadable or invalid file, and for a missing one when
     ``required``; a missing optional file gives the defaults.
     """
+    raw = _parse(path, required=required)
+    return Config() if raw is None else from_mapping(raw, source=path)
+
+
+def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
+    """Like :func:`load`, but never raises: a bad file gives its error and the settings that
+    can still be used — each valid key of a file that parses as TOML, the defaults otherwise.
+
+    A typo elsewhere in the file must not make ``gpuagent status`` lose the agent's state
+    file, nor leave node_exporter a dangling link.
+    """
+    try:
+        return load(path, required=required), None
+    except ConfigError as e:
+        error = e
+    try:
+        raw = _parse(path, required=required) or {}
+    except ConfigError:
+        return Config(), error
+    values = {}
+    for key, value in raw.items():
+        try:
+            values[key] = _check(path, key, value)
+        except ConfigError:
+            continue
+    return replace(Config(), **values), error
+
+
+def with_interval(cfg: Config, interval: float) -> Config:
+    """``cfg`` ticking every ``interval`` s (``run --interval``), its probe timeout capped at
+    :data:`TIMEOUT_FRACTION` of it."""
+    timeout = min(cfg.probe_timeout, round(TIMEOUT_FRACTION * interval, 3))
+    return replace(cfg, interval=interval, probe_timeout=timeout)
+
+
+def _parse(path: str, *, required: bool) -> dict[str, Any] | None:
+    """The file's TOML table, or None for a missing optional file; raises ConfigError."""
     try:
         data = _read_regular(path)
     except FileNotFoundError:
         if required:
             raise ConfigError(f"{path}: no such file") from None
-        return Config()
+        return None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
-        raw = tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(data.decode("utf-8"))
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     # TOMLDecodeError is a ValueError; so is an integer of more than 4300 digits.
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: not valid TOML: {str(e)[:200]}") from None
-    return from_mapping(raw, source=path)
 
 
 def _read_regular(path: str) -> bytes:
@@ -108,7 +161,24 @@ def from_mapping(raw: dict[str, Any], *, source: str) -> Config:
         if key not in known:
             raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
         values[key] = _check(source, key, value)
-    return replace(Config(), **values)
+    cfg = replace(Config(), **values)
+    return cfg if "probe_timeout" in values else with_interval(cfg, cfg.interval)
+
+
+def warnings(cfg: Config) -> list[str]:
+    """What works but is likely not meant, one line each.
+
+    A probe timeout at or above the interval is a warning, not an error: the agent still
+    works, but a hung nvidia-smi stretches its tick to the timeout (grid points are skipped
+    and samples turn stale meanwhile).  Some want exactly that: a short interval, and patience
+    with a driver that answers slowly.
+    """
+    if cfg.probe_timeout >= cfg.interval:
+        return [
+            f"probe_timeout ({cfg.probe_timeout:g} s) is not below interval "
+            f"({cfg.interval:g} s): a hung nvidia-smi stretches a tick to {cfg.probe_timeout:g} s"
+        ]
+    return []
 
 
 def _show(value: Any) -> str:
@@ -122,10 +192,13 @@ def _check(source: str, key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number of seconds, got {_show(value)}")
         low, high = _DURATION_RANGE
+        if key == "interval":
+            low = MIN_INTERVAL
         # A chained comparison is false for NaN and infinities, and safe for huge integers.
         if not low <= value <= high:
+            why = " (shorter ticks would spend the CPU on bookkeeping)" if low > 0.01 else ""
             raise ConfigError(
-                f"{where}: expected seconds between {low} and {high:g}, got {_show(value)}"
+                f"{where}: expected seconds between {low} and {high:g}, got {_show(value)}{why}"
             )
         return float(value)
     if key == "backoff_after":

@@ -2,8 +2,9 @@
 the Prometheus textfile.
 
 SIGTERM and SIGINT stop the loop (within 2 s even mid-probe); SIGHUP reloads the config
-(a bad file is logged and the old config kept).  The watchdog is fed from this loop itself,
-also while a probe hangs and when the interval is longer than the watchdog period.
+(a bad file is logged and the old config kept) and probes at once, whatever the backoff had
+counted.  The watchdog is fed from this loop itself, also while a probe hangs and when the
+interval is longer than the watchdog period.  One agent runs per state file (:mod:`.lock`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from types import FrameType
 
 from . import __version__, config, state
 from .agent import Agent
+from .lock import EX_RUNNING, AlreadyRunning, StateLock
 from .logs import Event, EventLog, setup
 from .metrics import Textfile
 from .notify import Notifier, watchdog_period
@@ -49,7 +50,7 @@ class Daemon:
         # ``interval`` (run --interval) overrides the file's, on reloads too.
         self.interval_override = interval
         if interval is not None:
-            cfg = replace(cfg, interval=interval)
+            cfg = config.with_interval(cfg, interval)
         self.config = cfg
         self.config_file = config_file
         self.notifier = notifier or Notifier()
@@ -60,6 +61,9 @@ class Daemon:
         self.next_ping = 0.0
         self.stop_requested = False
         self.reload_requested = False
+        # Monotonic time of the last tick a reload ran out of turn (None: none yet).
+        self._looked_at: float | None = None
+        self.lock = StateLock()
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         runner = Runner(timeout=cfg.probe_timeout, clock=monotonic)
         runner.wake_fd = self._wake_r
@@ -98,13 +102,23 @@ class Daemon:
     # Loop ----------------------------------------------------------------------------------
 
     def run(self, ticks: int | None = None) -> int:
-        """Run until SIGTERM/SIGINT or ``ticks`` ticks; returns the exit status (0)."""
+        """Run until SIGTERM/SIGINT or ``ticks`` ticks; returns the exit status: 0, or
+        :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state file (then nothing
+        was touched)."""
+        try:
+            problem = self.lock.acquire(self.config.state_file)
+        except AlreadyRunning as e:
+            self.log(logging.ERROR, None, f"not starting: {e}")
+            return EX_RUNNING
+        if problem is not None:
+            self.log(logging.WARNING, None, f"running without the state file's lock: {problem}")
         self._install_signals()
         self.log(
             logging.INFO,
             Event.STARTED,
             f"gpuagent {__version__} started: tick every {self.config.interval:g} s",
         )
+        self._warn(self.config)
         self.agent.on_scanned = lambda: self.notifier.ready(self.agent.status_line())
         start, index = self.monotonic(), 0
         while True:
@@ -115,13 +129,17 @@ class Daemon:
             if self.stop_requested or (ticks is not None and self.agent.ticks >= ticks):
                 break
             index = next_index(start, self.config.interval, index, self.monotonic())
-            # A reload keeps the grid (a SIGHUP storm must not turn into a tick storm) unless
-            # it changes the interval: then the next tick is one new interval from now.
+            # A reload ticks at once and starts the grid over from there; a second reload
+            # within an interval keeps the grid (a SIGHUP storm must not turn into a tick
+            # storm) unless it changes the interval: then the next tick is one new interval
+            # from now.
             while not self._wait_until(deadline(start, self.config.interval, index)):
                 if not self.reload_requested:
                     break
                 interval = self.config.interval
-                self._reload()
+                if self._reload():
+                    start, index = self.monotonic(), 0
+                    break
                 if self.config.interval != interval:
                     start, index = self.monotonic(), 1
             if self.stop_requested:
@@ -197,19 +215,24 @@ class Daemon:
         else:
             self.agent.problems["textfile"] = self.textfile.problem
 
-    def _reload(self) -> None:
+    def _reload(self) -> bool:
+        """Reload the config; returns whether to tick now ("look now": the operator may have
+        fixed what the probe was failing on), which is at most once per interval."""
         self.reload_requested = False
         self.notifier.reloading()
+        now = self.monotonic()
+        look = self._looked_at is None or now - self._looked_at >= self.config.interval
+        then = "probing now" if look else "probing on the next tick (a reload just probed)"
         path, required = self.config_file
         try:
-            cfg = config.load(path, required=required)
-        except config.ConfigError as e:
+            cfg = self._load_for_reload(path, required)
+        except (config.ConfigError, AlreadyRunning) as e:
             self.log(
-                logging.ERROR, Event.CONFIG_ERROR, f"reload failed, keeping the old config: {e}"
+                logging.ERROR,
+                Event.CONFIG_ERROR,
+                f"reload failed, keeping the old config: {e}; {then}",
             )
         else:
-            if self.interval_override is not None:
-                cfg = replace(cfg, interval=self.interval_override)
             if cfg.state_file != self.config.state_file:
                 # Nothing updates the old file any more: it would read as a hung agent.
                 with contextlib.suppress(OSError):
@@ -218,8 +241,27 @@ class Daemon:
             self.agent.configure(cfg)
             self.textfile.configure(cfg.textfile)
             setup(cfg.log_level)
-            self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}")
+            self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}; {then}")
+            self._warn(cfg)
+        self.agent.backoff.expedite()
+        if look:
+            self._looked_at = now
         self.notifier.ready(self.agent.status_line())
+        return look
+
+    def _warn(self, cfg: config.Config) -> None:
+        for warning in config.warnings(cfg):
+            self.log(logging.WARNING, None, warning)
+
+    def _load_for_reload(self, path: str, required: bool) -> config.Config:
+        cfg = config.load(path, required=required)
+        if self.interval_override is not None:
+            cfg = config.with_interval(cfg, self.interval_override)
+        if cfg.state_file != self.config.state_file:
+            problem = self.lock.acquire(cfg.state_file)
+            if problem is not None:
+                self.log(logging.WARNING, None, f"running without the state file's lock: {problem}")
+        return cfg
 
     def _finish(self, reason: str) -> int:
         if reason == "signal":
@@ -231,6 +273,7 @@ class Daemon:
         snapshot["exit"] = {"reason": reason, "at": snapshot["updated_at"]}
         with contextlib.suppress(OSError):
             state.write(self.agent.config.state_file, snapshot)
+        self.lock.release()
         return 0
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+import time
+from typing import Any, TypeGuard
 
 __all__ = ["DEGRADED", "HEALTHY", "UNKNOWN", "clean", "judge", "malformed", "render"]
 
@@ -15,7 +16,7 @@ SILENT_INTERVALS = 3
 SILENT_MIN = 30.0
 
 
-def _finite(value: object) -> bool:
+def _finite(value: object) -> TypeGuard[int | float]:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:
@@ -87,7 +88,7 @@ def judge(st: dict[str, Any], now: float) -> tuple[int, str]:
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
         if exit_info is not None:
-            return UNKNOWN, "gpuagent is not running (stopped)"
+            return UNKNOWN, f"gpuagent is stopped since {_since(exit_info.get('at'), now)}"
         if not _pid_alive(st.get("pid")):
             return UNKNOWN, f"gpuagent (pid {st.get('pid')}) died without finishing"
         interval = float(st.get("interval") or 10)
@@ -107,6 +108,17 @@ def judge(st: dict[str, Any], now: float) -> tuple[int, str]:
     if st.get("problems"):
         return DEGRADED, "; ".join(f"{k}: {v}" for k, v in sorted(st["problems"].items()))
     return HEALTHY, st.get("status") or "ok"
+
+
+def _since(at: object, now: float) -> str:
+    """``at`` (wall s) as local time and how long ago; "an unknown time" if it is not one."""
+    if not _finite(at):
+        return "an unknown time"
+    try:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
+    except (OverflowError, OSError, ValueError):
+        return "an unknown time"
+    return f"{stamp} ({_ago(now - at)} ago)"
 
 
 def _ago(seconds: float) -> str:
@@ -129,6 +141,13 @@ def clean(value: object) -> str:
     return "".join(c if c.isprintable() else "?" for c in str(value))
 
 
+def _next_try(ticks: object, interval: float) -> str:
+    """The next probe in seconds, as the status line says it (``next try in 20 s``)."""
+    if not _finite(ticks):
+        return "-"
+    return f"{ticks * interval:g} s"
+
+
 def _pair(used: object, total: object, unit: str) -> str:
     if used is None and total is None:
         return "-"
@@ -149,8 +168,10 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
         # A finished agent's age stops at its end: it is not "up" any more.
         ran = _ago(st["updated_at"] - st["started_at"])
         life = f"finished {_ago(now - st['updated_at'])} ago after {ran}"
+    # A stopped agent's last status line is history: the header says it stopped.
+    title = reason if exit_info is not None and code == UNKNOWN else st["status"]
     lines = [
-        f"{dot} gpuagent - {clean(st['status'])}",
+        f"{dot} gpuagent - {clean(title)}",
         f"    pid {st['pid']}, {life}, {st['ticks']} ticks every {st['interval']:g} s, "
         f"version {clean(st.get('version'))}",
     ]
@@ -159,7 +180,7 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
     if probe.get("failure_class"):
         probe_line += (
             f" ({clean(probe['failure_class'])}, {clean(probe.get('consecutive_failures'))} "
-            f"failures, next try in {clean(probe.get('next_probe_in_ticks'))} ticks)"
+            f"failures, next try in {_next_try(probe.get('next_probe_in_ticks'), st['interval'])})"
         )
     probe_line += f", {clean(probe.get('spawns_total', 0))} spawns"
     if last is not None:
@@ -167,7 +188,7 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
     lines.append(probe_line)
     if probe.get("last_error"):
         lines.append(f"    last error: {clean(probe['last_error'])}")
-    if code != HEALTHY and reason != st["status"]:
+    if code != HEALTHY and reason not in (st["status"], title):
         lines.append(f"    {clean(reason)}")
     if st["gpus"]:
         lines.append(

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 
+import pytest
 from click.testing import CliRunner
 
+from gpuagent import config
 from gpuagent.cli import main
 from gpuagent.smi import FIELDS
 from tests import fakehost, fakesysfs, replay
@@ -45,11 +50,17 @@ def test_probe_failure_is_one_line(tmp_path: str) -> None:
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_detect_human_output_without_a_gpu(tmp_path: str) -> None:
+def no_gpu_host(tmp_path: str) -> str:
+    """A host with only a BMC's VGA function; returns its config file."""
     fakesysfs.add_device(tmp_path, "0000:03:00.0", 0x1A03, 0x2000, 0x030000, "ast")
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w") as f:
         f.write(f'sysfs_root = "{tmp_path}"\n')
+    return conf
+
+
+def test_detect_human_output_without_a_gpu(tmp_path: str) -> None:
+    conf = no_gpu_host(tmp_path)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "detect"])
     assert res.exit_code == 0
     assert res.stdout.splitlines()[0] == "no NVIDIA GPU on the PCI bus"
@@ -82,3 +93,97 @@ def test_probe_output_is_stripped_of_control_characters(tmp_path: str) -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
     assert res.exit_code == 0, res.stderr
     assert "name=evil?]0;pwned?name" in res.stdout
+
+
+def test_probe_prints_a_dash_for_a_missing_value(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 1)
+    rows, _ = replay.answer(
+        replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", host.slots
+    )
+    first, rest = rows.split(", ", 1)
+    host.scenario(stdout=f"{first}, [N/A], {rest.split(', ', 1)[1]}", exit=0)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
+    assert res.exit_code == 0, res.stderr
+    assert f"{FIELDS[1]}=-," in res.stdout
+    assert "None" not in res.stdout
+
+
+def test_probe_without_a_gpu_does_not_blame_the_module(tmp_path: str) -> None:
+    conf = no_gpu_host(tmp_path)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
+    assert res.exit_code == 1
+    assert res.stderr == "gpuagent: no NVIDIA GPU on the PCI bus at all; nothing to probe\n"
+
+
+def test_a_bare_gpuagent_is_a_usage_error() -> None:
+    res = CliRunner(mix_stderr=False).invoke(main, [])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("Usage: ")
+    assert "Missing command" in res.stderr
+
+
+def test_help_lists_the_commands_for_people_only() -> None:
+    res = CliRunner(mix_stderr=False).invoke(main, ["--help"])
+    assert res.exit_code == 0
+    listed = {line.split()[0] for line in res.stdout.split("Commands:")[1].splitlines() if line}
+    assert listed == {"check-config", "detect", "probe", "run", "status"}
+
+
+def test_check_config(tmp_path: str) -> None:
+    conf = os.path.join(tmp_path, "c.toml")
+    runner = CliRunner(mix_stderr=False)
+    with open(conf, "w") as f:
+        f.write("interval = 5\n")
+    res = runner.invoke(main, ["check-config", conf])
+    assert (res.exit_code, res.stdout, res.stderr) == (0, f"{conf}: OK\n", "")
+    with open(conf, "w") as f:
+        f.write("intervall = 5\n")
+    res = runner.invoke(main, ["--config", conf, "check-config"])
+    assert res.exit_code == 78
+    assert res.stdout == ""
+    assert res.stderr.startswith(f"error: {conf}: unknown key 'intervall'")
+    assert len(res.stderr.splitlines()) == 1
+    with open(conf, "w") as f:
+        f.write("interval = 5\nprobe_timeout = 6\n")
+    res = runner.invoke(main, ["check-config", conf])
+    assert (res.exit_code, res.stdout) == (0, f"{conf}: OK\n")
+    assert res.stderr.startswith(f"gpuagent: warning: {conf}: probe_timeout (6 s) is not below")
+    absent = os.path.join(tmp_path, "absent.toml")
+    assert runner.invoke(main, ["check-config", absent]).exit_code == 78
+
+
+def test_check_config_of_an_absent_default_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_PATH", "/nonexistent/gpuagent.toml")
+    res = CliRunner(mix_stderr=False).invoke(main, ["check-config"])
+    assert (res.exit_code, res.stdout) == (
+        0,
+        "/nonexistent/gpuagent.toml: no such file; the defaults apply\n",
+    )
+
+
+def test_reload_signals_the_pid_it_is_given(tmp_path: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys; signal.sigwait([signal.SIGHUP]); sys.exit(7)"],
+    )
+    try:
+        # sigwait needs SIGHUP blocked; until then, the default action would end it with -1.
+        res = CliRunner(mix_stderr=False).invoke(main, ["reload", str(proc.pid)])
+        assert res.exit_code == 0
+        assert proc.wait(timeout=10) in (7, -signal.SIGHUP)
+    finally:
+        proc.kill()
+        proc.wait()
+    res = CliRunner(mix_stderr=False).invoke(main, ["reload", str(proc.pid)])
+    assert res.exit_code == 1
+    assert res.stderr == f"gpuagent: cannot signal pid {proc.pid}: No such process\n"
+
+
+def test_detect_survives_a_bad_config(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 2)
+    with open(host.conf, "a") as f:
+        f.write("intervall = 5\n")
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "detect", "--json"])
+    assert res.exit_code == 0
+    assert [g["slot"] for g in json.loads(res.stdout)["gpus"]] == host.slots
+    assert res.stderr.startswith(f"gpuagent: warning: {host.conf}: unknown key 'intervall'")

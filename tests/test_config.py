@@ -6,7 +6,16 @@ import os
 
 import pytest
 
-from gpuagent.config import DEFAULT_PATH, Config, ConfigError, config_path, load
+from gpuagent.config import (
+    DEFAULT_PATH,
+    Config,
+    ConfigError,
+    config_path,
+    load,
+    salvage,
+    warnings,
+    with_interval,
+)
 
 
 def write(tmp_path: str, text: str) -> str:
@@ -28,13 +37,13 @@ def test_missing_explicit_file_is_an_error(tmp_path: str) -> None:
 def test_values_are_read(tmp_path: str) -> None:
     path = write(
         tmp_path,
-        "interval = 0.05\nprobe_timeout = 2\nbackoff_after = 5\nretry_max = 30.5\n"
+        "interval = 2.5\nprobe_timeout = 2\nbackoff_after = 5\nretry_max = 30.5\n"
         'nvidia_smi = "/opt/bin/nvidia-smi"\nsysfs_root = "/tmp/sys"\n'
         'state_file = "/tmp/s.json"\nload_driver = true\nlog_level = "debug"\n',
     )
     cfg = load(path, required=True)
     assert cfg == Config(
-        0.05, 2.0, 5, 30.5, "/opt/bin/nvidia-smi", "/tmp/sys", "/tmp/s.json", True, "debug"
+        2.5, 2.0, 5, 30.5, "/opt/bin/nvidia-smi", "/tmp/sys", "/tmp/s.json", True, "debug"
     )
     assert isinstance(cfg.probe_timeout, float)
 
@@ -45,6 +54,8 @@ def test_values_are_read(tmp_path: str) -> None:
         ("intervall = 10", "unknown key 'intervall'"),
         ('interval = "10"', "interval: expected a number of seconds"),
         ("interval = 0", "interval: expected seconds between"),
+        ("interval = 0.001", "between 0.1 and 86400, got 0.001 (shorter ticks would spend"),
+        ("interval = 0.099", "interval: expected seconds between 0.1 and"),
         ("interval = -1", "interval: expected seconds between"),
         ("interval = inf", "interval: expected seconds between"),
         ("interval = nan", "interval: expected seconds between"),
@@ -141,3 +152,39 @@ def test_a_huge_file_is_refused(tmp_path: str) -> None:
     path = write(tmp_path, "# " + "x" * 100_000 + "\n")
     with pytest.raises(ConfigError, match="larger than 64 KiB"):
         load(path, required=True)
+
+
+def test_a_short_interval_shortens_the_default_probe_timeout(tmp_path: str) -> None:
+    assert load(write(tmp_path, "interval = 5"), required=True).probe_timeout == 4.0
+    assert load(write(tmp_path, "interval = 0.1"), required=True).probe_timeout == 0.08
+    assert load(write(tmp_path, "interval = 60"), required=True).probe_timeout == 8.0
+    cfg = load(write(tmp_path, "interval = 5\nprobe_timeout = 4.9"), required=True)
+    assert cfg.probe_timeout == 4.9  # one the operator wrote stays as written
+
+
+def test_run_interval_caps_the_probe_timeout() -> None:
+    assert with_interval(Config(), 0.5) == Config(interval=0.5, probe_timeout=0.4)
+    assert with_interval(Config(), 30) == Config(interval=30, probe_timeout=8.0)
+
+
+def test_salvage_keeps_the_valid_keys_of_a_bad_file(tmp_path: str) -> None:
+    path = write(tmp_path, 'intervall = 5\nstate_file = "/srv/s.json"\ninterval = "x"\n')
+    cfg, error = salvage(path, required=True)
+    assert cfg == Config(state_file="/srv/s.json")
+    assert error is not None and "unknown key 'intervall'" in str(error)
+    assert salvage(write(tmp_path, 'state_file = "/srv/s.json"'), required=True)[1] is None
+
+
+def test_salvage_of_a_file_that_is_not_toml_gives_the_defaults(tmp_path: str) -> None:
+    cfg, error = salvage(write(tmp_path, 'state_file = "/srv/s.json"\n['), required=True)
+    assert (cfg, "not valid TOML" in str(error)) == (Config(), True)
+    cfg, error = salvage(os.path.join(tmp_path, "absent.toml"), required=True)
+    assert (cfg, "no such file" in str(error)) == (Config(), True)
+
+
+def test_a_probe_timeout_at_or_above_the_interval_is_a_warning(tmp_path: str) -> None:
+    cfg = load(write(tmp_path, "interval = 5\nprobe_timeout = 5"), required=True)
+    assert warnings(cfg) == [
+        "probe_timeout (5 s) is not below interval (5 s): a hung nvidia-smi stretches a tick to 5 s"
+    ]
+    assert warnings(Config()) == warnings(Config(interval=0.1, probe_timeout=0.08)) == []

@@ -208,7 +208,7 @@ def test_no_notify_socket_is_fine(fake_host: FakeHost) -> None:
             "--ticks",
             "2",
             "--interval",
-            "0.05",
+            "0.1",
         ],
         env={**env, "PYTHONPATH": REPO},
         capture_output=True,
@@ -244,3 +244,49 @@ def test_a_sighup_storm_keeps_the_grid_and_the_interval_override(
         proc.wait()
     with open(os.path.join(fake_host.dir, "state.json")) as f:
         assert json.load(f)["interval"] == 0.5
+
+
+def test_a_second_agent_on_the_same_state_file_touches_nothing(
+    fake_host: FakeHost, notify: Notify
+) -> None:
+    proc = start(fake_host, notify)
+    try:
+        notify.wait_for("STATUS=2 GPUs, sampling", 15)
+        second = subprocess.run(
+            [sys.executable, "-m", "gpuagent", "--config", fake_host.conf, "run"],
+            env={**os.environ, "PYTHONPATH": REPO},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert second.returncode == 75
+        assert second.stderr == (
+            f"error: not starting: already running (pid {proc.pid}): "
+            f"{fake_host.dir}/state.json.lock is locked\n"
+        )
+        with open(os.path.join(fake_host.dir, "state.json")) as f:
+            assert json.load(f)["pid"] == proc.pid
+        assert os.path.exists(os.path.join(fake_host.dir, "gpuagent.prom"))
+        assert stop(proc)[0] == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_reload_probes_at_once_whatever_the_backoff_says(tmp_path: str, notify: Notify) -> None:
+    host = fakehost.create(str(tmp_path), 2, interval=30.0, backoff_after=1)
+    host.failing()
+    proc = start(host, notify)
+    try:
+        notify.wait_for("STATUS=2 GPUs, nvidia-smi failing (version_mismatch)", 15)
+        host.healthy()  # the operator fixed it; the next grid tick is 30 s away
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("STATUS=2 GPUs, sampling", 5)
+        assert stop(proc)[0] == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.stderr is not None
+    lines = proc.stderr.read().splitlines()
+    assert f"info: configuration reloaded from {host.conf}; probing now" in lines

@@ -174,7 +174,7 @@ def test_bad_config_is_78_one_line(tmp_path: str) -> None:
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w") as f:
         f.write("interval = -3\n")
-    for args in (["status"], ["detect"], ["run", "--ticks", "1"]):
+    for args in (["check-config"], ["probe"], ["run", "--ticks", "1"]):
         proc = subprocess.run(
             [sys.executable, "-m", "gpuagent", "--config", conf, *args],
             capture_output=True,
@@ -264,3 +264,53 @@ def test_unencodable_and_full_stdout_keep_the_exit_status(tmp_path: str) -> None
         res = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, check=False, timeout=30)
     assert res.returncode == DEGRADED
     assert b"Traceback" not in res.stderr and b"Exception" not in res.stderr
+
+
+def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_path: str) -> None:
+    conf = write_state(tmp_path, base(updated_at=time.time()))
+    with open(conf, "a") as f:
+        f.write("intervall = 5\n")  # the typo of the issue, beside a valid state_file
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert res.exit_code == HEALTHY, res.output
+    assert res.stderr == (
+        f"gpuagent: warning: {conf}: unknown key 'intervall' (known: interval, probe_timeout, "
+        "backoff_after, retry_max, nvidia_smi, sysfs_root, state_file, load_driver, log_level, "
+        "textfile); using its valid settings only\n"
+    )
+    with open(conf, "w") as f:
+        f.write("interval = [\n")  # not TOML at all: the default state file
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert res.exit_code == UNKNOWN
+    assert res.stderr.splitlines()[-1] == (
+        "gpuagent: /run/gpuagent/state.json: no state file: gpuagent has not run since boot"
+    )
+
+
+def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
+    st = base(updated_at=time.time(), probe=probe(state="failing"), status="1 GPU, failing")
+    conf = write_state(tmp_path, st)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert res.exit_code == DEGRADED
+    assert (res.stdout.count("1 GPU, failing"), res.stderr) == (1, "")
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
+    assert res.stderr == "gpuagent: 1 GPU, failing\n"  # the JSON does not say why
+
+
+def test_next_try_is_in_seconds() -> None:
+    p = probe(state="failing", failure_class="timeout", consecutive_failures=4)
+    st = base(probe={**p, "next_probe_in_ticks": 2}, interval=10.0)
+    text = render(st, NOW, *judge(st, NOW))
+    assert "(timeout, 4 failures, next try in 20 s)" in text
+    assert "ticks)" not in text
+
+
+def test_a_stopped_agent_says_since_when() -> None:
+    at = NOW - 300
+    st = base(updated_at=at, exit={"reason": "signal", "at": at})
+    code, reason = judge(st, NOW)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
+    assert (code, reason) == (UNKNOWN, f"gpuagent is stopped since {stamp} (5m ago)")
+    lines = render(st, NOW, code, reason).splitlines()
+    assert lines[0] == f"\u25cb gpuagent - {reason}"
+    assert sum(reason in line for line in lines) == 1
+    assert "finished 5m ago" in lines[1]

@@ -68,7 +68,8 @@ def test_unlink_removes_only_our_links(tmp_path: str) -> None:
     assert os.path.islink(theirs)
 
 
-def test_the_command_links_and_removes(tmp_path: str) -> None:
+def linked_by_the_command(tmp_path: str) -> tuple[str, str, CliRunner]:
+    """The link made by ``gpuagent link-textfile``: its path, the config file, the runner."""
     path, _, _ = dirs(tmp_path)
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w") as f:
@@ -76,5 +77,52 @@ def test_the_command_links_and_removes(tmp_path: str) -> None:
     runner = CliRunner(mix_stderr=False)
     assert runner.invoke(main, ["--config", conf, "link-textfile"]).exit_code == 0
     assert os.readlink(path) == textlink.RUN_FILE
+    return path, conf, runner
+
+
+def test_the_command_links_and_removes(tmp_path: str) -> None:
+    path, conf, runner = linked_by_the_command(tmp_path)
     assert runner.invoke(main, ["--config", conf, "link-textfile", "--remove"]).exit_code == 0
     assert not os.path.lexists(path)
+
+
+def test_the_link_made_is_removed_whatever_the_config_says_since(tmp_path: str) -> None:
+    path, target, exporter = dirs(tmp_path)
+    moved = os.path.join(exporter, "custom.prom")
+    assert textlink.link(moved, [], target) == moved
+    # The config now names another textfile, or cannot be read: the record still finds it.
+    assert textlink.unlink([path], target) == [moved]
+    assert not os.path.lexists(moved)
+
+
+def test_a_planted_record_cannot_make_root_write_or_remove_elsewhere(tmp_path: str) -> None:
+    path, target, _ = dirs(tmp_path)
+    victim = os.path.join(tmp_path, "victim")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    os.symlink(victim, target + ".link")
+    assert textlink.unlink([], target) == []  # a symlinked record is not read
+    assert textlink.link(path, [], target) == path
+    with open(victim) as f:
+        assert f.read() == "precious\n"  # nor written through
+    os.unlink(target + ".link")
+    os.mkfifo(target + ".link")
+    assert textlink.unlink([], target) == []  # a FIFO does not hang the clean-up
+    os.unlink(target + ".link")
+    with open(target + ".link", "w") as f:
+        f.write(victim + "\n")
+    assert textlink.unlink([], target) == []  # names a file, not a link to ours
+    assert os.path.exists(victim)
+
+
+def test_remove_does_not_depend_on_the_config(tmp_path: str) -> None:
+    path, conf, runner = linked_by_the_command(tmp_path)
+    with open(conf, "a") as f:
+        f.write("intervall = 5\n")
+    # Quiet: the agent reports a bad file itself, once per attempt.
+    res = runner.invoke(main, ["--config", conf, "link-textfile", "--remove"])
+    assert (res.exit_code, res.stdout, res.stderr) == (0, "", "")
+    assert not os.path.lexists(path)
+    res = runner.invoke(main, ["--config", conf, "link-textfile"])
+    assert (res.exit_code, res.stdout, res.stderr) == (0, "", "")
+    assert not os.path.lexists(path)  # the agent will not start on this file: no link
