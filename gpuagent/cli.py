@@ -104,6 +104,17 @@ def status(ctx: click.Context, as_json: bool) -> None:
     try:
         st = state.read(cfg.state_file)
     except state.StateError as e:
+        if not os.path.lexists(cfg.state_file):
+            from . import unitstate  # noqa: PLC0415
+
+            # systemd removed it at stop: it knows since when, or that the agent never ran.
+            stopped = unitstate.describe(unitstate.query())
+            if stopped is not None:
+                if as_json:
+                    click.echo(f"gpuagent: {stopped}", err=True)
+                else:
+                    _print(f"\u25cb gpuagent - {stopped}")
+                sys.exit(UNKNOWN)
         click.echo(f"gpuagent: {e}", err=True)
         sys.exit(UNKNOWN)
     bad = malformed(st)

@@ -50,8 +50,7 @@ def read(path: str) -> dict[str, Any]:
         with open(path, "rb") as f:
             state = json.load(f)
     except FileNotFoundError:
-        # A stopped agent leaves its state (RuntimeDirectoryPreserve=yes); a reboot does not.
-        raise StateError(f"{path}: no state file: gpuagent has not run since boot") from None
+        raise StateError(f"{path}: no state file (is gpuagent running?)") from None
     except OSError as e:
         raise StateError(f"{path}: cannot read: {e.strerror}") from None
     except ValueError as e:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuagent import state
+from gpuagent import state, unitstate
 from gpuagent.cli import main
 from gpuagent.status import DEGRADED, HEALTHY, UNKNOWN, judge, render
 
@@ -155,7 +155,10 @@ def test_cli_exit_codes(tmp_path: str, name: str, st: dict[str, Any], code: int)
 
 
 @pytest.mark.parametrize("content", [None, "", "{", "[]", '{"schema": 99}'])
-def test_no_readable_state_is_3(tmp_path: str, content: str | None) -> None:
+def test_no_readable_state_is_3(
+    tmp_path: str, content: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unitstate, "query", dict)  # no systemd to ask
     path = os.path.join(tmp_path, "state.json")
     if content is not None:
         with open(path, "w") as f:
@@ -281,9 +284,7 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
         f.write("interval = [\n")  # not TOML at all: the default state file
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
     assert res.exit_code == UNKNOWN
-    assert res.stderr.splitlines()[-1] == (
-        "gpuagent: /run/gpuagent/state.json: no state file: gpuagent has not run since boot"
-    )
+    assert res.stderr.splitlines()[0].startswith(f"gpuagent: warning: {conf}: not valid TOML")
 
 
 def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
@@ -314,3 +315,67 @@ def test_a_stopped_agent_says_since_when() -> None:
     assert lines[0] == f"\u25cb gpuagent - {reason}"
     assert sum(reason in line for line in lines) == 1
     assert "finished 5m ago" in lines[1]
+
+
+STOPPED = {
+    "LoadState": "loaded",
+    "ActiveState": "inactive",
+    "Result": "success",
+    "ExecMainStatus": "0",
+    "InactiveEnterTimestamp": "Mon 2026-11-30 21:40:03 UTC",
+}
+
+
+@pytest.mark.parametrize(
+    ("props", "reason"),
+    [
+        (STOPPED, "gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC"),
+        ({**STOPPED, "InactiveEnterTimestamp": ""}, "gpuagent has not run since boot"),
+        (
+            {**STOPPED, "ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "78"},
+            "gpuagent failed (exit-code, exit status 78: the config file cannot be used "
+            "(gpuagent check-config says why)) since Mon 2026-11-30 21:40:03 UTC",
+        ),
+        (
+            {**STOPPED, "ActiveState": "failed", "Result": "watchdog", "ExecMainStatus": "6"},
+            "gpuagent failed (watchdog, exit status 6) since Mon 2026-11-30 21:40:03 UTC",
+        ),
+        (
+            {"LoadState": "not-found", "ActiveState": "inactive"},
+            "gpuagent.service is not installed",
+        ),
+        ({**STOPPED, "ActiveState": "active"}, None),
+        ({**STOPPED, "ActiveState": "activating"}, None),
+        ({}, None),
+    ],
+)
+def test_what_systemd_says_of_a_service_that_is_not_running(
+    props: dict[str, str], reason: str | None
+) -> None:
+    assert unitstate.describe(props) == reason
+
+
+def test_without_a_state_file_status_asks_systemd(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(unitstate, "query", lambda: STOPPED)
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'state_file = "{tmp_path}/state.json"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert (res.exit_code, res.stderr) == (UNKNOWN, "")
+    assert res.stdout == "\u25cb gpuagent - gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
+    assert (res.exit_code, res.stdout) == (UNKNOWN, "")
+    assert res.stderr == "gpuagent: gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
+
+
+def test_systemctl_show_is_parsed(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    systemctl = os.path.join(tmp_path, "systemctl")
+    with open(systemctl, "w") as f:
+        f.write('#!/bin/sh\nprintf "LoadState=loaded\\nInactiveEnterTimestamp=\\nx\\n"\n')
+    os.chmod(systemctl, 0o700)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert unitstate.query() == {"LoadState": "loaded", "InactiveEnterTimestamp": ""}
+    os.unlink(systemctl)
+    assert unitstate.query() == {}

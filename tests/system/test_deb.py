@@ -1,7 +1,8 @@
 """The .deb under a real systemd: install, status, the driver-upgrade story, watchdog, purge.
 
 Boots a Debian 12 container with ../shared/tools/systemd-lab (systemd-nspawn --boot), as
-root. The rootfs is cached under /var/tmp; the whole module takes well under five minutes.
+root; SYSTEMD_LAB_SUITE=trixie boots Debian 13 instead. The rootfs is cached under /var/tmp;
+the whole module takes well under five minutes.
 """
 
 from __future__ import annotations
@@ -27,12 +28,19 @@ pytestmark = pytest.mark.system
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = os.path.join(os.path.dirname(REPO), "shared", "tools", "systemd-lab")
-ROOTFS = "/var/tmp/gpuagent-systemd-lab/bookworm.tar.zst"
-# Beyond systemd-lab's base: pgrep for the purge check, man for `systemd-analyze verify`, and
-# Debian's node exporter, installed before gpuagent as on an operator's host.
-ROOTFS_PACKAGES = "procps,man-db,prometheus-node-exporter"
+SUITE = os.environ.get("SYSTEMD_LAB_SUITE", "bookworm")
+ROOTFS = f"/var/tmp/gpuagent-systemd-lab/{SUITE}.tar.zst"
+# Beyond systemd-lab's base: man for `systemd-analyze verify`, and Debian's node exporter,
+# installed before gpuagent as on an operator's host. No procps: a minimal image has no
+# kill(1), and reloads must work there.
+ROOTFS_PACKAGES = "man-db,prometheus-node-exporter"
 # The container shares the host's network: a port of its own for its node exporter.
 NODE_EXPORTER = "127.0.0.1:19100"
+LINK = "/var/lib/prometheus/node-exporter/gpuagent.prom"
+FETCH = (
+    "import urllib.request; "
+    f"print(urllib.request.urlopen('http://{NODE_EXPORTER}/metrics').read().decode())"
+)
 NO_GPU = "no NVIDIA GPU on the PCI bus"
 CAPTURE = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
@@ -52,6 +60,21 @@ WatchdogSec=3
 FAILING_STATUS = re.compile(
     r"^8 GPUs, nvidia-smi failing \(version_mismatch\), next try in [\d.]+ s$"
 )
+
+# pgrep -f /usr/bin/gpuagent, without procps: the pids whose command line has that argument.
+PGREP = """
+import os
+found = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\\0")
+    except OSError:
+        continue  # gone meanwhile
+    if "/usr/bin/gpuagent".encode() in argv:
+        found.append(int(pid))
+print(found)
+"""
 
 T = TypeVar("T")
 
@@ -105,8 +128,11 @@ class Container:
         script = 'mkdir -p "${1%/*}" && cat >"$1.tmp" && chmod 644 "$1.tmp" && mv "$1.tmp" "$1"'
         self.run("sh", "-c", script, "sh", path, stdin=text)
 
-    def apt(self, *args: str) -> None:
-        self.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y", *args, timeout=300)
+    def apt(self, *args: str) -> str:
+        """Run apt-get; returns what it printed."""
+        env = ("env", "DEBIAN_FRONTEND=noninteractive")
+        proc = self.run(*env, "apt-get", "-q", "-y", *args, timeout=300)
+        return proc.stdout + proc.stderr
 
     def prop(self, name: str) -> str:
         return self.out("systemctl", "show", "-p", name, "--value", "gpuagent")
@@ -117,9 +143,19 @@ class Container:
         entries = [json.loads(line) for line in text.splitlines() if line.strip()]
         return [e for e in entries if e.get("MESSAGE_ID") == event.value]
 
-    def status(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``gpuagent status`` as an unprivileged user."""
-        return self.run("runuser", "-u", "nobody", "--", "gpuagent", "status", *args, check=False)
+    def status(self, *args: str, config: str = "") -> subprocess.CompletedProcess[str]:
+        """``gpuagent status`` as an unprivileged user (``gpuagent detect`` etc. with args)."""
+        command = args if args and not args[0].startswith("-") else ("status", *args)
+        env = ("env", f"GPUAGENT_CONFIG={config}") if config else ()
+        return self.run("runuser", "-u", "nobody", "--", *env, "gpuagent", *command, check=False)
+
+    def metrics(self) -> str:
+        """What the node exporter serves."""
+        return self.out("python3", "-c", FETCH)
+
+    def count(self, text: str) -> int:
+        """Lines of the unit's journal that contain ``text``."""
+        return sum(text in line for line in self.journal().splitlines())
 
     def journal(self) -> str:
         return self.run(
@@ -180,6 +216,7 @@ def test_package_under_systemd(deb: str, container: Container) -> None:
         no_gpu(c)
         fake_gpu_host(c)
         driver_upgrade(c)
+        second_agent(c)
         node_exporter(c)
         watchdog(c)
         bad_config(c)
@@ -194,6 +231,8 @@ def install(c: Container, deb: str) -> None:
         "/etc/default/prometheus-node-exporter", f'ARGS="--web.listen-address={NODE_EXPORTER}"\n'
     )
     c.run("systemctl", "restart", "prometheus-node-exporter")
+    for kill in ("/bin/kill", "/usr/bin/kill"):
+        assert c.run("test", "!", "-e", kill, check=False).returncode == 0, f"{kill} is there"
     c.copy(deb, "/root/")
     c.apt("update")  # the dependencies come from Debian's archive
     c.apt("install", f"/root/{os.path.basename(deb)}")
@@ -269,12 +308,22 @@ def driver_upgrade(c: Container) -> None:
     assert status.returncode == 0, status.stdout + status.stderr
 
 
+def second_agent(c: Container) -> None:
+    """`gpuagent run` by hand beside the service: "already running", nothing touched."""
+    pid = c.prop("MainPID")
+    env = ("env", f"GPUAGENT_CONFIG={FAKE}/gpuagent.toml")
+    second = c.run(*env, "gpuagent", "run", check=False)
+    assert second.returncode == 75, second.stdout + second.stderr
+    assert f"already running (pid {pid})" in second.stderr
+    assert json.loads(c.status("--json").stdout)["pid"] == int(pid)
+    assert c.run("test", "-s", "/run/gpuagent/gpuagent.prom", check=False).returncode == 0
+
+
 def node_exporter(c: Container) -> None:
     """Debian's node exporter serves gpuagent's series with no step beyond `apt install`."""
-    fetch = f"import urllib.request; print(urllib.request.urlopen('http://{NODE_EXPORTER}/metrics').read().decode())"
 
     def series() -> str:
-        text = c.out("python3", "-c", fetch)
+        text = c.metrics()
         return text if "gpuagent_gpu_info{" in text else ""
 
     text = wait_for("gpuagent_ series from the node exporter", series, 15)
@@ -283,20 +332,26 @@ def node_exporter(c: Container) -> None:
     assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
     # Stopped: no series, and no dangling link for node_exporter to report an error about.
     c.run("systemctl", "stop", "gpuagent")
-    text = c.out("python3", "-c", fetch)
+    text = c.metrics()
     assert "gpuagent_" not in text
     assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
+    # ...and `gpuagent status` says it is stopped and since when, not that it never ran.
+    status = c.status()
+    assert status.returncode == 3, status.stdout + status.stderr
+    assert re.match(r"\u25cb gpuagent - gpuagent is stopped since \w+ \d{4}-", status.stdout)
     c.run("systemctl", "start", "gpuagent")
     wait_for("gpuagent_ series again", series, 15)
-    # Installed after gpuagent: the package's trigger links the textfile, no restart needed.
-    link = "/var/lib/prometheus/node-exporter/gpuagent.prom"
+    # Installed after gpuagent: the package's trigger links the textfile, no restart needed;
+    # its reload needs no kill(1).
+    link = LINK
     c.run("systemctl", "stop", "gpuagent")
     c.apt("remove", "prometheus-node-exporter")  # (its /etc/default, with our port, stays)
     assert c.run("test", "-e", "/var/lib/prometheus/node-exporter", check=False).returncode
     c.run("systemctl", "start", "gpuagent")
     pid = c.prop("MainPID")
     assert c.run("test", "-L", link, check=False).returncode  # nothing to link into
-    c.apt("install", "prometheus-node-exporter")
+    printed = c.apt("install", "prometheus-node-exporter")
+    assert "gpuagent.service failed" not in printed, printed
     assert c.out("readlink", link) == "/run/gpuagent/gpuagent.prom"
     wait_for("gpuagent_ series after node_exporter came", series, 15)
     assert c.prop("MainPID") == pid
@@ -305,7 +360,7 @@ def node_exporter(c: Container) -> None:
 def watchdog(c: Container) -> None:
     """A frozen agent stops pinging; systemd kills and restarts it."""
     pid, restarts = c.prop("MainPID"), int(c.prop("NRestarts"))
-    c.run("kill", "-STOP", pid)
+    c.run("sh", "-c", 'kill -STOP "$1"', "sh", pid)  # the shell's kill: no procps here
     wait_for("a watchdog restart", lambda: int(c.prop("NRestarts")) > restarts, 30)
     wait_for(
         "the restarted agent to be ready",
@@ -318,30 +373,44 @@ def watchdog(c: Container) -> None:
 
 
 def bad_config(c: Container) -> None:
-    """A broken config: a reload logs it and changes nothing; a start exits 78, no retry."""
+    """The issue's typo: a reload fails visibly and changes nothing, status and detect go on;
+    a restart exits 78 with the error logged once, no retry, no dangling link."""
+    config = f"{FAKE}/gpuagent.toml"
+    typo = "unknown key 'intervall'"
     pid = c.prop("MainPID")
-    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG.replace("0.5", '"soon"'))
+    c.write(config, FAKE_CONFIG + "intervall = 5\n")
     errors = len(c.events(Event.CONFIG_ERROR))
-    c.run("systemctl", "reload", "gpuagent")
-    wait_for("the config error", lambda: c.events(Event.CONFIG_ERROR)[errors:], 10)
+    reload = c.run("systemctl", "reload", "gpuagent", check=False)
+    assert reload.returncode != 0
+    assert "gpuagent.service" in reload.stderr  # "Job for gpuagent.service failed ..."
     error = one(c.events(Event.CONFIG_ERROR)[errors:], "the reload's config error")
-    assert "keeping the old config" in error["MESSAGE"]
-    assert error["PRIORITY"] == "3"
+    assert typo in error["MESSAGE"]
+    assert (error["PRIORITY"], error["CONFIG_FILE"]) == ("3", config)
     assert c.out("systemctl", "is-active", "gpuagent") == "active"
     assert c.prop("MainPID") == pid
     assert c.prop("StatusText") == "8 GPUs, sampling"
+    for command in ("status", "detect"):
+        res = c.status(command, config=config)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.stderr.startswith(f"gpuagent: warning: {config}: {typo}"), res.stderr
 
     assert c.run("systemctl", "restart", "gpuagent", check=False).returncode != 0
     time.sleep(3)  # longer than RestartSec=2
     assert (c.prop("ActiveState"), c.prop("ExecMainStatus")) == ("failed", "78")
     assert c.prop("NRestarts") == "0"  # (a manual restart resets the count)
-    error = one(c.events(Event.CONFIG_ERROR)[errors + 1 :], "the start's config error")
-    assert error["CONFIG_FILE"] == f"{FAKE}/gpuagent.toml"
+    # Once for the reload, once for the restart (ExecStopPost, ExecStartPre and the failed
+    # start's ExecStopPost say nothing about it).
+    assert wait_for("the start's config error", lambda: c.count(typo) >= 2, 10)
+    assert c.count(typo) == 2, c.journal()
+    assert c.run("test", "!", "-L", LINK, check=False).returncode == 0, "the link is left"
+    assert re.search(r"^node_textfile_scrape_error 0$", c.metrics(), re.M)
+    assert "gpuagent failed (exit-code, exit status 78: the config" in c.status().stdout
 
-    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG)
+    c.write(config, FAKE_CONFIG)
     c.run("systemctl", "start", "gpuagent")
     c.run("systemctl", "reload", "gpuagent")
-    wait_for("the reload", lambda: c.events(Event.RELOADED), 10)
+    reloaded = wait_for("the reload", lambda: c.events(Event.RELOADED), 10)
+    assert reloaded[-1]["MESSAGE"] == f"configuration reloaded from {config}; probing now"
 
 
 def purge(c: Container) -> None:
@@ -349,7 +418,7 @@ def purge(c: Container) -> None:
     c.run("rm", "-r", "/etc/systemd/system/gpuagent.service.d")  # the test's own drop-in
     c.apt("purge", "gpuagent")
     assert c.prop("LoadState") == "not-found"
-    assert c.run("pgrep", "-f", "/usr/bin/gpuagent", check=False).returncode == 1
+    assert c.out("python3", "-c", PGREP) == "[]"
     for path in (
         "/etc/gpuagent",
         "/lib/systemd/system/gpuagent.service",
@@ -359,5 +428,4 @@ def purge(c: Container) -> None:
         "/usr/bin/gpuagent",
     ):
         assert c.run("test", "!", "-e", path, check=False).returncode == 0, f"{path} is left"
-    link = "/var/lib/prometheus/node-exporter/gpuagent.prom"
-    assert c.run("test", "!", "-L", link, check=False).returncode == 0, f"{link} is left"
+    assert c.run("test", "!", "-L", LINK, check=False).returncode == 0, f"{LINK} is left"
