@@ -30,12 +30,12 @@ def _load(ctx: click.Context) -> config.Config:
         sys.exit(config.EX_CONFIG)
 
 
-def _salvage(ctx: click.Context, *, quiet: bool = False) -> config.Config:
+def _salvage(ctx: click.Context) -> config.Config:
     """The config for commands that must work whatever the file says: a bad file is a
-    warning (none when ``quiet``) and its valid settings are used."""
+    warning and its valid settings are used."""
     path, required = ctx.obj["config_file"]
     cfg, error = config.salvage(path, required=required)
-    if error is not None and not quiet:
+    if error is not None:
         click.echo(f"gpuagent: warning: {error}; using its valid settings only", err=True)
     return cfg
 
