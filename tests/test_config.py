@@ -63,6 +63,8 @@ def test_values_are_read(tmp_path: str) -> None:
         ('textfile = "/var/lib/x/"', "textfile: expected an absolute path ending in .prom"),
         ("textfile = false", "textfile: expected an absolute path ending in .prom"),
         ('textfile = "/a\\u0000.prom"', "textfile: expected an absolute path ending in .prom"),
+        ('journal_directory = "var/log/journal"', "journal_directory: expected an absolute path"),
+        ("journal_directory = 1", "journal_directory: expected an absolute path"),
         ("interval = [", "not valid TOML"),
         ("[section]\nx = 1", "unknown key 'section'"),
     ],
@@ -141,3 +143,9 @@ def test_a_huge_file_is_refused(tmp_path: str) -> None:
     path = write(tmp_path, "# " + "x" * 100_000 + "\n")
     with pytest.raises(ConfigError, match="larger than 64 KiB"):
         load(path, required=True)
+
+
+def test_journal_directory_default_is_the_system_journal(tmp_path: str) -> None:
+    assert Config().journal_directory == ""
+    path = write(tmp_path, 'journal_directory = "/var/tmp/journal"')
+    assert load(path, required=True).journal_directory == "/var/tmp/journal"
