@@ -66,6 +66,17 @@ def make(tmp_path: str) -> Iterator[Any]:
             os.remove(path)
 
 
+def append(directory: str, export: bytes) -> None:
+    """Append entries in the export format to ``directory/x.journal``, as journald would."""
+    subprocess.run(
+        [remote(), f"--output={directory}/x.journal", "-"],
+        input=export,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
 def corpus_text(name: str) -> str:
     with open(xidcorpus.path(name), encoding="utf-8") as f:
         return f.read()
@@ -144,13 +155,7 @@ def test_appended_records_come_with_the_next_poll_and_a_restart_recounts(make: A
         capture_output=True,
         timeout=60,
     ).stdout
-    subprocess.run(
-        [remote(), f"--output={directory}/x.journal", "-"],
-        input=export,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    append(directory, export)
     for record in wait_for(log, 4):
         counter.add(record.time, record.message)
     assert log.poll() == []
@@ -192,13 +197,7 @@ def test_odd_entries_are_read_without_raising(tmp_path: str) -> None:
     stream = export_entry([*common, ("MESSAGE", b"NVRM: Xid (PCI:0000:01:00): 48, \xff\xfe bad")])
     stream += export_entry(common)  # no MESSAGE at all
     stream += export_entry([*common, ("MESSAGE", b"NVRM: Xid (PCI:0000:01:00): 13, ok")])
-    subprocess.run(
-        [remote(), f"--output={directory}/x.journal", "-"],
-        input=stream,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
+    append(directory, stream)
     log = KernelLog(directory)
     records = log.poll()
     assert [r.message for r in records] == [
