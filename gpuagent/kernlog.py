@@ -9,20 +9,11 @@ journal takes membership of the ``systemd-journal`` group; ``/dev/kmsg`` is not 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KernelLog", "Record"]
-
-
-@dataclass(frozen=True)
-class Record:
-    """One kernel record: ``time`` (``__REALTIME_TIMESTAMP``, s since the epoch) and its
-    whole ``MESSAGE`` (newlines kept; bytes that are not UTF-8 replaced)."""
-
-    time: float
-    message: str
+__all__ = ["KernelLog"]
 
 
 def _open_reader(directory: str) -> Any:
@@ -47,7 +38,7 @@ class KernelLog:
     """This boot's kernel records from the journal in ``directory`` (``""``: the local system
     journal).
 
-    :meth:`poll` never raises for a journal it cannot read: it returns what it could and
+    :meth:`poll` never raises for a journal it cannot read: it hands over what it could and
     sets :attr:`error` to a one-line reason (``None`` while all is well); the next call tries
     again.  ``open_reader`` is injectable for tests; it returns a ``systemd.journal.Reader``.
     """
@@ -93,8 +84,12 @@ class KernelLog:
             raise
         return reader
 
-    def poll(self) -> list[Record]:
-        """The kernel records logged since the last call (on the first: the whole boot)."""
+    def poll(self, sink: Callable[[float, str], None]) -> int:
+        """Hand each kernel record logged since the last call (on the first: the whole boot)
+        to ``sink(time, message)``: ``time`` is its ``__REALTIME_TIMESTAMP`` in s since the
+        epoch, ``message`` its whole ``MESSAGE`` (newlines kept, bytes that are not UTF-8
+        replaced).  Returns how many it handed over."""
+        fresh = self._reader is None
         try:
             if self._reader is None:
                 self._reader = self._open()
@@ -103,33 +98,43 @@ class KernelLog:
                 # cheap enough (< 1 us) to do even when nothing changed, which keeps journals
                 # whose changes cannot be watched (network file systems) correct.
                 self._reader.process()
-            records = self._drain(self._reader)
+            count = self._drain(self._reader, sink)
+            if fresh and count:
+                # Reading the boot mapped (and paged in) much of the journal; a reader reopened
+                # at the cursor maps only the tail that later polls touch.
+                self.close()
+                self._reader = self._open()
         except (OSError, ValueError, RuntimeError, _NoFiles) as e:
             self.close()
             self.error = f"{self.where}: cannot read: {_reason(e)}"
-            return []
+            return 0
         self.error = None
-        return records
+        return count
 
-    def _drain(self, reader: Any) -> list[Record]:
+    def _drain(self, reader: Any, sink: Callable[[float, str], None]) -> int:
         # The reader's private accessors fetch one field each; iterating it would decode every
         # field of every entry, several times the cost at start.
-        records: list[Record] = []
+        count = 0
         moved = False
-        while reader._next():
-            if not moved:
-                moved = True
-                if self._cursor is not None and reader.test_cursor(self._cursor):
-                    continue  # seek_cursor lands on the entry already read
-            try:
-                raw = reader._get("MESSAGE")
-            except KeyError:
-                continue
-            message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            records.append(Record(reader._get_realtime() / 1e6, message))
-        if moved:
-            self._cursor = reader._get_cursor()
-        return records
+        try:
+            while reader._next():
+                if not moved:
+                    moved = True
+                    if self._cursor is not None and reader.test_cursor(self._cursor):
+                        continue  # seek_cursor lands on the entry already read
+                try:
+                    raw = reader._get("MESSAGE")
+                except KeyError:
+                    continue
+                message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                sink(reader._get_realtime() / 1e6, message)
+                count += 1
+        finally:
+            if moved:
+                # Also after a failed read: what the sink got must not be handed out again.
+                with contextlib.suppress(OSError, ValueError, RuntimeError):
+                    self._cursor = reader._get_cursor()
+        return count
 
     def fileno(self) -> int | None:
         """The journal's inotify descriptor (readable when it changed), or ``None`` while the

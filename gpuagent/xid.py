@@ -323,6 +323,7 @@ class XidCounter:
         self._new: list[tuple[str, str, int]] = []
         # Xids whose record named no readable slot (a redacted "PCI:..."), by code.
         self.unattributed: dict[int, int] = {}
+        # Records that told of any driver event (an Xid, an SXid, a UUID line …).
         self.records = 0
 
     def add(self, time: float, message: str) -> None:
