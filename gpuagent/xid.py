@@ -187,7 +187,8 @@ def parse(message: str) -> list[Event]:
     for m in _UUID.finditer(message):
         named = _device(m.group("device"))
         if named:
-            events.append(GpuUuid(named[0], m.group("uuid").lower()))
+            # As nvidia-smi prints it, so that the two sources give one metric label.
+            events.append(GpuUuid(named[0], "GPU-" + m.group("uuid")[4:].lower()))
     return events
 
 
@@ -421,7 +422,8 @@ class XidCounter:
         return {self._slot(d, by_device): c for d, c in self._init.items()}
 
     def uuids(self, slots: list[str]) -> dict[str, str]:
-        """GPU UUIDs the driver printed (``GPU-…``, lower case), by GPU slot."""
+        """GPU UUIDs the driver printed (``GPU-`` and lower-case hex, as nvidia-smi prints
+        them), by GPU slot."""
         by_device = self._slotter(slots)
         return {self._slot(d, by_device): uuid for d, uuid in self._uuids.items()}
 

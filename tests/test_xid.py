@@ -134,12 +134,14 @@ def test_init_failure_and_uuid_lines() -> None:
     ]
     assert parse("NVRM: GPU 0000:98:00.0: rm_init_adapter failed, device minor number 0") == []
     uuid = "NVRM: GPU at PCI:0000:9b:00: GPU-11111111-2222-3333-4444-555555555555"
-    assert parse(uuid) == [GpuUuid("0000:9b:00", "gpu-11111111-2222-3333-4444-555555555555")]
+    upper = "NVRM: GPU at PCI:0000:9b:00: GPU-AAAAAAAA-2222-3333-4444-555555555555"
+    assert parse(upper) == [GpuUuid("0000:9b:00", "GPU-aaaaaaaa-2222-3333-4444-555555555555")]
+    assert parse(uuid) == [GpuUuid("0000:9b:00", "GPU-11111111-2222-3333-4444-555555555555")]
     counter = count("xid-43-31-94-driver535-ctime")
     assert counter.uuids([]) == {
-        "0000:00:05.0": "gpu-11111111-2222-3333-4444-555555555555",
-        "0000:00:07.0": "gpu-66666666-7777-8888-9999-000000000000",
-        "0000:00:08.0": "gpu-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+        "0000:00:05.0": "GPU-11111111-2222-3333-4444-555555555555",
+        "0000:00:07.0": "GPU-66666666-7777-8888-9999-000000000000",
+        "0000:00:08.0": "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
     }
 
 
