@@ -50,6 +50,9 @@ class Config:
     log_level: str = "info"
     # Prometheus metrics for node_exporter's textfile collector; "" disables them.
     textfile: str = "/var/lib/prometheus/node-exporter/gpuagent.prom"
+    # Where the kernel's Xid records are read: "" is the local system journal, a path a
+    # directory of journal files.
+    journal_directory: str = ""
 
 
 _DURATIONS = {"interval", "probe_timeout", "retry_max"}
@@ -223,6 +226,13 @@ def _check(source: str, key: str, value: Any) -> Any:
         ):
             raise ConfigError(
                 f'{where}: expected an absolute path ending in .prom, or "" to disable, '
+                f"got {_show(value)}"
+            )
+        return value
+    if key == "journal_directory":
+        if not isinstance(value, str) or "\0" in value or (value and not value.startswith("/")):
+            raise ConfigError(
+                f'{where}: expected an absolute path, or "" for the system journal, '
                 f"got {_show(value)}"
             )
         return value

@@ -74,6 +74,8 @@ def test_values_are_read(tmp_path: str) -> None:
         ('textfile = "/var/lib/x/"', "textfile: expected an absolute path ending in .prom"),
         ("textfile = false", "textfile: expected an absolute path ending in .prom"),
         ('textfile = "/a\\u0000.prom"', "textfile: expected an absolute path ending in .prom"),
+        ('journal_directory = "var/log/journal"', "journal_directory: expected an absolute path"),
+        ("journal_directory = 1", "journal_directory: expected an absolute path"),
         ("interval = [", "not valid TOML"),
         ("[section]\nx = 1", "unknown key 'section'"),
     ],
@@ -188,3 +190,9 @@ def test_a_probe_timeout_at_or_above_the_interval_is_a_warning(tmp_path: str) ->
         "probe_timeout (5 s) is not below interval (5 s): a hung nvidia-smi stretches a tick to 5 s"
     ]
     assert warnings(Config()) == warnings(Config(interval=0.1, probe_timeout=0.08)) == []
+
+
+def test_journal_directory_default_is_the_system_journal(tmp_path: str) -> None:
+    assert Config().journal_directory == ""
+    path = write(tmp_path, 'journal_directory = "/var/tmp/journal"')
+    assert load(path, required=True).journal_directory == "/var/tmp/journal"
