@@ -250,6 +250,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
         assert uuids[m["pci_slot"]] == m["uuid"]
         got[m["__name__"], m["pci_slot"], m["uuid"]] = float(sample["value"][1])
     expected = {("gpuagent_gpu_info", slot, uuid): 1.0 for slot, uuid in uuids.items()}
+    expected.update({("gpuagent_gpu_healthy", slot, uuid): 1.0 for slot, uuid in uuids.items()})
     for name, (field, convert) in EXPECTED_VALUES.items():
         cell = replay.nounits(raw[cap.fields.index(replay.canonical(field))])
         if cell.startswith("["):
@@ -278,9 +279,13 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     stack.wait_for("gpuagent_probe_up 0", lambda: stack.value("gpuagent_probe_up") == 0)
     stack.wait_for(
         "the value series to go stale",
-        lambda: stack.query('{__name__=~"gpuagent_gpu_.+", __name__!="gpuagent_gpu_info"}') == [],
+        lambda: (
+            stack.query('{__name__=~"gpuagent_gpu_.+", __name__!~"gpuagent_gpu_(info|healthy)"}')
+            == []
+        ),
     )
     assert stack.value("count(gpuagent_gpu_info)") == 8
+    assert stack.value("sum(gpuagent_gpu_healthy)") == 0
     assert stack.value('gpuagent_probe_failure_info{class="version_mismatch"}') == 1
     assert (stack.value("gpuagent_probe_consecutive_failures") or 0) >= 1
     stack.wait_for(
