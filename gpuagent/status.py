@@ -225,6 +225,8 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
             f"failures, next try in {clean(probe.get('next_probe_in_ticks'))} ticks)"
         )
     probe_line += f", {clean(probe.get('spawns_total', 0))} spawns"
+    if _finite(probe.get("duration")):
+        probe_line += f", last took {probe['duration']:.2f} s"
     if last is not None:
         probe_line += f", last success {_ago(now - last)} ago"
     lines.append(probe_line)

@@ -167,6 +167,9 @@ def test_render_rows_and_stale() -> None:
     assert "32362/143771 MiB" in text
     assert "627/700 W" in text
     assert "STALE 45s" in text
+    assert "last took" not in text
+    st["probe"]["duration"] = 1.234
+    assert ", last took 1.23 s" in render(st, NOW, *judge(st, NOW))
     assert "\n      - on the PCI bus, not reported by nvidia-smi" in text
     assert "0000:2a:00.0    - -" in text
 

@@ -49,6 +49,8 @@ DROP_IN = f"""\
 Environment=GPUAGENT_CONFIG={FAKE}/gpuagent.toml FAKE_NVIDIA_SMI_SCENARIO={FAKE}/scenario.json
 WatchdogSec=3
 """
+# What node_exporter serves, fetched from inside the container.
+FETCH = f"import urllib.request; print(urllib.request.urlopen('http://{NODE_EXPORTER}/metrics').read().decode())"
 FAILING_STATUS = re.compile(
     r"^8 GPUs, nvidia-smi failing \(version_mismatch\), next try in [\d.]+ s$"
 )
@@ -181,6 +183,7 @@ def test_package_under_systemd(deb: str, container: Container) -> None:
         fake_gpu_host(c)
         driver_upgrade(c)
         node_exporter(c)
+        gpu_problem(c)
         watchdog(c)
         bad_config(c)
         purge(c)
@@ -248,7 +251,7 @@ def driver_upgrade(c: Container) -> None:
     }
     assert warning["SYSLOG_IDENTIFIER"] == "gpuagent"
     assert "Driver/library version mismatch" in warning["MESSAGE"]
-    assert c.status().returncode == 1  # degraded
+    assert c.status().returncode == 2  # critical: nothing is known about the GPUs
 
     slots = fakesysfs.gpu_slots(8)
     c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
@@ -271,10 +274,9 @@ def driver_upgrade(c: Container) -> None:
 
 def node_exporter(c: Container) -> None:
     """Debian's node exporter serves gpuagent's series with no step beyond `apt install`."""
-    fetch = f"import urllib.request; print(urllib.request.urlopen('http://{NODE_EXPORTER}/metrics').read().decode())"
 
     def series() -> str:
-        text = c.out("python3", "-c", fetch)
+        text = c.out("python3", "-c", FETCH)
         return text if "gpuagent_gpu_info{" in text else ""
 
     text = wait_for("gpuagent_ series from the node exporter", series, 15)
@@ -283,7 +285,7 @@ def node_exporter(c: Container) -> None:
     assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
     # Stopped: no series, and no dangling link for node_exporter to report an error about.
     c.run("systemctl", "stop", "gpuagent")
-    text = c.out("python3", "-c", fetch)
+    text = c.out("python3", "-c", FETCH)
     assert "gpuagent_" not in text
     assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
     c.run("systemctl", "start", "gpuagent")
@@ -300,6 +302,59 @@ def node_exporter(c: Container) -> None:
     assert c.out("readlink", link) == "/run/gpuagent/gpuagent.prom"
     wait_for("gpuagent_ series after node_exporter came", series, 15)
     assert c.prop("MainPID") == pid
+
+
+def gpu_problem(c: Container) -> None:
+    """One critical problem (the driver asks for a reset of one GPU) on every surface."""
+    slots = fakesysfs.gpu_slots(8)
+    sick = slots[0]
+    step = {
+        "capture": CAPTURE,
+        "slots": slots,
+        "override": {sick: {"gpu_recovery_action": "Reset"}},
+    }
+    c.write(f"{FAKE}/scenario.json", json.dumps(step))
+    wait_for("the problem's journal line", lambda: c.events(Event.PROBLEM_RECOVERY_ACTION), 10)
+    attention = f"8 GPUs, 1 needs attention: {sick} recovery_action"
+    wait_for("the status line", lambda: c.prop("StatusText") == attention, 10)
+    assert f'Status: "{attention}"' in c.run("systemctl", "status", "gpuagent", check=False).stdout
+    time.sleep(2)  # four more ticks, to see that the line is not repeated
+    line = one(c.events(Event.PROBLEM_RECOVERY_ACTION), "the recovery action")
+    assert {k: line.get(k) for k in ("PRIORITY", "PCI_SLOT", "PROBLEM", "ACTION")} == {
+        "PRIORITY": "3",
+        "PCI_SLOT": sick,
+        "PROBLEM": "recovery_action",
+        "ACTION": "reset_gpu",
+    }
+    explained = c.out("journalctl", "-u", "gpuagent", "-x", "--no-pager")
+    assert "The NVIDIA driver asks for a GPU recovery action" in explained
+    assert "Reset: drain the GPU and reset it" in explained
+    status = c.status()
+    assert status.returncode == 2, status.stdout + status.stderr
+    assert re.search(rf"^    {sick} +0 GPU-\S+ +CRITICAL ", status.stdout, re.M), status.stdout
+    assert "critical recovery_action: the driver asks for recovery: Reset" in status.stdout
+    st = json.loads(c.status("--json").stdout)
+    assert st["health"] == "critical"
+    problem = re.compile(
+        rf'^gpuagent_gpu_problem\{{action="reset_gpu",kind="recovery_action",pci_slot="{sick}",'
+        r'severity="critical",uuid="GPU-[^"]+"\} 1(\.0)?$',
+        re.M,
+    )
+
+    def with_problem() -> str:
+        text = c.out("python3", "-c", FETCH)
+        return text if problem.search(text) else ""
+
+    text = wait_for("the problem in node_exporter", with_problem, 15)
+    assert re.search(
+        rf'^gpuagent_gpu_healthy\{{pci_slot="{sick}",uuid="[^"]+"\}} 0(\.0)?$', text, re.M
+    )
+    assert len(re.findall(r"^gpuagent_gpu_temperature_celsius\{", text, re.M)) == 8
+
+    c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
+    wait_for("the problem to clear", lambda: c.events(Event.PROBLEM_CLEARED), 10)
+    wait_for("the status line", lambda: c.prop("StatusText") == "8 GPUs, sampling", 10)
+    assert c.status().returncode == 0
 
 
 def watchdog(c: Container) -> None:
