@@ -124,8 +124,8 @@ def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
     )
     healthy = GaugeMetricFamily(
         "gpuagent_gpu_healthy",
-        "1 when the GPU has no problem and fresh samples, else 0 (a problem, or its health is "
-        "unknown); for every GPU the agent knows.",
+        "1 when the GPU's health is ok, else 0 (a problem, or its health is unknown); for every "
+        "GPU the agent knows.",
         labels=GPU_LABELS,
     )
     for gpu in gpus:

@@ -504,3 +504,20 @@ def test_families_of_an_idle_host_are_only_health() -> None:
         "gpuagent_interval_seconds",
         "gpuagent_last_update_timestamp_seconds",
     }
+
+
+def test_a_gpu_with_a_problem_keeps_its_values(host: Host) -> None:
+    sick = host.slots[2]
+    host.healthy(override={sick: {"clocks_event_reasons.active": "0x0000000000000080"}})
+    agent = host.make_agent()
+    host.tick()
+    got = render(agent)
+    uuid = agent.samples[sick].fields["uuid"]
+    assert isinstance(uuid, str)
+    labels = {"pci_slot": sick, "uuid": uuid}
+    assert one(got, "gpuagent_gpu_temperature_celsius", **labels) == 52.0
+    assert one(got, "gpuagent_gpu_healthy", **labels) == 0.0
+    problem = {**labels, "kind": "throttled", "severity": "warning", "action": "check_host"}
+    assert named(got, "gpuagent_gpu_problem") == {frozenset(problem.items()): 1.0}
+    assert sum(named(got, "gpuagent_gpu_healthy").values()) == 7.0
+    assert one(got, "gpuagent_probe_duration_seconds") == agent.probe_duration

@@ -192,6 +192,7 @@ def test_cli_exit_codes(tmp_path: str, name: str, st: dict[str, Any], code: int)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
     assert res.exit_code == code
     assert json.loads(res.stdout)["schema"] == state.SCHEMA
+    assert json.loads(res.stdout)["health"] == ["ok", "warning", "critical", "unknown"][code]
 
 
 @pytest.mark.parametrize("content", [None, "", "{", "[]", '{"schema": 99}'])
@@ -304,3 +305,28 @@ def test_unencodable_and_full_stdout_keep_the_exit_status(tmp_path: str) -> None
         res = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, check=False, timeout=30)
     assert res.returncode == CRITICAL
     assert b"Traceback" not in res.stderr and b"Exception" not in res.stderr
+
+
+def test_render_shows_each_gpus_health_and_problems() -> None:
+    st = sick("critical")
+    st["gpus"][0]["fields"].update(index=3, uuid="GPU-5c1e0d4a-0000-0000-0000-000000000000")
+    st["host_problems"] = [
+        {
+            "kind": "gpu_count",
+            "severity": "critical",
+            "action": "check_host",
+            "message": "7 NVIDIA GPUs on the PCI bus where expected_gpus is 8",
+            "since": NOW - 300,
+        }
+    ]
+    code, reason = judge(st, NOW)
+    assert code == CRITICAL
+    assert reason == "host gpu_count: check_host; 0000:18:00.0 lost: reboot"
+    lines = render(st, NOW, code, reason).splitlines()
+    assert (
+        "    host: critical gpu_count: 7 NVIDIA GPUs on the PCI bus where expected_gpus is 8 "
+        "(action: check_host, since 5m ago)" in lines
+    )
+    (row,) = [ln for ln in lines if ln.startswith("    0000:18:00.0")]
+    assert row.split()[1:4] == ["3", "GPU-5c1e0d4a-0000-0000-0000-000000000000", "CRITICAL"]
+    assert lines[lines.index(row) + 1] == "      - critical lost: m (action: reboot, since 0s ago)"
