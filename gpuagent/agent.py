@@ -326,11 +326,13 @@ class Agent:
         self._warned_missing = set(self.missing) - lost
 
     def _judge_health(self) -> None:
-        unbound = any(g.driver is None for g in self.pci)
-        loaded = unbound and pci.module_loaded(self.config.sysfs_root)
-        self.tracker.report(
-            "pci", rules.bus_findings(self.pci, self.seen_on_bus, module_loaded=loaded)
-        )
+        # A bus that could not be listed at all says nothing about GPUs leaving it.
+        if self.pci or "sysfs" not in self.problems:
+            unbound = any(g.driver is None for g in self.pci)
+            loaded = unbound and pci.module_loaded(self.config.sysfs_root)
+            self.tracker.report(
+                "pci", rules.bus_findings(self.pci, self.seen_on_bus, module_loaded=loaded)
+            )
         count = rules.count_findings(len(self.pci), self.config.expected_gpus)
         self.tracker.report("host", {"": count})
         exempt = [g.slot for g in self.pci if not g.probeable]
@@ -411,7 +413,8 @@ class Agent:
             problems = self.tracker.problems(slot)
             gpu = on_bus.get(slot)
             health = worst(p.finding for p in problems)
-            if health == OK and gpu is not None and gpu.probeable:
+            # Bound to another driver on purpose: ok; else ok only with a fresh sample.
+            if health == OK and (gpu is None or gpu.probeable):
                 fresh = slot in self.reported and slot not in self.stale
                 health = OK if fresh else UNKNOWN
             out.append(

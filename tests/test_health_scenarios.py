@@ -343,3 +343,16 @@ def test_persistence_mode_hint_once_when_probes_are_slow(host: Host) -> None:
     assert len(hints) == 1
     assert "re-initialises the GPUs" in hints[0]
     assert agent.snapshot()["probe"]["duration"] > 0
+
+
+def test_a_bus_that_cannot_be_listed_is_not_every_gpu_gone(host: Host) -> None:
+    host.make_agent()
+    host.tick()
+    devices = os.path.join(host.root, "bus", "pci", "devices")
+    os.rename(devices, devices + ".away")
+    host.tick(3)
+    assert host.events(Event.PROBLEM_GONE_FROM_BUS) == []
+    assert len(host.events(Event.SYSFS_PROBLEM)) == 1
+    os.rename(devices + ".away", devices)
+    host.tick()
+    assert code(host) == HEALTHY
