@@ -2,8 +2,9 @@
 
 Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs; nvidia-smi is a shell
 script that ``cat``s a real H200 capture projected onto the query (it answers at once, so
-what is measured is the agent's side of the spawn).  The floor is a minimal loop doing the
-same sysfs reads.  Usage::
+what is measured is the agent's side of the spawn).  Two floors: the same sysfs reads alone,
+and a minimal loop doing those reads, the spawn (``subprocess.run``) and a state write of the
+raw output; the last line is the tick over that loop.  Usage::
 
     /usr/bin/python3 -m bench.tick_cost [--ticks 300]
 """
@@ -11,15 +12,17 @@ same sysfs reads.  Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 
 from bench.sim import instant_nvidia_smi, make_host
-from gpuagent import pci, smi, state
+from gpuagent import pci, rules, smi, state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.logs import EventLog
@@ -51,6 +54,18 @@ def floor(root: str) -> None:
         if _read(os.path.join(base, slot, "vendor")) == b"0x10de\n":
             _read(os.path.join(base, slot, "class"))
             _read(os.path.join(base, slot, "device"))
+
+
+def minimal_loop(root: str, nvsmi: str, state_file: str) -> None:
+    """The same sysfs reads, one spawn of nvidia-smi and a state file of its raw lines."""
+    floor(root)
+    out = subprocess.run(
+        smi.command(nvsmi, smi.FIELDS), capture_output=True, check=False
+    ).stdout.decode()
+    tmp = state_file + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"rows": out.splitlines()}, f)
+    os.replace(tmp, state_file)
 
 
 def measure(gpus: int, ticks: int) -> dict[str, float]:
@@ -90,18 +105,33 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             tick()
         snap = agent.snapshot()
         prober = Prober(Runner(timeout=8))
+        out = smi.parse_output(text, smi.FIELDS) if gpus else None
+        rows = {str(i): r for i, r in enumerate(out.rows)} if out else {}
+
+        def health() -> None:
+            agent.tracker.report("smi", rules.smi_findings(rows, {}, {}, ()))
+            agent.tracker.settle(0.0)
+
+        loop_state = os.path.join(d, "minimal.json")
         figures = {
             "tick": cpu_ms(tick, ticks),
             "pci scan (the tick's, remembering)": cpu_ms(agent.scanner.scan, ticks),
             "pci scan from cold (detect)": cpu_ms(lambda: pci.scan(root), ticks),
             "probe (spawn+read+parse)": cpu_ms(lambda: prober.probe(nvsmi), ticks) if gpus else 0,
-            "parse": cpu_ms(lambda: smi.parse(text, smi.FIELDS), ticks) if gpus else 0,
+            "parse": cpu_ms(lambda: smi.parse_output(text, smi.FIELDS), ticks) if gpus else 0,
+            "health rules + tracker": cpu_ms(health, ticks),
             "snapshot": cpu_ms(agent.snapshot, ticks),
             "state write": cpu_ms(lambda: state.write(cfg.state_file, snap), ticks),
             "metrics write": cpu_ms(lambda: textfile.write(snap), ticks),
             "notify": cpu_ms(notifier.watchdog, ticks),
             "floor (same sysfs reads)": cpu_ms(lambda: floor(root), ticks),
+            "minimal loop (reads+spawn+state)": cpu_ms(
+                lambda: minimal_loop(root, nvsmi, loop_state) if gpus else floor(root), ticks
+            ),
         }
+        figures["tick / minimal loop"] = (
+            figures["tick"] / figures["minimal loop (reads+spawn+state)"]
+        )
         sink.close()
         return figures
 

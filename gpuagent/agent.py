@@ -1,4 +1,4 @@
-"""One tick: PCI scan -> gates -> probe -> cross-check -> state.
+"""One tick: PCI scan -> gates -> probe -> cross-check -> health -> state.
 
 The agent owns "log once": every condition is logged when it starts and when it ends, never
 per tick.  Clock, sysfs root, the nvidia-smi lookup and the prober are injected, so tests
@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__, pci
+from . import __version__, pci, rules
 from .backoff import Backoff, cap_ticks
 from .config import Config
+from .health import CRITICAL, OK, UNKNOWN, Problem, Tracker, worst
 from .logs import Event, EventLog
 from .probe import Prober, ProbeResult, lookup
 from .smi import HINTS, Failure, Row, sysfs_slot
@@ -81,6 +82,13 @@ class Agent:
         self._smi_path: str | None = None
         self._smi_seen: bool | None = None
         self._module: bool | None = None
+        # Health: every source's findings, the slots ever on the bus, those the last probe
+        # answered for, and the last probe's wall time (s).
+        self.tracker = Tracker()
+        self.seen_on_bus: set[str] = set()
+        self.reported: set[str] = set()
+        self.probe_duration: float | None = None
+        self._hinted_persistence = False
         self.config = config
         self.scanner = pci.Scanner(config.sysfs_root)
         self.backoff = Backoff(config.backoff_after, cap_ticks(config.interval, config.retry_max))
@@ -90,6 +98,8 @@ class Agent:
         """Apply a reloaded config; counters, samples and the outage's backoff survive it."""
         if config.sysfs_root != self.config.sysfs_root:
             self.scanner = pci.Scanner(config.sysfs_root)
+            # Another bus: its GPUs are new, the old ones did not leave it.
+            self.seen_on_bus.clear()
         self.backoff.after = config.backoff_after
         self.backoff.cap = cap_ticks(config.interval, config.retry_max)
         self.backoff.clamp()
@@ -120,6 +130,7 @@ class Agent:
         elif due and self._smi_path is not None:
             self._apply(self.prober.probe(self._smi_path), gpus)
         self._mark_stale()
+        self._judge_health()
 
     def _scan(self) -> list[pci.PciGpu]:
         gpus, problems = self.scanner.scan()
@@ -130,6 +141,15 @@ class Agent:
             self.problems["sysfs"] = "; ".join(problems)
         else:
             self.problems.pop("sysfs", None)
+        new = sorted(g.slot for g in gpus if g.slot not in self.seen_on_bus)
+        if new and self.ticks > 1:
+            self.log(
+                INFO,
+                None,
+                f"{_plural(len(new), 'NVIDIA GPU')} appeared on the PCI bus ({', '.join(new)}); "
+                f"{len(gpus)} on it now",
+            )
+        self.seen_on_bus.update(new)
         self.pci = gpus
         return gpus
 
@@ -186,12 +206,17 @@ class Agent:
     def _set_gated(self, gate: str) -> None:
         self.probe_state = "idle" if gate == "no_gpu" else "gated"
         self.gate = gate
+        # What nvidia-smi said no longer holds once it cannot be asked.
+        self.tracker.report("smi", {})
+        self.reported = set()
 
     # Probe outcome ---------------------------------------------------------------------------
 
     def _apply(self, result: ProbeResult, gpus: list[pci.PciGpu]) -> None:
         self.spawns_total += result.spawns
         self.gate = None
+        if result.spawns:
+            self.probe_duration = result.duration
         for field in result.rejected:
             self.log(DEBUG, None, f"nvidia-smi rejected field {field!r}; querying without it")
         if result.interrupted:
@@ -249,21 +274,43 @@ class Agent:
         self.last_error = None
         now, mono = self.wall(), self.monotonic()
         self.last_success_at = now
-        samples: dict[str, Sample] = {}
+        # A GPU nvidia-smi no longer answers for keeps its last sample, stale, for its UUID.
+        by_slot: dict[str, Row] = {}
         for row in rows:
             bus_id = row.get("pci.bus_id")
             key = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
-            samples[key] = Sample(row, now, mono)
-        self.samples = samples
+            by_slot[key] = row
+            self.samples[key] = Sample(row, now, mono)
+        self.reported = set(by_slot)
+        self.tracker.report(
+            "smi",
+            rules.smi_findings(by_slot, result.requires_reset, result.gpu_errors, result.inforom),
+        )
         for warning in result.warnings:
             self.log(DEBUG, None, f"nvidia-smi: {warning}")
-        self._cross_check(gpus)
+        self._hint_persistence(rows, result.duration)
+        self._cross_check(gpus, set(result.gpu_errors))
 
-    def _cross_check(self, gpus: list[pci.PciGpu]) -> None:
+    def _hint_persistence(self, rows: list[Row], duration: float) -> None:
+        slow = duration > self.config.probe_timeout / 2
+        off = any(r.get("persistence_mode") == "Disabled" for r in rows)
+        if slow and off and not self._hinted_persistence:
+            self._hinted_persistence = True
+            self.log(
+                INFO,
+                None,
+                f"nvidia-smi took {duration:.1f} s of the {self.config.probe_timeout:g} s "
+                "probe_timeout: without persistence mode every probe re-initialises the "
+                "GPUs (NVIDIA documents 1-3 s per GPU); enable nvidia-persistenced "
+                "(systemctl enable --now nvidia-persistenced)",
+            )
+
+    def _cross_check(self, gpus: list[pci.PciGpu], lost: set[str]) -> None:
+        # A lost GPU is missing too, but its one journal line is the "lost" problem's.
         bound = [g.slot for g in gpus if g.driver == "nvidia"]
-        self.missing = [slot for slot in bound if slot not in self.samples]
+        self.missing = [slot for slot in bound if slot not in self.reported]
         for slot in self.missing:
-            if slot not in self._warned_missing:
+            if slot not in self._warned_missing and slot not in lost:
                 self.log(
                     WARNING,
                     Event.GPU_MISSING,
@@ -271,16 +318,55 @@ class Agent:
                     "report it",
                     pci_slot=slot,
                 )
-        for slot in sorted(self._warned_missing - set(self.missing)):
+        # One that left the bus instead is not "back": its gone_from_bus problem says so.
+        for slot in sorted((self._warned_missing - set(self.missing)) & self.reported):
             self.log(
                 INFO, Event.GPU_BACK, f"GPU {slot} is reported by nvidia-smi again", pci_slot=slot
             )
-        self._warned_missing = set(self.missing)
+        self._warned_missing = set(self.missing) - lost
+
+    def _judge_health(self) -> None:
+        # A bus that could not be listed at all says nothing about GPUs leaving it.
+        if self.pci or "sysfs" not in self.problems:
+            unbound = any(g.driver is None for g in self.pci)
+            loaded = unbound and pci.module_loaded(self.config.sysfs_root)
+            self.tracker.report(
+                "pci", rules.bus_findings(self.pci, self.seen_on_bus, module_loaded=loaded)
+            )
+        count = rules.count_findings(len(self.pci), self.config.expected_gpus)
+        self.tracker.report("host", {"": count})
+        exempt = [g.slot for g in self.pci if not g.probeable]
+        started, ended = self.tracker.settle(self.wall(), exempt)
+        for p in started:
+            self._log_problem(p, True)
+        for p in ended:
+            self._log_problem(p, False)
+
+    def _log_problem(self, p: Problem, start: bool) -> None:
+        f = p.finding
+        where = f"GPU {p.slot}" if p.slot else "host"
+        fields = {
+            "pci_slot": p.slot or None,
+            "problem": f.kind,
+            "severity": f.severity,
+            "action": f.action,
+            **dict(f.extra),
+        }
+        if start:
+            level = ERROR if f.severity == CRITICAL else WARNING
+            text = f"{where}: {f.kind} ({f.severity}): {f.message}; action: {f.action}"
+            self.log(level, Event.problem(f.kind), text, **fields)
+        else:
+            self.log(INFO, Event.PROBLEM_CLEARED, f"{where}: {f.kind} cleared", **fields)
 
     def _mark_stale(self) -> None:
         limit = STALE_AFTER_INTERVALS * self.config.interval
         mono = self.monotonic()
-        self.stale = {slot for slot, s in self.samples.items() if mono - s.sampled_mono > limit}
+        self.stale = {
+            slot
+            for slot, s in self.samples.items()
+            if mono - s.sampled_mono > limit or slot not in self.reported
+        }
 
     # Reporting -------------------------------------------------------------------------------
 
@@ -303,9 +389,45 @@ class Agent:
             wait = self.backoff.next_in_ticks * self.config.interval
             return f"{gpus}, nvidia-smi failing ({self.failure}), next try in {wait:g} s"
         if self.probe_state == "ok":
-            missing = f", {len(self.missing)} missing from nvidia-smi" if self.missing else ""
-            return f"{gpus}, sampling{missing}"
+            return self._ok_line(gpus)
         return f"{gpus}, starting"
+
+    def _ok_line(self, gpus: str) -> str:
+        sick = sorted(self.tracker.slots())
+        silent = [s for s in self.missing if s not in sick]
+        missing = f", {len(silent)} missing from nvidia-smi" if silent else ""
+        if not sick:
+            return f"{gpus}, sampling{missing}"
+        named = [f"{s or 'host'} {self.tracker.problems(s)[0].finding.kind}" for s in sick[:3]]
+        more = ", ..." if len(sick) > 3 else ""
+        verb = "needs" if len(sick) == 1 else "need"
+        return f"{gpus}, {len(sick)} {verb} attention: {', '.join(named)}{more}{missing}"
+
+    def _gpu_entries(self) -> list[dict[str, Any]]:
+        """One entry per GPU known: on the bus now, seen on it before, or named by nvidia-smi."""
+        on_bus = {g.slot: g for g in self.pci}
+        slots = (self.seen_on_bus | set(self.samples) | self.tracker.slots()) - {""}
+        out = []
+        for slot in sorted(slots):
+            s = self.samples.get(slot)
+            problems = self.tracker.problems(slot)
+            gpu = on_bus.get(slot)
+            health = worst(p.finding for p in problems)
+            # Bound to another driver on purpose: ok; else ok only with a fresh sample.
+            if health == OK and (gpu is None or gpu.probeable):
+                fresh = slot in self.reported and slot not in self.stale
+                health = OK if fresh else UNKNOWN
+            out.append(
+                {
+                    "pci_slot": slot,
+                    "fields": s.fields if s else {},
+                    "sampled_at": s.sampled_at if s else None,
+                    "stale": slot in self.stale,
+                    "health": health,
+                    "problems": [p.as_dict() for p in problems],
+                }
+            )
+        return out
 
     def snapshot(self) -> dict[str, Any]:
         """The state file's content (schema :data:`gpuagent.state.SCHEMA`)."""
@@ -334,16 +456,10 @@ class Agent:
                 "last_error": self.last_error,
                 "last_success_at": self.last_success_at,
                 "fields": list(self.prober.fields),
+                "duration": self.probe_duration,
             },
-            "gpus": [
-                {
-                    "pci_slot": slot,
-                    "fields": s.fields,
-                    "sampled_at": s.sampled_at,
-                    "stale": slot in self.stale,
-                }
-                for slot, s in sorted(self.samples.items())
-            ],
+            "gpus": self._gpu_entries(),
+            "host_problems": [p.as_dict() for p in self.tracker.problems("")],
             "missing": self.missing,
             "problems": dict(self.problems),
         }

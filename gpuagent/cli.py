@@ -93,12 +93,14 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the state file as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the state file as JSON, with its health."
+)
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Show the running agent's view; exit 0 healthy, 1 degraded, 3 unknown."""
+    """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
     from . import state  # noqa: PLC0415
-    from .status import UNKNOWN, clean, judge, malformed, render  # noqa: PLC0415
+    from .status import NAMES, UNKNOWN, clean, judge, malformed, render  # noqa: PLC0415
 
     cfg = _salvage(ctx)
     try:
@@ -123,6 +125,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         sys.exit(UNKNOWN)
     now = time.time()
     code, reason = judge(st, now)
+    st["health"] = NAMES[code]
+    st["health_reason"] = reason
     text = json.dumps(st, indent=2, sort_keys=True) if as_json else render(st, now, code, reason)
     _print(text)
     if code and as_json:

@@ -54,6 +54,10 @@ class Config:
     # directory of journal files.
     journal_directory: str = ""
 
+    # NVIDIA GPUs this host should have on its PCI bus; fewer is a gpu_count problem.  Unset
+    # (None, the default): no check.
+    expected_gpus: int | None = None
+
 
 _DURATIONS = {"interval", "probe_timeout", "retry_max"}
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
@@ -207,6 +211,10 @@ def _check(source: str, key: str, value: Any) -> Any:
     if key == "backoff_after":
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
             raise ConfigError(f"{where}: expected an integer from 1 to 1000, got {_show(value)}")
+        return value
+    if key == "expected_gpus":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
+            raise ConfigError(f"{where}: expected an integer from 0 to 1024, got {_show(value)}")
         return value
     if key == "load_driver":
         if not isinstance(value, bool):

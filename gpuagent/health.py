@@ -2,13 +2,16 @@
 
 Every source of facts about a GPU (nvidia-smi's values and per-GPU errors, the PCI bus, the
 kernel driver's Xid events) reports :class:`Finding` objects keyed by the GPU's PCI slot; a
-GPU's health is the worst severity among its findings.
+GPU's health is the worst severity among its findings.  A :class:`Tracker` keeps each
+source's latest findings, gives every problem the time it started (``since``) and says which
+problems started and which ended, so that each is logged once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "ACTIONS",
@@ -19,6 +22,8 @@ __all__ = [
     "UNKNOWN",
     "WARNING",
     "Finding",
+    "Problem",
+    "Tracker",
     "worst",
 ]
 
@@ -72,3 +77,82 @@ def worst(findings: Iterable[Finding]) -> str:
     if CRITICAL in severities:
         return CRITICAL
     return WARNING if WARNING in severities else OK
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A :class:`Finding` that holds on the GPU in ``slot`` (``""``: the host) since ``since``
+    (Unix time, s)."""
+
+    slot: str
+    finding: Finding
+    since: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """The state file's form: kind, severity, action, message, since and the extra fields."""
+        f = self.finding
+        return {
+            "kind": f.kind,
+            "severity": f.severity,
+            "action": f.action,
+            "message": f.message,
+            "since": self.since,
+            **dict(f.extra),
+        }
+
+
+class Tracker:
+    """Problems from several sources (``smi``, ``pci``, ``xid`` …), each problem's start and end.
+
+    Each source calls :meth:`report` with all it currently finds, ``{slot: [Finding, ...]}``;
+    a source's findings hold until it reports again.  :meth:`settle` then merges them: a
+    problem (slot and :attr:`Finding.key`) seen by any source holds; its ``since`` is the time
+    of the first :meth:`settle` that saw it.
+    """
+
+    def __init__(self) -> None:
+        self._sources: dict[str, dict[str, list[Finding]]] = {}
+        self._open: dict[tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]], Problem] = {}
+
+    def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
+        """Replace everything ``source`` found with ``findings`` (by slot)."""
+        self._sources[source] = {slot: list(fs) for slot, fs in findings.items()}
+
+    def settle(self, now: float, exempt: Iterable[str] = ()) -> tuple[list[Problem], list[Problem]]:
+        """Merge the sources at wall time ``now`` (s); returns the problems that started and
+        those that ended, in slot order.  Slots in ``exempt`` (a GPU bound to another driver
+        on purpose) have no problems."""
+        skip = set(exempt)
+        current: dict[tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]], Finding] = {}
+        for findings in self._sources.values():
+            for slot, fs in findings.items():
+                if slot in skip:
+                    continue
+                for f in fs:
+                    current.setdefault((slot, f.key), f)
+        started: list[Problem] = []
+        ended = [p for key, p in self._open.items() if key not in current]
+        for key in [k for k in self._open if k not in current]:
+            del self._open[key]
+        for key, f in current.items():
+            old = self._open.get(key)
+            if old is None:
+                self._open[key] = Problem(key[0], f, now)
+                started.append(self._open[key])
+            elif old.finding != f:
+                # Same problem, new wording (another throttle reason): no new start.
+                self._open[key] = Problem(key[0], f, old.since)
+        return sorted(started, key=_slot_order), sorted(ended, key=_slot_order)
+
+    def problems(self, slot: str) -> list[Problem]:
+        """The problems holding on ``slot``, worst first, then by kind."""
+        mine = [p for (s, _), p in self._open.items() if s == slot]
+        return sorted(mine, key=lambda p: (p.finding.severity != CRITICAL, p.finding.kind))
+
+    def slots(self) -> set[str]:
+        """Every slot with a problem (``""`` for the host)."""
+        return {s for s, _ in self._open}
+
+
+def _slot_order(p: Problem) -> tuple[str, str]:
+    return p.slot, p.finding.kind

@@ -54,10 +54,31 @@ class Event(Enum):
     JOURNAL_UNREADABLE = "986380a7c7a54d6c862133e237977fc5"
     JOURNAL_READABLE = "99154438127a4a459b671bc12b344080"
 
+    PROBLEM_LOST = "a6c5d15b39824dc594ffb44e6910ec28"
+    PROBLEM_REQUIRES_RESET = "0d706c08af5c47678a4a25bbd30768de"
+    PROBLEM_RECOVERY_ACTION = "d5f8cd06019743f798df52da0578cc1d"
+    PROBLEM_ROW_REMAP_PENDING = "fe88c1c6cec34441adfa1822f4dd4b65"
+    PROBLEM_ROW_REMAP_FAILED = "a58afe7da6aa493cb0a1095f9722d642"
+    PROBLEM_RETIRED_PAGES_PENDING = "12a64e121c9944539479cf460b705c09"
+    PROBLEM_INFOROM = "c970577edab048deaa6fb9e26f7b2585"
+    PROBLEM_THROTTLED = "453b7c0ae154459fa1dace13ec3f2680"
+    PROBLEM_PCIE_LINK_DEGRADED = "27aafa4f168c42ed877298113b0dfcb9"
+    PROBLEM_FABRIC = "cfbf994b90104d5ba2730c4a73ca636f"
+    PROBLEM_ECC_UNCORRECTED = "68c9e898e3aa4929808e45e7d132a9b8"
+    PROBLEM_GONE_FROM_BUS = "6b9d9a0866c9450fbc098bfec774b603"
+    PROBLEM_NO_DRIVER = "8bf18f45e24a4aeab25c9e14e0630866"
+    PROBLEM_GPU_COUNT = "a66efef0ad734def957df3106530cefc"
+    PROBLEM_CLEARED = "ab7e7a89442b441ba8b34cd8d0a968d0"
+
     @classmethod
     def failing(cls, failure_class: str) -> Event:
         """The probe-failing event of a failure class (``version_mismatch`` …)."""
         return cls[f"FAILING_{failure_class.upper()}"]
+
+    @classmethod
+    def problem(cls, kind: str) -> Event:
+        """The event of a GPU problem's start (``lost``, ``throttled`` …)."""
+        return cls[f"PROBLEM_{kind.upper()}"]
 
 
 class EventLog:

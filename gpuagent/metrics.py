@@ -5,7 +5,10 @@ Only the daemon imports this module: ``gpuagent status`` must not load prometheu
 Values are in base units (bytes, ratios 0-1, hertz, watts, degrees Celsius) and every per-GPU
 series is labelled by ``pci_slot`` (sysfs form) and ``uuid``, never by index alone, since
 indices shift when a GPU disappears.  A null field is no series, and a stale GPU keeps only its
-``gpuagent_gpu_info`` series, so Prometheus never graphs frozen numbers as live.
+``gpuagent_gpu_info`` series, so Prometheus never graphs frozen numbers as live.  Every GPU the
+agent knows has ``gpuagent_gpu_healthy``, and each problem holding on it one
+``gpuagent_gpu_problem`` series; host-level problems (``gpu_count``) have empty ``pci_slot``
+and ``uuid``.
 """
 
 from __future__ import annotations
@@ -119,9 +122,18 @@ def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
         "1 when MIG mode is enabled, 0 when disabled.",
         labels=GPU_LABELS,
     )
+    healthy = GaugeMetricFamily(
+        "gpuagent_gpu_healthy",
+        "1 when the GPU's health is ok, else 0 (a problem, or its health is unknown); for every "
+        "GPU the agent knows.",
+        labels=GPU_LABELS,
+    )
     for gpu in gpus:
         fields: Mapping[str, object] = gpu.get("fields") or {}
         labels = [str(gpu.get("pci_slot", "")), _text(fields.get("uuid"))]
+        healthy.add_metric(labels, 1.0 if gpu.get("health") == "ok" else 0.0)
+        if not fields:
+            continue
         info.add_metric(
             [*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0
         )
@@ -136,7 +148,31 @@ def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
         mode = _MIG.get(_text(fields.get("mig.mode.current")))
         if mode is not None:
             mig.add_metric(labels, mode)
-    return [info, *values.values(), pstate, mig]
+    return [info, healthy, *values.values(), pstate, mig]
+
+
+def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "gpuagent_gpu_problem",
+        "A problem holding on a GPU (empty pci_slot and uuid: on the host), with its kind, "
+        "severity (warning, critical) and the action to take; always 1.",
+        labels=[*GPU_LABELS, "kind", "severity", "action"],
+    )
+    owners: list[tuple[str, str, list[Any]]] = [("", "", list(snapshot.get("host_problems") or []))]
+    for gpu in snapshot.get("gpus") or []:
+        fields: Mapping[str, object] = gpu.get("fields") or {}
+        owners.append(
+            (str(gpu.get("pci_slot", "")), _text(fields.get("uuid")), gpu.get("problems") or [])
+        )
+    seen: set[tuple[str, ...]] = set()
+    for slot, uuid, problems in owners:
+        for p in problems:
+            labels = (slot, uuid, str(p.get("kind")), str(p.get("severity")), str(p.get("action")))
+            # Two Xids of one kind on a GPU are one series.
+            if labels not in seen:
+                seen.add(labels)
+                family.add_metric(list(labels), 1.0)
+    return family
 
 
 def families(snapshot: Mapping[str, Any]) -> list[Metric]:
@@ -202,6 +238,14 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
             float(snapshot.get("updated_at") or 0),
         ),
     ]
+    if probe.get("duration") is not None:
+        out.append(
+            _gauge(
+                "gpuagent_probe_duration_seconds",
+                "How long the last nvidia-smi run took.",
+                float(probe["duration"]),
+            )
+        )
     if probe.get("last_success_at") is not None:
         out.append(
             _gauge(
@@ -211,6 +255,7 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
             )
         )
     out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
+    out.append(_problems(snapshot))
     return [f for f in out if f.samples]
 
 

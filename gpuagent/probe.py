@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .runner import Outcome, Runner
-from .smi import FALLBACKS, FIELDS, Failure, ParseError, Row, classify, command, invalid_field
-from .smi import parse as parse_csv
+from .smi import (
+    FALLBACKS,
+    FIELDS,
+    Failure,
+    ParseError,
+    Row,
+    classify,
+    command,
+    invalid_field,
+    parse_output,
+)
 
 __all__ = ["ProbeResult", "Prober", "lookup"]
 
@@ -34,7 +43,11 @@ class ProbeResult:
 
     ``detail`` is the offending output line of an unparseable answer (for the debug log),
     ``warnings`` lines nvidia-smi printed beside valid data (infoROM), ``spawns`` the number
-    of processes started, ``rejected`` the fields nvidia-smi refused on the way.
+    of processes started, ``rejected`` the fields nvidia-smi refused on the way.  Beside the
+    rows: ``gpu_errors`` the error text of each GPU nvidia-smi could not answer for, by sysfs
+    slot (a partial success), ``requires_reset`` the fields reading ``[GPU requires reset]``
+    by slot, ``inforom`` the slots warned about.  ``duration`` is the wall time of the last
+    run (s).
     """
 
     rows: list[Row] | None = None
@@ -47,6 +60,10 @@ class ProbeResult:
     rejected: tuple[str, ...] = ()
     interrupted: bool = False
     fields: tuple[str, ...] = field(default=FIELDS)
+    gpu_errors: dict[str, str] = field(default_factory=dict)
+    requires_reset: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    inforom: tuple[str, ...] = ()
+    duration: float = 0.0
 
 
 def _first_lines(text: str) -> str:
@@ -89,17 +106,13 @@ class Prober:
             if out.failure is not None:
                 self.fields = FIELDS
                 self._tried_fallbacks.clear()
-            return ProbeResult(
-                rows=out.rows,
-                failure=out.failure,
-                error=out.error,
+            return replace(
+                out,
                 exit_code=result.exit_code,
-                detail=out.detail,
                 spawns=spawns,
-                warnings=out.warnings,
                 rejected=tuple(rejected),
-                interrupted=out.interrupted,
                 fields=self.fields,
+                duration=result.duration,
             )
 
     def _replace(self, bad: str) -> None:
@@ -135,18 +148,27 @@ class Prober:
                 detail=stdout[:_ERROR_CHARS],
             )
         # infoROM corruption (14) is a warning printed beside valid data.
-        if code not in (0, 14):
-            return ProbeResult(
-                failure=classify(code or 0, stdout),
-                error=f"exit {code}: {_first_lines(stdout) or '(no output)'}",
-            )
+        failed = ProbeResult(
+            failure=classify(code or 0, stdout),
+            error=f"exit {code}: {_first_lines(stdout) or '(no output)'}",
+        )
         try:
-            rows = parse_csv(stdout, self.fields)
+            out = parse_output(stdout, self.fields)
         except ParseError as e:
+            if code not in (0, 14):
+                return failed
             failure = classify(code or 0, stdout)
             if failure is Failure.OTHER:
                 failure = Failure.UNPARSEABLE
             text = f"exit {code}: {e}" if failure is Failure.UNPARSEABLE else _first_lines(stdout)
             return ProbeResult(failure=failure, error=text, detail=e.line[:_ERROR_CHARS])
-        warnings = tuple(ln.strip() for ln in stdout.splitlines() if ln.startswith("WARNING:"))
-        return ProbeResult(rows=rows, warnings=warnings)
+        # Rows beside an error naming one GPU (exit 255, 15): the others answered.
+        if code not in (0, 14) and not out.gpu_errors:
+            return failed
+        return ProbeResult(
+            rows=out.rows,
+            warnings=out.warnings,
+            gpu_errors=out.gpu_errors,
+            requires_reset=out.requires_reset,
+            inforom=out.inforom,
+        )

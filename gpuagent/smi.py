@@ -9,13 +9,17 @@ from __future__ import annotations
 import csv
 import math
 import re
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from enum import StrEnum
 
 __all__ = [
     "FALLBACKS",
     "FIELDS",
     "HINTS",
+    "REQUIRES_RESET",
     "Failure",
+    "Output",
     "ParseError",
     "Row",
     "Value",
@@ -23,16 +27,30 @@ __all__ = [
     "command",
     "invalid_field",
     "parse",
+    "parse_output",
     "sysfs_slot",
 ]
 
 Value = int | float | str | None
 Row = dict[str, Value]
 
+# Text fields the health rules read (gpuagent.rules).
+_HEALTH_TEXT = (
+    "persistence_mode",
+    "inforom.checksum_validation",
+    "gpu_recovery_action",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "retired_pages.pending",
+    "fabric.state",
+    "fabric.status",
+)
 # The query, in nvidia-smi's own field names; nounits values: temperature.gpu °C,
 # temperature.gpu.tlimit °C left below the GPU's maximum operating temperature (recent drivers
 # only; an older one rejects it and it is dropped), utilization.* %, memory.* MiB, power.* W,
-# clocks.* MHz, fan.speed %.
+# clocks.* MHz, fan.speed %, pcie.link.width.* lanes.  The fields from
+# clocks_event_reasons.active on feed the health rules (gpuagent.rules).
+# remapped_rows.histogram.* is never asked for: it floods the kernel log of vGPU guests.
 FIELDS: tuple[str, ...] = (
     "index",
     "uuid",
@@ -54,6 +72,9 @@ FIELDS: tuple[str, ...] = (
     "ecc.errors.uncorrected.volatile.total",
     "mig.mode.current",
     "clocks_event_reasons.active",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    *_HEALTH_TEXT,
 )
 
 # Older drivers know a field by another name: asked for when the first is rejected.
@@ -69,6 +90,7 @@ _TEXT = frozenset(
         "mig.mode.current",
         "clocks_event_reasons.active",
         "clocks_throttle_reasons.active",
+        *_HEALTH_TEXT,
     }
 )
 _MISSING = frozenset({"", "N/A", "Not Supported"})
@@ -79,6 +101,16 @@ _INVALID_FIELD = re.compile(rf"Field [{_QUOTE}]([^{_QUOTE}]+)[{_QUOTE}] is not a
 _WARNING = re.compile(r"^WARNING: ")
 _BUS_ID = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<rest>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 _INDEX_DIGITS = 6
+# What nvidia-smi prints for each field of a GPU that needs a reset (NVML_ERROR_RESET_REQUIRED).
+REQUIRES_RESET = "[GPU requires reset]"
+# One GPU's error beside the rows of the others: "Unable to determine the device handle for
+# GPU0000:CF:00.0: Unknown Error" (newer drivers glue the bus id to "GPU"), "... for GPU
+# 0000:03:00.0: GPU is lost.  Reboot the system to recover this GPU".
+_GPU_ERROR = re.compile(
+    r"^(?:Unable to determine the device handle for )?GPU ?"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<reason>.*\S)\s*$"
+)
+_INFOROM = re.compile(r"^WARNING: infoROM is corrupted at gpu (?P<bus>\S+)\s*$", re.IGNORECASE)
 
 
 class Failure(StrEnum):
@@ -139,6 +171,70 @@ def _value(field: str, text: str) -> Value:
     return int(number) if number.is_integer() and "." not in text else number
 
 
+@dataclass(frozen=True)
+class Output:
+    """What one answer of nvidia-smi says, GPU by GPU.
+
+    ``rows`` one per GPU that answered; ``gpu_errors`` the error text of each GPU nvidia-smi
+    named in an error line instead of a row, by sysfs slot; ``requires_reset`` the fields that
+    read ``[GPU requires reset]``, by sysfs slot; ``inforom`` the slots nvidia-smi warned have a
+    corrupted infoROM; ``warnings`` every ``WARNING:`` line.
+    """
+
+    rows: list[Row]
+    gpu_errors: dict[str, str] = dc_field(default_factory=dict)
+    requires_reset: dict[str, tuple[str, ...]] = dc_field(default_factory=dict)
+    inforom: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _split_lines(stdout: str) -> tuple[list[str], dict[str, str], list[str]]:
+    """CSV lines, per-GPU error lines by slot, and ``WARNING:`` lines of one answer."""
+    csv_lines: list[str] = []
+    errors: dict[str, str] = {}
+    warnings: list[str] = []
+    last_error: str | None = None
+    for line in stdout.splitlines():
+        if not line.strip():
+            continue
+        if last_error is not None and line[:1].isspace():
+            # A console that wraps at 80 columns continues the error on an indented line.
+            errors[last_error] = f"{errors[last_error]} {line.strip()}"
+            continue
+        last_error = None
+        if _WARNING.match(line):
+            warnings.append(line.strip())
+        elif m := _GPU_ERROR.match(line.strip()):
+            last_error = sysfs_slot(m["bus"])
+            errors[last_error] = m["reason"]
+        else:
+            csv_lines.append(line)
+    return csv_lines, errors, warnings
+
+
+def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
+    """Parse an answer that may mix rows with per-GPU errors and warnings (see :class:`Output`).
+
+    Raises :class:`ParseError` like :func:`parse` when the rest is not the CSV asked for or
+    holds no row at all.
+    """
+    csv_lines, errors, warnings = _split_lines(stdout)
+    if not csv_lines:
+        raise ParseError("no rows", stdout[:200])
+    rows = parse("\n".join(csv_lines), fields)
+    reset: dict[str, tuple[str, ...]] = {}
+    for line, row in zip(csv_lines, rows, strict=True):
+        if REQUIRES_RESET in line:
+            cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
+            bus_id = row.get("pci.bus_id")
+            slot = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
+            reset[slot] = tuple(
+                f for f, c in zip(fields, cells, strict=True) if c == REQUIRES_RESET
+            )
+    inforom = tuple(sysfs_slot(m["bus"]) for w in warnings if (m := _INFOROM.match(w)))
+    return Output(rows, errors, reset, inforom, tuple(warnings))
+
+
 def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
     """Parse ``--format=csv,noheader,nounits`` output into one row per GPU.
 
@@ -185,6 +281,7 @@ _BY_TEXT: tuple[tuple[str, Failure], ...] = (
     ("couldn't find libnvidia-ml.so", Failure.LIBRARY_MISSING),
     ("no devices were found", Failure.NO_DEVICES),
     ("gpu is lost", Failure.GPU_LOST),
+    ("requires reset", Failure.GPU_LOST),
     ("unable to determine the device handle", Failure.GPU_LOST),
     ("insufficient permissions", Failure.PERMISSION_DENIED),
 )
@@ -210,7 +307,9 @@ def classify(exit_code: int, stdout: str) -> Failure:
 HINTS: dict[Failure, str] = {
     Failure.NOT_FOUND: "install the NVIDIA driver utilities or set nvidia_smi to its path",
     Failure.PERMISSION_DENIED: "check that the agent may execute nvidia-smi and open /dev/nvidia*",
-    Failure.TIMEOUT: "nvidia-smi hangs; a GPU or the driver may be wedged (see dmesg for Xid)",
+    Failure.TIMEOUT: "nvidia-smi hangs; a GPU or the driver may be wedged (see dmesg for Xid); "
+    "without persistence mode every probe re-initialises the GPUs (1-3 s per GPU): enable "
+    "nvidia-persistenced",
     Failure.DRIVER_NOT_LOADED: "load the nvidia kernel module or finish the driver installation",
     Failure.LIBRARY_MISSING: "libnvidia-ml.so is missing; reinstall the driver's NVML library",
     Failure.VERSION_MISMATCH: "a driver upgrade awaits a module reload or a reboot",

@@ -1,4 +1,8 @@
-"""``gpuagent status``: judge a state file and render it for a person (pure, light imports)."""
+"""``gpuagent status``: judge a state file and render it for a person (pure, light imports).
+
+The exit status follows the monitoring-plugins convention: 0 ok, 1 warning, 2 critical,
+3 unknown, from the worst problem on the host (see :func:`judge`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,24 @@ import os
 import time
 from typing import Any, TypeGuard
 
-__all__ = ["DEGRADED", "HEALTHY", "UNKNOWN", "clean", "judge", "malformed", "render"]
+from .health import HEALTH, SEVERITIES
 
-HEALTHY, DEGRADED, UNKNOWN = 0, 1, 3
+__all__ = [
+    "CRITICAL",
+    "DEGRADED",
+    "HEALTHY",
+    "NAMES",
+    "UNKNOWN",
+    "clean",
+    "judge",
+    "malformed",
+    "render",
+]
+
+HEALTHY, DEGRADED, CRITICAL, UNKNOWN = 0, 1, 2, 3
+# The health word of each exit status (``--json``'s "health").
+NAMES = {HEALTHY: "ok", DEGRADED: "warning", CRITICAL: "critical", UNKNOWN: "unknown"}
+_CODE = {"warning": DEGRADED, "critical": CRITICAL}
 # A running daemon rewrites the state every tick; this many intervals without it is a hang.
 SILENT_INTERVALS = 3
 # ...but never less than this, so that a tick stretched by a probe timeout is not a hang.
@@ -29,6 +48,30 @@ def _time(value: object) -> bool:
     return value is None or _finite(value)
 
 
+def _problem_ok(p: object) -> bool:
+    return (
+        isinstance(p, dict)
+        and isinstance(p.get("kind"), str)
+        and p.get("severity") in SEVERITIES
+        and isinstance(p.get("action"), str)
+        and isinstance(p.get("message"), str)
+        and _finite(p.get("since"))
+    )
+
+
+def _gpu_ok(g: object) -> bool:
+    return (
+        isinstance(g, dict)
+        and isinstance(g.get("pci_slot"), str)
+        and isinstance(g.get("fields"), dict)
+        and _time(g.get("sampled_at"))
+        and isinstance(g.get("stale"), bool)
+        and g.get("health") in HEALTH
+        and isinstance(g.get("problems"), list)
+        and all(_problem_ok(p) for p in g["problems"])
+    )
+
+
 def malformed(st: dict[str, Any]) -> str | None:
     """The first key of ``st`` that is not what the agent writes, or None if it is sound.
 
@@ -46,6 +89,7 @@ def malformed(st: dict[str, Any]) -> str | None:
         ("pci", isinstance(st.get("pci"), list)),
         ("probe", isinstance(st.get("probe"), dict)),
         ("gpus", isinstance(st.get("gpus"), list)),
+        ("host_problems", isinstance(st.get("host_problems"), list)),
         ("missing", isinstance(st.get("missing"), list)),
         ("problems", isinstance(st.get("problems"), dict)),
     ]
@@ -59,15 +103,10 @@ def malformed(st: dict[str, Any]) -> str | None:
         return "missing"
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in st["problems"].items()):
         return "problems"
-    for g in st["gpus"]:
-        if not (
-            isinstance(g, dict)
-            and isinstance(g.get("pci_slot"), str)
-            and isinstance(g.get("fields"), dict)
-            and _finite(g.get("sampled_at"))
-            and isinstance(g.get("stale"), bool)
-        ):
-            return "gpus"
+    if not all(_gpu_ok(g) for g in st["gpus"]):
+        return "gpus"
+    if not all(_problem_ok(p) for p in st["host_problems"]):
+        return "host_problems"
     return None
 
 
@@ -84,7 +123,14 @@ def _pid_alive(pid: object) -> bool:
 
 
 def judge(st: dict[str, Any], now: float) -> tuple[int, str]:
-    """Exit status and a one-line reason for state ``st`` read at wall time ``now`` (s)."""
+    """Exit status and a one-line reason for state ``st`` read at wall time ``now`` (s).
+
+    3 (unknown) when the agent is not running or has hung; else the worst of each GPU's
+    problems (critical 2, warning 1) and the host's conditions: nvidia-smi failing or stuck
+    with GPUs on the bus, or a GPU bound to nvidia that nvidia-smi does not report, is
+    critical; the probe gated with GPUs on the bus, stale samples or the agent's own trouble
+    (state file, metrics, sysfs) is a warning.  The reason names the worst conditions.
+    """
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
         if exit_info is not None:
@@ -95,19 +141,36 @@ def judge(st: dict[str, Any], now: float) -> tuple[int, str]:
         age = now - float(st.get("updated_at") or 0)
         if age > max(SILENT_INTERVALS * interval, SILENT_MIN):
             return UNKNOWN, f"gpuagent has not updated its state for {age:.0f} s"
+    found = _conditions(st)
+    if not found:
+        return HEALTHY, st.get("status") or "ok"
+    code = max(c for c, _ in found)
+    return code, "; ".join(reason for c, reason in found if c == code)
+
+
+def _conditions(st: dict[str, Any]) -> list[tuple[int, str]]:
     probe = st.get("probe") or {}
     gpus = st.get("gpus") or []
+    found: list[tuple[int, str]] = []
+    sick = set()
+    for owner, problems in [("host", st.get("host_problems") or [])] + [
+        (g["pci_slot"], g["problems"]) for g in gpus
+    ]:
+        for p in problems:
+            sick.add(owner)
+            found.append((_CODE[p["severity"]], f"{owner} {p['kind']}: {p['action']}"))
     if probe.get("state") in ("failing", "stuck") and st.get("pci"):
-        return DEGRADED, st.get("status") or "probe failing"
+        found.append((CRITICAL, st.get("status") or "probe failing"))
     if probe.get("state") == "gated" and st.get("pci"):
-        return DEGRADED, st.get("status") or "probe gated"
-    if st.get("missing"):
-        return DEGRADED, f"GPU missing from nvidia-smi: {', '.join(st['missing'])}"
-    if any(g.get("stale") for g in gpus):
-        return DEGRADED, "samples are stale"
+        found.append((DEGRADED, st.get("status") or "probe gated"))
+    silent = [s for s in st.get("missing") or [] if s not in sick]
+    if silent:
+        found.append((CRITICAL, f"GPU missing from nvidia-smi: {', '.join(silent)}"))
+    if any(g.get("stale") and g["pci_slot"] not in sick for g in gpus):
+        found.append((DEGRADED, "samples are stale"))
     if st.get("problems"):
-        return DEGRADED, "; ".join(f"{k}: {v}" for k, v in sorted(st["problems"].items()))
-    return HEALTHY, st.get("status") or "ok"
+        found.append((DEGRADED, "; ".join(f"{k}: {v}" for k, v in sorted(st["problems"].items()))))
+    return found
 
 
 def _since(at: object, now: float) -> str:
@@ -183,6 +246,8 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
             f"failures, next try in {_next_try(probe.get('next_probe_in_ticks'), st['interval'])})"
         )
     probe_line += f", {clean(probe.get('spawns_total', 0))} spawns"
+    if _finite(probe.get("duration")):
+        probe_line += f", last took {probe['duration']:.2f} s"
     if last is not None:
         probe_line += f", last success {_ago(now - last)} ago"
     lines.append(probe_line)
@@ -190,21 +255,39 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
         lines.append(f"    last error: {clean(probe['last_error'])}")
     if code != HEALTHY and reason not in (st["status"], title):
         lines.append(f"    {clean(reason)}")
+    for p in st["host_problems"]:
+        lines.append(f"    host: {_problem(p, now)}")
     if st["gpus"]:
         lines.append(
-            f"    {'SLOT':<13} {'NAME':<26} {'TEMP':>5} {'UTIL':>5} {'MEMORY':>18} "
-            f"{'POWER':>13} AGE"
+            f"    {'SLOT':<13} {'IDX':>3} {'UUID':<40} {'HEALTH':<8} {'NAME':<20} {'TEMP':>5} "
+            f"{'UTIL':>5} {'MEMORY':>18} {'POWER':>13} AGE"
         )
     for g in st["gpus"]:
-        f = g["fields"]
-        age = _ago(now - g["sampled_at"])
-        lines.append(
-            f"    {clean(g['pci_slot']):<13} {clean(f.get('name') or '-')[:26]:<26} "
-            f"{_num(f.get('temperature.gpu'), 'C'):>5} {_num(f.get('utilization.gpu'), '%'):>5} "
-            f"{_pair(f.get('memory.used'), f.get('memory.total'), 'MiB'):>18} "
-            f"{_pair(f.get('power.draw'), f.get('power.limit'), 'W'):>13} "
-            f"{'STALE ' + age if g['stale'] else age}"
-        )
-    for slot in st["missing"]:
-        lines.append(f"    {clean(slot):<13} (on the PCI bus, not reported by nvidia-smi)")
+        lines.extend(_gpu_lines(g, now, g["pci_slot"] in st["missing"]))
     return "\n".join(lines)
+
+
+def _problem(p: dict[str, Any], now: float) -> str:
+    return (
+        f"{clean(p['severity'])} {clean(p['kind'])}: {clean(p['message'])} "
+        f"(action: {clean(p['action'])}, since {_ago(now - p['since'])} ago)"
+    )
+
+
+def _gpu_lines(g: dict[str, Any], now: float, missing: bool) -> list[str]:
+    f = g["fields"]
+    age = "-" if g["sampled_at"] is None else _ago(now - g["sampled_at"])
+    index = f.get("index")
+    lines = [
+        f"    {clean(g['pci_slot']):<13} {clean(index) if index is not None else '-':>3} "
+        f"{clean(f.get('uuid') or '-'):<40} {clean(g['health']).upper():<8} "
+        f"{clean(f.get('name') or '-')[:20]:<20} "
+        f"{_num(f.get('temperature.gpu'), 'C'):>5} {_num(f.get('utilization.gpu'), '%'):>5} "
+        f"{_pair(f.get('memory.used'), f.get('memory.total'), 'MiB'):>18} "
+        f"{_pair(f.get('power.draw'), f.get('power.limit'), 'W'):>13} "
+        f"{'STALE ' + age if g['stale'] else age}"
+    ]
+    lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
+    if missing and not g["problems"]:
+        lines.append("      - on the PCI bus, not reported by nvidia-smi")
+    return lines

@@ -13,7 +13,10 @@ one step (tests rewrite it between ticks):
 - ``{"grandchild_hang": 30, ...}``: first leave a grandchild in its own session holding
   stdout for that long, then answer as the rest of the step says.
 - ``"prepend": "<file in data/corpus/errors>"``: print that captured text first (a warning
-  nvidia-smi prints beside valid data, e.g. infoROM).
+  nvidia-smi prints beside valid data, e.g. infoROM, or one GPU's error line); ``"append"``:
+  print it after the rows.
+- ``"override": {"<slot>": {"field": "cell"}}`` with ``capture`` and ``slots``: those cells
+  in that GPU's row (``[GPU requires reset]``, ``Reset``).
 - ``"reject": ["field", ...]``: fields this "driver" does not know (exit 2 with the message).
 
 Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
@@ -75,7 +78,12 @@ def main() -> int:
             out.write(first.read())
     if "capture" in step:
         cap = replay.load(str(step["capture"]))
-        text, code = replay.answer(cap, query, _arg("--format=") or "csv", step.get("slots"))
+        text, answered = replay.answer(
+            cap, query, _arg("--format=") or "csv", step.get("slots"), step.get("override")
+        )
+        # A rejected field is exit 2 whatever the step says; else the step's exit status
+        # (14 beside an infoROM warning, 255 beside a lost GPU's error line).
+        code = answered or code
         out.write(text.encode())
     elif "error" in step:
         with open(os.path.join(replay.CORPUS, "errors", str(step["error"])), "rb") as captured:
@@ -87,6 +95,9 @@ def main() -> int:
             data = str(step.get("stdout", "")).encode()
         for _ in range(int(step.get("repeat", 1))):
             out.write(data)
+    if "append" in step:
+        with open(os.path.join(replay.CORPUS, "errors", str(step["append"])), "rb") as last:
+            out.write(last.read())
     out.flush()
     return code
 

@@ -77,12 +77,18 @@ def bus_id(slot: str) -> str:
 
 
 def answer(
-    cap: Capture, query: list[str], fmt: str, slots: list[str] | None = None
+    cap: Capture,
+    query: list[str],
+    fmt: str,
+    slots: list[str] | None = None,
+    overrides: dict[str, dict[str, str]] | None = None,
 ) -> tuple[str, int]:
     """nvidia-smi's stdout and exit code for ``--query-gpu=<query> --format=<fmt>``.
 
     With ``slots``, the capture's first row stands for one GPU per slot, its ``index``,
     ``pci.bus_id`` and ``uuid`` rewritten to that GPU: a fake multi-GPU host of one model.
+    ``overrides`` then puts other cells, as nvidia-smi prints them, into one GPU's row
+    (``{"0000:18:00.0": {"gpu_recovery_action": "Reset"}}``): the fault a capture lacks.
     """
     for field in query:
         if canonical(field) not in cap.fields:
@@ -101,6 +107,8 @@ def answer(
             ):
                 if name in cap.fields:
                     row[cap.fields.index(name)] = value
+            for name, value in (overrides or {}).get(slot, {}).items():
+                row[cap.fields.index(canonical(name))] = value
             rows.append(row)
     opts = set(fmt.split(","))
     out = []

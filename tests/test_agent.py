@@ -217,8 +217,10 @@ def test_invalid_field_falls_back_at_once(host: Host) -> None:
         fakesysfs.remove_device(host.root, slot)
     agent = host.make_agent()
     host.tick()
-    # The 465 driver knows neither clocks_event_reasons.* nor temperature.gpu.tlimit.
-    assert host.spawns == 3
+    # The 465 driver knows neither clocks_event_reasons.* nor temperature.gpu.tlimit, nor
+    # the six health fields that came later (infoROM checksum, recovery action, remapped rows,
+    # fabric): one spawn each, on the first tick only.
+    assert host.spawns == 9
     assert agent.probe_state == "ok"
     assert "clocks_throttle_reasons.active" in agent.prober.fields
     assert "clocks_event_reasons.active" not in agent.prober.fields
@@ -228,7 +230,7 @@ def test_invalid_field_falls_back_at_once(host: Host) -> None:
     )
     assert host.lines(WARNING) == []
     host.tick()
-    assert host.spawns == 4  # the narrowed list is kept
+    assert host.spawns == 10  # the narrowed list is kept
 
 
 def test_field_rejected_under_both_names_is_dropped(host: Host) -> None:
@@ -251,7 +253,9 @@ def test_gpu_vanishing_from_nvidia_smi(host: Host) -> None:
     assert len(host.events(Event.GPU_MISSING)) == 1
     assert host.slots[7] == host.events(Event.GPU_MISSING)[0].PCI_SLOT  # type: ignore[attr-defined]
     assert agent.status_line() == "8 GPUs, sampling, 1 missing from nvidia-smi"
-    assert len(agent.snapshot()["gpus"]) == 7
+    # Still known, with its last sample marked stale and its health unknown.
+    gone = agent.snapshot()["gpus"][7]
+    assert (gone["pci_slot"], gone["stale"], gone["health"]) == (host.slots[7], True, "unknown")
     host.healthy()
     host.tick()
     assert agent.missing == []

@@ -84,28 +84,32 @@ def _unreadable_class(h: Host) -> None:
     os.mkdir(os.path.join(dev, "class"))
 
 
+# The captured warning names a GPU this fake host does not have: still a GPU to report.
+INFOROM_STATUS = "8 GPUs, 1 needs attention: 0000:00:1e.0 inforom"
+
 FAULTS = [
     *(
         error_row(n, code, f.value)
         for n, (code, f) in sorted(ERRORS.items())
         if n not in ("inforom-corrupted-warning-exit14.txt",)
     ),
-    # infoROM: a warning with exit 14 beside valid data is a success; alone it is not data.
+    # infoROM: a warning with exit 14 beside valid data is a success and a problem of the GPU it
+    # names; alone it is not data.
     Fault(
         "infoROM warning, rows, exit 14",
         lambda h: h.healthy(prepend="inforom-corrupted-warning-exit14.txt", exit=14),
         "ok",
         None,
-        "8 GPUs, sampling",
-        0,
+        INFOROM_STATUS,
+        1,
     ),
     Fault(
         "infoROM warning, rows, exit 0",
         lambda h: h.healthy(prepend="inforom-corrupted-warning-exit14.txt"),
         "ok",
         None,
-        "8 GPUs, sampling",
-        0,
+        INFOROM_STATUS,
+        1,
     ),
     Fault(
         "infoROM warning alone, exit 14",

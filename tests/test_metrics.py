@@ -95,9 +95,11 @@ def snapshot(gpus: list[dict[str, Any]], **probe: Any) -> dict[str, Any]:
             "last_error": None,
             "last_success_at": 1_800_000_100.0,
             "fields": list(FIELDS),
+            "duration": 0.25,
             **probe,
         },
         "gpus": gpus,
+        "host_problems": [],
         "missing": [],
         "problems": {},
     }
@@ -109,7 +111,14 @@ def test_the_test_snapshot_has_the_agents_shape(host: Host) -> None:
     fake = snapshot([])
     assert set(real) == set(fake)
     assert set(real["probe"]) == set(fake["probe"])
-    assert set(real["gpus"][0]) == {"pci_slot", "fields", "sampled_at", "stale"}
+    assert set(real["gpus"][0]) == {
+        "pci_slot",
+        "fields",
+        "sampled_at",
+        "stale",
+        "health",
+        "problems",
+    }
 
 
 # Every capture ------------------------------------------------------------------------------
@@ -135,7 +144,16 @@ def test_every_capture_renders_to_its_values_in_base_units(name: str) -> None:
     for i, row in enumerate(rows):
         bus_id = row.get("pci.bus_id")
         slot = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"row:{i}"
-        gpus.append({"pci_slot": slot, "fields": row, "sampled_at": 0.0, "stale": False})
+        gpus.append(
+            {
+                "pci_slot": slot,
+                "fields": row,
+                "sampled_at": 0.0,
+                "stale": False,
+                "health": "ok",
+                "problems": [],
+            }
+        )
     got = series(metrics.render(snapshot(gpus)))
 
     expected: Series = {}
@@ -152,6 +170,7 @@ def test_every_capture_renders_to_its_values_in_base_units(name: str) -> None:
             "driver_version": _cell(cap, raw, "driver_version") or "",
         }
         expected["gpuagent_gpu_info", frozenset(info.items())] = 1.0
+        expected["gpuagent_gpu_healthy", frozenset(ids.items())] = 1.0
         for series_name, (field, convert) in EXPECTED_VALUES.items():
             cell = _cell(cap, raw, field)
             if cell is None:
@@ -240,6 +259,8 @@ def test_no_success_yet_means_no_last_success_series(host: Host) -> None:
     assert one(got, "gpuagent_probe_failure_info", **{"class": "version_mismatch"}) == 1.0
     assert named(got, "gpuagent_probe_last_success_timestamp_seconds") == {}
     assert named(got, "gpuagent_gpu_info") == {}
+    # Nothing learnt about the GPUs yet: each is known, none healthy.
+    assert set(named(got, "gpuagent_gpu_healthy").values()) == {0.0}
     assert one(got, "gpuagent_pci_gpus") == 8.0
 
 
@@ -254,7 +275,11 @@ def test_stale_gpus_keep_only_their_info(host: Host) -> None:
     assert agent.stale == set(host.slots)
     got = render(agent)
     assert len(named(got, "gpuagent_gpu_info")) == 8
-    assert {n for n, _ in got if n.startswith("gpuagent_gpu_")} == {"gpuagent_gpu_info"}
+    assert {n for n, _ in got if n.startswith("gpuagent_gpu_")} == {
+        "gpuagent_gpu_info",
+        "gpuagent_gpu_healthy",
+    }
+    assert set(named(got, "gpuagent_gpu_healthy").values()) == {0.0}
     assert one(got, "gpuagent_probe_up") == 0.0
     assert one(got, "gpuagent_probe_consecutive_failures") == 3.0
     assert one(got, "gpuagent_probe_failure_info", **{"class": "version_mismatch"}) == 1.0
@@ -272,7 +297,9 @@ def test_gpu_missing_from_nvidia_smi(host: Host) -> None:
     host.tick()
     got = render(agent)
     assert named(got, "gpuagent_gpu_missing") == {frozenset({("pci_slot", host.slots[7])}): 1.0}
+    # Never reported: no info (no UUID to give), known to be unhealthy.
     assert len(named(got, "gpuagent_gpu_info")) == 7
+    assert one(got, "gpuagent_gpu_healthy", pci_slot=host.slots[7], uuid="") == 0.0
     host.healthy()
     host.tick()
     assert named(render(agent), "gpuagent_gpu_missing") == {}
@@ -463,7 +490,9 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
 
 
 def test_families_of_an_idle_host_are_only_health() -> None:
-    snap: Mapping[str, Any] = snapshot([], state="idle", gate="no_gpu", last_success_at=None)
+    snap: Mapping[str, Any] = snapshot(
+        [], state="idle", gate="no_gpu", last_success_at=None, duration=None
+    )
     got = series(metrics.render(snap))
     assert {n for n, _ in got} == {
         "gpuagent_info",
@@ -475,3 +504,20 @@ def test_families_of_an_idle_host_are_only_health() -> None:
         "gpuagent_interval_seconds",
         "gpuagent_last_update_timestamp_seconds",
     }
+
+
+def test_a_gpu_with_a_problem_keeps_its_values(host: Host) -> None:
+    sick = host.slots[2]
+    host.healthy(override={sick: {"clocks_event_reasons.active": "0x0000000000000080"}})
+    agent = host.make_agent()
+    host.tick()
+    got = render(agent)
+    uuid = agent.samples[sick].fields["uuid"]
+    assert isinstance(uuid, str)
+    labels = {"pci_slot": sick, "uuid": uuid}
+    assert one(got, "gpuagent_gpu_temperature_celsius", **labels) == 52.0
+    assert one(got, "gpuagent_gpu_healthy", **labels) == 0.0
+    problem = {**labels, "kind": "throttled", "severity": "warning", "action": "check_host"}
+    assert named(got, "gpuagent_gpu_problem") == {frozenset(problem.items()): 1.0}
+    assert sum(named(got, "gpuagent_gpu_healthy").values()) == 7.0
+    assert one(got, "gpuagent_probe_duration_seconds") == agent.probe_duration

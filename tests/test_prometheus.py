@@ -54,7 +54,7 @@ def test_promtool_check_rules_is_clean() -> None:
         [promtool, "check", "rules", RULES], check=False, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 10 rules found" in proc.stdout
+    assert "SUCCESS: 11 rules found" in proc.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -76,13 +76,15 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     with open(RULE_TESTS, encoding="utf-8") as f:
         tests = f.read()
     cases = re.findall(r"alertname: (\w+)\n\s+exp_alerts:( \[\])?", tests)
-    assert len(alerts) == 10
+    assert len(alerts) == 11
     for alert in alerts:
         outcomes = {empty == "" for name, empty in cases if name == alert}
         assert outcomes == {True, False}, alert
     with open(RULES, encoding="utf-8") as f:
         rules = f.read()
+    # The two GPU-problem alerts share their annotations (a YAML anchor).
     assert rules.count("summary:") == rules.count("description:") == 10
+    assert rules.count("annotations: *problem") == 1
 
 
 # node exporter + Prometheus -----------------------------------------------------------------
@@ -257,6 +259,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
         assert uuids[m["pci_slot"]] == m["uuid"]
         got[m["__name__"], m["pci_slot"], m["uuid"]] = float(sample["value"][1])
     expected = {("gpuagent_gpu_info", slot, uuid): 1.0 for slot, uuid in uuids.items()}
+    expected.update({("gpuagent_gpu_healthy", slot, uuid): 1.0 for slot, uuid in uuids.items()})
     for name, (field, convert) in EXPECTED_VALUES.items():
         cell = replay.nounits(raw[cap.fields.index(replay.canonical(field))])
         if cell.startswith("["):
@@ -278,16 +281,20 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     assert stack.query("gpuagent_probe_failure_info") == []
     assert stack.query("gpuagent_gpu_missing") == []
     rules = get(f"{stack.prometheus}/api/v1/rules")["data"]["groups"]
-    assert [len(g["rules"]) for g in rules] == [7, 3]
+    assert [len(g["rules"]) for g in rules] == [8, 3]
 
     # The probe fails: up turns 0, the class is told, and the value series go stale.
     host.failing()
     stack.wait_for("gpuagent_probe_up 0", lambda: stack.value("gpuagent_probe_up") == 0)
     stack.wait_for(
         "the value series to go stale",
-        lambda: stack.query('{__name__=~"gpuagent_gpu_.+", __name__!="gpuagent_gpu_info"}') == [],
+        lambda: (
+            stack.query('{__name__=~"gpuagent_gpu_.+", __name__!~"gpuagent_gpu_(info|healthy)"}')
+            == []
+        ),
     )
     assert stack.value("count(gpuagent_gpu_info)") == 8
+    assert stack.value("sum(gpuagent_gpu_healthy)") == 0
     assert stack.value('gpuagent_probe_failure_info{class="version_mismatch"}') == 1
     assert (stack.value("gpuagent_probe_consecutive_failures") or 0) >= 1
     stack.wait_for(

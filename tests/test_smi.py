@@ -7,7 +7,16 @@ import os
 import pytest
 
 from gpuagent import smi
-from gpuagent.smi import FIELDS, Failure, ParseError, classify, invalid_field, parse, sysfs_slot
+from gpuagent.smi import (
+    FIELDS,
+    Failure,
+    ParseError,
+    classify,
+    invalid_field,
+    parse,
+    parse_output,
+    sysfs_slot,
+)
 from tests import replay
 from tests.replay import CORPUS
 
@@ -274,3 +283,57 @@ def test_two_rows_with_one_bus_id_are_a_parse_error() -> None:
 def test_negative_and_fractional_numbers() -> None:
     (row,) = parse("-5, 2.50\n", ("temperature.gpu", "power.draw"))
     assert row == {"temperature.gpu": -5, "power.draw": 2.5}
+
+
+# Per-GPU errors beside the rows of the others ---------------------------------------------
+
+
+def _h200_rows(slots: list[str]) -> str:
+    return replay.answer(
+        replay.load("h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"),
+        list(FIELDS),
+        "csv,noheader,nounits",
+        slots,
+    )[0]
+
+
+@pytest.mark.parametrize(
+    ("capture", "slot", "reason"),
+    [
+        ("device-handle-unknown-error.txt", "0000:0b:00.0", "Unknown Error"),
+        ("device-handle-unknown-error-no-space-synology.txt", "0000:07:00.0", "Unknown Error"),
+        (
+            "gpu-is-lost-linux.txt",
+            "0000:03:00.0",
+            "GPU is lost.  Reboot the system to recover this GPU",
+        ),
+        (
+            "gpu-is-lost-windows-driver369.30-console-wrapped.txt",
+            "0000:03:00.0",
+            "GPU is lost.  Reboot the system to recover this GPU",
+        ),
+    ],
+)
+def test_error_line_beside_rows_names_its_gpu(capture: str, slot: str, reason: str) -> None:
+    with open(os.path.join(replay.CORPUS, "errors", capture)) as f:
+        error = f.read()
+    out = parse_output(error + _h200_rows(["0000:18:00.0", "0000:2a:00.0"]), FIELDS)
+    assert [r["pci.bus_id"] for r in out.rows] == ["00000000:18:00.0", "00000000:2A:00.0"]
+    assert out.gpu_errors == {slot: reason}
+    # Alone, it is no data at all.
+    with pytest.raises(ParseError):
+        parse_output(error, FIELDS)
+
+
+def test_requires_reset_values_and_inforom_warning() -> None:
+    rows = _h200_rows(["0000:18:00.0", "0000:2a:00.0"]).splitlines()
+    cells = rows[1].split(", ")
+    for field in ("pstate", "temperature.gpu", "utilization.gpu"):
+        cells[FIELDS.index(field)] = "[GPU requires reset]"
+    with open(os.path.join(replay.CORPUS, "errors", "inforom-corrupted-warning-exit14.txt")) as f:
+        warning = f.read()
+    out = parse_output(warning + rows[0] + "\n" + ", ".join(cells) + "\n", FIELDS)
+    assert out.requires_reset == {"0000:2a:00.0": ("pstate", "temperature.gpu", "utilization.gpu")}
+    assert out.rows[1]["temperature.gpu"] is None
+    assert out.inforom == ("0000:00:1e.0",)
+    assert out.gpu_errors == {}

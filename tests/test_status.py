@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from gpuagent import state, unitstate
 from gpuagent.cli import main
-from gpuagent.status import DEGRADED, HEALTHY, UNKNOWN, judge, render
+from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, UNKNOWN, judge, render
 
 NOW = 1_800_000_000.0
 
@@ -48,6 +48,8 @@ def base(**over: Any) -> dict[str, Any]:
                 "pci_slot": "0000:18:00.0",
                 "sampled_at": NOW - 1,
                 "stale": False,
+                "health": "ok",
+                "problems": [],
                 "fields": {
                     "name": "NVIDIA H200",
                     "temperature.gpu": 52,
@@ -59,11 +61,19 @@ def base(**over: Any) -> dict[str, Any]:
                 },
             }
         ],
+        "host_problems": [],
         "missing": [],
         "problems": {},
     }
     st.update(over)
     return st
+
+
+def sick(severity: str, kind: str = "lost", action: str = "reboot") -> dict[str, Any]:
+    """The base state with one problem on its GPU."""
+    problem = {"kind": kind, "severity": severity, "action": action, "message": "m", "since": NOW}
+    gpu = dict(base()["gpus"][0], health=severity, problems=[problem])
+    return base(gpus=[gpu])
 
 
 def probe(**over: Any) -> dict[str, Any]:
@@ -89,13 +99,30 @@ CASES = [
         base(
             probe=probe(state="failing", failure_class="version_mismatch", consecutive_failures=5)
         ),
-        DEGRADED,
+        CRITICAL,
     ),
-    ("stuck", base(probe=probe(state="stuck", failure_class="timeout")), DEGRADED),
+    ("stuck", base(probe=probe(state="stuck", failure_class="timeout")), CRITICAL),
     ("gated driver", base(probe=probe(state="gated", gate="driver_not_loaded")), DEGRADED),
     ("gated smi", base(probe=probe(state="gated", gate="nvidia_smi_missing")), DEGRADED),
     ("stale", base(gpus=[dict(base()["gpus"][0], stale=True)]), DEGRADED),
-    ("missing", base(missing=["0000:2a:00.0"]), DEGRADED),
+    ("missing", base(missing=["0000:2a:00.0"]), CRITICAL),
+    ("critical problem", sick("critical"), CRITICAL),
+    ("warning problem", sick("warning", "throttled", "check_host"), DEGRADED),
+    (
+        "host problem",
+        base(
+            host_problems=[
+                {
+                    "kind": "gpu_count",
+                    "severity": "critical",
+                    "action": "check_host",
+                    "message": "m",
+                    "since": NOW,
+                }
+            ]
+        ),
+        CRITICAL,
+    ),
     ("state problem", base(problems={"state_file": "ENOSPC"}), DEGRADED),
     (
         "finished run --ticks",
@@ -105,7 +132,7 @@ CASES = [
     (
         "finished run --ticks failing",
         base(pid=2**22 + 7, exit={"reason": "ticks", "at": NOW}, probe=probe(state="failing")),
-        DEGRADED,
+        CRITICAL,
     ),
     ("stopped", base(exit={"reason": "signal", "at": NOW}), UNKNOWN),
     ("died", base(pid=2**22 + 7), UNKNOWN),
@@ -121,8 +148,17 @@ def test_judge(name: str, st: dict[str, Any], code: int) -> None:
 
 
 def test_render_rows_and_stale() -> None:
+    absent: dict[str, Any] = {
+        "pci_slot": "0000:2a:00.0",
+        "fields": {},
+        "sampled_at": None,
+        "stale": False,
+        "health": "unknown",
+        "problems": [],
+    }
     st = base(
-        gpus=[dict(base()["gpus"][0], stale=True, sampled_at=NOW - 45)], missing=["0000:2a:00.0"]
+        gpus=[dict(base()["gpus"][0], stale=True, sampled_at=NOW - 45), absent],
+        missing=["0000:2a:00.0"],
     )
     text = render(st, NOW, *judge(st, NOW))
     assert text.splitlines()[0] == "\u25cf gpuagent - 1 GPU, sampling"
@@ -131,7 +167,11 @@ def test_render_rows_and_stale() -> None:
     assert "32362/143771 MiB" in text
     assert "627/700 W" in text
     assert "STALE 45s" in text
-    assert "0000:2a:00.0  (on the PCI bus, not reported by nvidia-smi)" in text
+    assert "last took" not in text
+    st["probe"]["duration"] = 1.234
+    assert ", last took 1.23 s" in render(st, NOW, *judge(st, NOW))
+    assert "\n      - on the PCI bus, not reported by nvidia-smi" in text
+    assert "0000:2a:00.0    - -" in text
 
 
 def write_state(tmp_path: str, st: dict[str, Any]) -> str:
@@ -152,6 +192,7 @@ def test_cli_exit_codes(tmp_path: str, name: str, st: dict[str, Any], code: int)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
     assert res.exit_code == code
     assert json.loads(res.stdout)["schema"] == state.SCHEMA
+    assert json.loads(res.stdout)["health"] == ["ok", "warning", "critical", "unknown"][code]
 
 
 @pytest.mark.parametrize("content", [None, "", "{", "[]", '{"schema": 99}'])
@@ -261,11 +302,11 @@ def test_unencodable_and_full_stdout_keep_the_exit_status(tmp_path: str) -> None
     env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
     argv = [sys.executable, "-m", "gpuagent", "--config", conf, "status"]
     latin = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=30)
-    assert latin.returncode == DEGRADED
+    assert latin.returncode == CRITICAL
     assert b"Traceback" not in latin.stderr
     with open("/dev/full", "w") as full:
         res = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, check=False, timeout=30)
-    assert res.returncode == DEGRADED
+    assert res.returncode == CRITICAL
     assert b"Traceback" not in res.stderr and b"Exception" not in res.stderr
 
 
@@ -278,7 +319,7 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
     assert res.stderr == (
         f"gpuagent: warning: {conf}: unknown key 'intervall' (known: interval, probe_timeout, "
         "backoff_after, retry_max, nvidia_smi, sysfs_root, state_file, load_driver, log_level, "
-        "textfile); using its valid settings only\n"
+        "textfile, journal_directory, expected_gpus); using its valid settings only\n"
     )
     with open(conf, "w") as f:
         f.write("interval = [\n")  # not TOML at all: the default state file
@@ -291,7 +332,7 @@ def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
     st = base(updated_at=time.time(), probe=probe(state="failing"), status="1 GPU, failing")
     conf = write_state(tmp_path, st)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert res.exit_code == DEGRADED
+    assert res.exit_code == CRITICAL
     assert (res.stdout.count("1 GPU, failing"), res.stderr) == (1, "")
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
     assert res.stderr == "gpuagent: 1 GPU, failing\n"  # the JSON does not say why
@@ -379,3 +420,28 @@ def test_systemctl_show_is_parsed(tmp_path: str, monkeypatch: pytest.MonkeyPatch
     assert unitstate.query() == {"LoadState": "loaded", "InactiveEnterTimestamp": ""}
     os.unlink(systemctl)
     assert unitstate.query() == {}
+
+
+def test_render_shows_each_gpus_health_and_problems() -> None:
+    st = sick("critical")
+    st["gpus"][0]["fields"].update(index=3, uuid="GPU-5c1e0d4a-0000-0000-0000-000000000000")
+    st["host_problems"] = [
+        {
+            "kind": "gpu_count",
+            "severity": "critical",
+            "action": "check_host",
+            "message": "7 NVIDIA GPUs on the PCI bus where expected_gpus is 8",
+            "since": NOW - 300,
+        }
+    ]
+    code, reason = judge(st, NOW)
+    assert code == CRITICAL
+    assert reason == "host gpu_count: check_host; 0000:18:00.0 lost: reboot"
+    lines = render(st, NOW, code, reason).splitlines()
+    assert (
+        "    host: critical gpu_count: 7 NVIDIA GPUs on the PCI bus where expected_gpus is 8 "
+        "(action: check_host, since 5m ago)" in lines
+    )
+    (row,) = [ln for ln in lines if ln.startswith("    0000:18:00.0")]
+    assert row.split()[1:4] == ["3", "GPU-5c1e0d4a-0000-0000-0000-000000000000", "CRITICAL"]
+    assert lines[lines.index(row) + 1] == "      - critical lost: m (action: reboot, since 0s ago)"

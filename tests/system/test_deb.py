@@ -218,6 +218,7 @@ def test_package_under_systemd(deb: str, container: Container) -> None:
         driver_upgrade(c)
         second_agent(c)
         node_exporter(c)
+        gpu_problem(c)
         watchdog(c)
         bad_config(c)
         purge(c)
@@ -287,7 +288,7 @@ def driver_upgrade(c: Container) -> None:
     }
     assert warning["SYSLOG_IDENTIFIER"] == "gpuagent"
     assert "Driver/library version mismatch" in warning["MESSAGE"]
-    assert c.status().returncode == 1  # degraded
+    assert c.status().returncode == 2  # critical: nothing is known about the GPUs
 
     slots = fakesysfs.gpu_slots(8)
     c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
@@ -355,6 +356,59 @@ def node_exporter(c: Container) -> None:
     assert c.out("readlink", link) == "/run/gpuagent/gpuagent.prom"
     wait_for("gpuagent_ series after node_exporter came", series, 15)
     assert c.prop("MainPID") == pid
+
+
+def gpu_problem(c: Container) -> None:
+    """One critical problem (the driver asks for a reset of one GPU) on every surface."""
+    slots = fakesysfs.gpu_slots(8)
+    sick = slots[0]
+    step = {
+        "capture": CAPTURE,
+        "slots": slots,
+        "override": {sick: {"gpu_recovery_action": "Reset"}},
+    }
+    c.write(f"{FAKE}/scenario.json", json.dumps(step))
+    wait_for("the problem's journal line", lambda: c.events(Event.PROBLEM_RECOVERY_ACTION), 10)
+    attention = f"8 GPUs, 1 needs attention: {sick} recovery_action"
+    wait_for("the status line", lambda: c.prop("StatusText") == attention, 10)
+    assert f'Status: "{attention}"' in c.run("systemctl", "status", "gpuagent", check=False).stdout
+    time.sleep(2)  # four more ticks, to see that the line is not repeated
+    line = one(c.events(Event.PROBLEM_RECOVERY_ACTION), "the recovery action")
+    assert {k: line.get(k) for k in ("PRIORITY", "PCI_SLOT", "PROBLEM", "ACTION")} == {
+        "PRIORITY": "3",
+        "PCI_SLOT": sick,
+        "PROBLEM": "recovery_action",
+        "ACTION": "reset_gpu",
+    }
+    explained = c.out("journalctl", "-u", "gpuagent", "-x", "--no-pager")
+    assert "The NVIDIA driver asks for a GPU recovery action" in explained
+    assert "Reset: drain the GPU and reset it" in explained
+    status = c.status()
+    assert status.returncode == 2, status.stdout + status.stderr
+    assert re.search(rf"^    {sick} +0 GPU-\S+ +CRITICAL ", status.stdout, re.M), status.stdout
+    assert "critical recovery_action: the driver asks for recovery: Reset" in status.stdout
+    st = json.loads(c.status("--json").stdout)
+    assert st["health"] == "critical"
+    problem = re.compile(
+        rf'^gpuagent_gpu_problem\{{action="reset_gpu",kind="recovery_action",pci_slot="{sick}",'
+        r'severity="critical",uuid="GPU-[^"]+"\} 1(\.0)?$',
+        re.M,
+    )
+
+    def with_problem() -> str:
+        text = c.metrics()
+        return text if problem.search(text) else ""
+
+    text = wait_for("the problem in node_exporter", with_problem, 15)
+    assert re.search(
+        rf'^gpuagent_gpu_healthy\{{pci_slot="{sick}",uuid="[^"]+"\}} 0(\.0)?$', text, re.M
+    )
+    assert len(re.findall(r"^gpuagent_gpu_temperature_celsius\{", text, re.M)) == 8
+
+    c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
+    wait_for("the problem to clear", lambda: c.events(Event.PROBLEM_CLEARED), 10)
+    wait_for("the status line", lambda: c.prop("StatusText") == "8 GPUs, sampling", 10)
+    assert c.status().returncode == 0
 
 
 def watchdog(c: Container) -> None:

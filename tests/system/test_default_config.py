@@ -26,7 +26,8 @@ def test_as_shipped_it_sets_nothing() -> None:
 def test_uncommented_it_gives_exactly_the_defaults() -> None:
     lines = text().splitlines()
     keys = [m.group(1) for line in lines if (m := SETTING.match(line))]
-    assert keys == list(asdict(Config()))
+    # A key unset by default (expected_gpus) cannot be written in TOML: it is shown in a comment.
+    assert keys == [k for k, v in asdict(Config()).items() if v is not None]
     uncommented = "\n".join(line[1:] if SETTING.match(line) else "" for line in lines)
     assert from_mapping(tomllib.loads(uncommented), source=SHIPPED) == Config()
 

@@ -1,0 +1,229 @@
+"""Health rules for nvidia-smi's answers and the PCI bus: facts in, :class:`Finding` out (pure).
+
+The severity and action of each kind follow gpuagent(8)'s table.  Every rule reads only what
+nvidia-smi or sysfs said; a field a driver does not report (``None``) is never a problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .health import CRITICAL, WARNING, Finding
+from .pci import PciGpu
+from .smi import Row
+
+__all__ = [
+    "KINDS",
+    "THROTTLE_BITS",
+    "bus_findings",
+    "count_findings",
+    "error_finding",
+    "inforom_warning",
+    "row_findings",
+    "smi_findings",
+]
+
+# Every kind these rules report, with its Event's name (logs.Event.problem).
+KINDS = (
+    "lost",
+    "requires_reset",
+    "recovery_action",
+    "row_remap_pending",
+    "row_remap_failed",
+    "retired_pages_pending",
+    "inforom",
+    "throttled",
+    "pcie_link_degraded",
+    "fabric",
+    "ecc_uncorrected",
+    "gone_from_bus",
+    "no_driver",
+    "gpu_count",
+)
+
+# clocks_event_reasons.active bits that mean the hardware itself is slowing the GPU down
+# (NVML nvmlClocksEventReason*); idle, application clocks, software power cap, sync boost,
+# software thermal and display clocks are the driver doing its job.
+THROTTLE_BITS: dict[int, str] = {
+    0x8: "hardware slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+}
+
+# gpu_recovery_action (nvmlDeviceGetGpuRecoveryAction): severity and action.
+_RECOVERY: dict[str, tuple[str, str]] = {
+    "Reset": (CRITICAL, "reset_gpu"),
+    "Reboot": (CRITICAL, "reboot"),
+    "Drain P2P": (WARNING, "drain_p2p"),
+    "Drain and Reset": (CRITICAL, "drain_and_reset"),
+}
+# fabric.state: a GPU of an NVSwitch system runs no CUDA work until it has joined the fabric.
+_FABRIC_PENDING = frozenset({"Not Started", "In Progress"})
+
+
+def _yes(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() == "yes"
+
+
+def _throttle_reasons(value: object) -> list[str]:
+    if not isinstance(value, str):
+        return []
+    try:
+        bits = int(value, 16)
+    except ValueError:
+        return []
+    return [name for bit, name in THROTTLE_BITS.items() if bits & bit]
+
+
+def _recovery(value: object) -> Finding | None:
+    if not isinstance(value, str) or value == "None":
+        return None
+    severity, action = _RECOVERY.get(value, (CRITICAL, "reboot"))
+    return Finding("recovery_action", severity, action, f"the driver asks for recovery: {value}")
+
+
+def _fabric(state: object, status: object) -> Finding | None:
+    if state in _FABRIC_PENDING:
+        text = f"not joined the NVLink fabric (fabric.state {state})"
+    elif state == "Completed" and isinstance(status, str) and status != "Success":
+        text = f"failed to join the NVLink fabric: {status}"
+    else:
+        return None
+    return Finding("fabric", CRITICAL, "check_host", f"{text}; it cannot run CUDA work")
+
+
+def row_findings(row: Row, requires_reset: Iterable[str] = ()) -> list[Finding]:
+    """The problems one GPU's row shows; ``requires_reset`` the fields that read
+    ``[GPU requires reset]`` (smi.Output.requires_reset)."""
+    out: list[Finding] = []
+    reset = list(requires_reset)
+    if reset:
+        out.append(
+            Finding(
+                "requires_reset",
+                CRITICAL,
+                "reset_gpu",
+                f"nvidia-smi says the GPU requires a reset ({', '.join(reset)})",
+            )
+        )
+    if (f := _recovery(row.get("gpu_recovery_action"))) is not None:
+        out.append(f)
+    if _yes(row.get("remapped_rows.failure")):
+        out.append(Finding("row_remap_failed", CRITICAL, "drain_and_rma", "row remapping failed"))
+    if _yes(row.get("remapped_rows.pending")):
+        out.append(
+            Finding(
+                "row_remap_pending",
+                WARNING,
+                "reset_gpu",
+                "a memory row remap is pending until the GPU is reset",
+            )
+        )
+    if _yes(row.get("retired_pages.pending")):
+        out.append(
+            Finding(
+                "retired_pages_pending",
+                WARNING,
+                "reset_gpu",
+                "a retired memory page is pending until the GPU is reset",
+            )
+        )
+    if row.get("inforom.checksum_validation") == "invalid":
+        out.append(Finding("inforom", WARNING, "drain_and_rma", "the infoROM checksum is invalid"))
+    reasons = _throttle_reasons(
+        row.get("clocks_event_reasons.active") or row.get("clocks_throttle_reasons.active")
+    )
+    if reasons:
+        out.append(
+            Finding("throttled", WARNING, "check_host", f"clocks held down: {', '.join(reasons)}")
+        )
+    width, width_max = row.get("pcie.link.width.current"), row.get("pcie.link.width.max")
+    if isinstance(width, int) and isinstance(width_max, int) and width < width_max:
+        out.append(
+            Finding(
+                "pcie_link_degraded",
+                WARNING,
+                "check_host",
+                f"PCIe link at x{width} of x{width_max}",
+            )
+        )
+    if (f := _fabric(row.get("fabric.state"), row.get("fabric.status"))) is not None:
+        out.append(f)
+    ecc = row.get("ecc.errors.uncorrected.volatile.total")
+    if isinstance(ecc, int | float) and ecc > 0:
+        out.append(
+            Finding(
+                "ecc_uncorrected",
+                WARNING,
+                "reset_gpu",
+                f"{ecc:g} uncorrected ECC errors since the driver loaded",
+            )
+        )
+    return out
+
+
+def error_finding(text: str) -> Finding:
+    """``lost``: nvidia-smi printed an error line for the GPU instead of its row."""
+    action = "reset_gpu" if "reset" in text.lower() and "reboot" not in text.lower() else "reboot"
+    return Finding("lost", CRITICAL, action, f"nvidia-smi cannot reach the GPU: {text}")
+
+
+def inforom_warning() -> Finding:
+    """``inforom``: nvidia-smi warned that the GPU's infoROM is corrupted (exit 14)."""
+    return Finding("inforom", WARNING, "drain_and_rma", "nvidia-smi says the infoROM is corrupted")
+
+
+def bus_findings(
+    on_bus: Iterable[PciGpu], seen: Iterable[str], *, module_loaded: bool
+) -> dict[str, list[Finding]]:
+    """``gone_from_bus`` for each slot in ``seen`` that is not ``on_bus`` any more, and
+    ``no_driver`` for each GPU bound to no driver while the ``nvidia`` module is loaded."""
+    present = {g.slot for g in on_bus}
+    out: dict[str, list[Finding]] = {}
+    for slot in sorted(set(seen) - present):
+        out[slot] = [
+            Finding("gone_from_bus", CRITICAL, "reboot", "the GPU is no longer on the PCI bus")
+        ]
+    if module_loaded:
+        for g in on_bus:
+            if g.driver is None:
+                out[g.slot] = [
+                    Finding(
+                        "no_driver",
+                        CRITICAL,
+                        "reboot",
+                        "the nvidia module is loaded but no driver is bound to the GPU "
+                        "(the driver failed to initialise it; see dmesg)",
+                    )
+                ]
+    return out
+
+
+def count_findings(on_bus: int, expected: int | None) -> list[Finding]:
+    """``gpu_count`` (host-level) when fewer than ``expected`` GPUs are on the bus."""
+    if expected is None or on_bus >= expected:
+        return []
+    return [
+        Finding(
+            "gpu_count",
+            CRITICAL,
+            "check_host",
+            f"{on_bus} NVIDIA GPUs on the PCI bus where expected_gpus is {expected}",
+        )
+    ]
+
+
+def smi_findings(
+    rows: Mapping[str, Row],
+    requires_reset: Mapping[str, Iterable[str]],
+    gpu_errors: Mapping[str, str],
+    inforom: Iterable[str],
+) -> dict[str, list[Finding]]:
+    """Everything one nvidia-smi answer says about its GPUs, by slot: each row's problems,
+    ``lost`` for each GPU named in an error line, ``inforom`` for each one warned about."""
+    out = {slot: row_findings(row, requires_reset.get(slot, ())) for slot, row in rows.items()}
+    for slot, text in gpu_errors.items():
+        out.setdefault(slot, []).append(error_finding(text))
+    for slot in inforom:
+        out.setdefault(slot, []).append(inforom_warning())
+    return out

@@ -1,0 +1,358 @@
+"""GPU health on a fake host: the five inputs of issue 11 and every kind's start and end.
+
+Each scenario is a real capture (H200, driver 590.48.01) answered for the fake host's GPUs,
+with the fault put in the way nvidia-smi shows it: a captured error line before the rows,
+a captured infoROM warning, a cell overridden in one GPU's row, a sysfs change.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from gpuagent import rules
+from gpuagent.logs import Event
+from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, judge
+from tests import fakesysfs
+from tests.conftest import Host
+
+NVIDIA, H200, CLASS_3D = 0x10DE, 0x2335, 0x030200
+RESET = "[GPU requires reset]"
+
+
+def gpu(agent_snapshot: dict[str, Any], slot: str) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = [g for g in agent_snapshot["gpus"] if g["pci_slot"] == slot]
+    assert len(entries) == 1
+    return entries[0]
+
+
+def loud(host: Host) -> list[logging.LogRecord]:
+    return [r for r in host.logs.records if r.levelno >= logging.INFO]
+
+
+def code(host: Host) -> int:
+    assert host.agent is not None
+    snap = host.agent.snapshot()
+    # judge() checks the pid and the age: this process, written just now.
+    return judge(snap, time.time())[0]
+
+
+def others_fresh(host: Host, sick: str) -> None:
+    """Every GPU but ``sick`` has fresh values: temperature, utilization, power."""
+    assert host.agent is not None
+    snap = host.agent.snapshot()
+    for g in snap["gpus"]:
+        if g["pci_slot"] == sick:
+            continue
+        assert (g["health"], g["stale"], g["problems"]) == ("ok", False, []), g["pci_slot"]
+        assert g["fields"]["temperature.gpu"] == 52
+        assert g["fields"]["utilization.gpu"] == 100
+        assert g["fields"]["power.draw"] == 627.4
+
+
+def one_start(host: Host, kind: str, slot: str, level: int) -> None:
+    starts = host.events(Event.problem(kind))
+    assert len(starts) == 1, [r.getMessage() for r in starts]
+    assert starts[0].levelno == level
+    assert slot == starts[0].PCI_SLOT  # type: ignore[attr-defined]
+    assert kind in starts[0].getMessage() and slot in starts[0].getMessage()
+    assert "action: " in starts[0].getMessage()
+
+
+def one_end(host: Host, kind: str, slot: str) -> None:
+    ends = [r for r in host.events(Event.PROBLEM_CLEARED) if kind == r.PROBLEM]  # type: ignore[attr-defined]
+    assert len(ends) == 1
+    assert ends[0].levelno == logging.INFO
+    assert slot == ends[0].PCI_SLOT  # type: ignore[attr-defined]
+
+
+# The five inputs -----------------------------------------------------------------------------
+
+
+def test_one_gpu_lost_the_others_fine(host: Host) -> None:
+    """categraf#1056: one GPU's error line, the others' rows, exit 255."""
+    lost = "0000:07:00.0"  # the slot the captured line names (no space after "GPU")
+    fakesysfs.add_device(host.root, lost, NVIDIA, H200, CLASS_3D, "nvidia")
+    host.healthy(prepend="device-handle-unknown-error-no-space-synology.txt", exit=255)
+    agent = host.make_agent()
+    host.tick(5)
+    snap = agent.snapshot()
+    assert snap["probe"]["state"] == "ok"
+    others_fresh(host, lost)
+    entry = gpu(snap, lost)
+    assert entry["health"] == "critical"
+    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
+        ("lost", "critical", "reboot")
+    ]
+    assert "Unknown Error" in entry["problems"][0]["message"]
+    assert snap["missing"] == [lost]
+    assert snap["status"] == f"9 GPUs, 1 needs attention: {lost} lost"
+    assert code(host) == CRITICAL
+    one_start(host, "lost", lost, logging.ERROR)
+    assert host.events(Event.GPU_MISSING) == []  # one line for one fault
+    assert len(loud(host)) == 1
+    host.healthy(slots=[lost, *host.slots])
+    host.tick()
+    one_end(host, "lost", lost)
+    assert host.events(Event.GPU_BACK) == []
+    assert code(host) == HEALTHY
+    assert len(loud(host)) == 2
+
+
+def test_gpu_the_driver_failed_to_initialise(host: Host) -> None:
+    """aicr#1858: the module is loaded, one GPU on the bus with no driver, exit 0."""
+    sick = host.slots[2]
+    fakesysfs.bind(host.root, sick, None)
+    host.healthy(slots=[s for s in host.slots if s != sick])
+    agent = host.make_agent()
+    host.tick(5)
+    snap = agent.snapshot()
+    others_fresh(host, sick)
+    entry = gpu(snap, sick)
+    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
+        ("no_driver", "critical", "reboot")
+    ]
+    assert code(host) == CRITICAL
+    one_start(host, "no_driver", sick, logging.ERROR)
+    assert len(loud(host)) == 1
+    fakesysfs.bind(host.root, sick, "nvidia")
+    host.healthy()
+    host.tick()
+    one_end(host, "no_driver", sick)
+    assert code(host) == HEALTHY
+
+
+def test_inforom_corrupted(host: Host) -> None:
+    """pai#3756: the warning before the rows, exit 14."""
+    sick = "0000:00:1e.0"  # the slot the captured warning names
+    fakesysfs.add_device(host.root, sick, NVIDIA, H200, CLASS_3D, "nvidia")
+    slots = [sick, *host.slots]
+    host.healthy(slots=slots, prepend="inforom-corrupted-warning-exit14.txt", exit=14)
+    agent = host.make_agent()
+    host.tick(5)
+    snap = agent.snapshot()
+    assert snap["probe"]["state"] == "ok"
+    others_fresh(host, sick)
+    entry = gpu(snap, sick)
+    assert entry["fields"]["temperature.gpu"] == 52  # the sick GPU keeps its samples
+    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
+        ("inforom", "warning", "drain_and_rma")
+    ]
+    assert code(host) == DEGRADED
+    one_start(host, "inforom", sick, logging.WARNING)
+    assert len(loud(host)) == 1
+    host.healthy(slots=slots)
+    host.tick()
+    one_end(host, "inforom", sick)
+    assert code(host) == HEALTHY
+
+
+def test_gpu_requires_reset_in_its_values(host: Host) -> None:
+    """gpud#1133: [GPU requires reset] as pstate, temperature.gpu and utilization.gpu."""
+    sick = host.slots[5]
+    cells = {"pstate": RESET, "temperature.gpu": RESET, "utilization.gpu": RESET}
+    host.healthy(override={sick: cells})
+    agent = host.make_agent()
+    host.tick(5)
+    snap = agent.snapshot()
+    others_fresh(host, sick)
+    entry = gpu(snap, sick)
+    assert entry["fields"]["temperature.gpu"] is None
+    assert entry["fields"]["memory.used"] == 32362  # what it still reports is kept
+    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
+        ("requires_reset", "critical", "reset_gpu")
+    ]
+    assert code(host) == CRITICAL
+    one_start(host, "requires_reset", sick, logging.ERROR)
+    host.healthy()
+    host.tick()
+    one_end(host, "requires_reset", sick)
+
+
+def test_gpu_recovery_action_reset(host: Host) -> None:
+    """DCGM#263: gpu_recovery_action is Reset."""
+    sick = host.slots[0]
+    host.healthy(override={sick: {"gpu_recovery_action": "Reset"}})
+    agent = host.make_agent()
+    host.tick(5)
+    snap = agent.snapshot()
+    others_fresh(host, sick)
+    entry = gpu(snap, sick)
+    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
+        ("recovery_action", "critical", "reset_gpu")
+    ]
+    assert code(host) == CRITICAL
+    one_start(host, "recovery_action", sick, logging.ERROR)
+    host.healthy()
+    host.tick()
+    one_end(host, "recovery_action", sick)
+
+
+# Every kind appears and clears -------------------------------------------------------------
+
+ROW_FAULTS: dict[str, tuple[dict[str, str], str]] = {
+    "requires_reset": ({"power.draw": RESET}, "critical"),
+    "recovery_action": ({"gpu_recovery_action": "Drain P2P"}, "warning"),
+    "row_remap_pending": ({"remapped_rows.pending": "Yes"}, "warning"),
+    "row_remap_failed": ({"remapped_rows.failure": "Yes"}, "critical"),
+    "retired_pages_pending": ({"retired_pages.pending": "Yes"}, "warning"),
+    "inforom": ({"inforom.checksum_validation": "invalid"}, "warning"),
+    "throttled": ({"clocks_event_reasons.active": "0x0000000000000040"}, "warning"),
+    "pcie_link_degraded": ({"pcie.link.width.current": "8"}, "warning"),
+    "fabric": ({"fabric.state": "In Progress", "fabric.status": "N/A"}, "critical"),
+    "ecc_uncorrected": ({"ecc.errors.uncorrected.volatile.total": "2"}, "warning"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ROW_FAULTS))
+def test_row_kind_appears_and_clears(host: Host, kind: str) -> None:
+    cells, severity = ROW_FAULTS[kind]
+    sick = host.slots[3]
+    agent = host.make_agent()
+    host.tick()
+    host.healthy(override={sick: cells})
+    host.tick(20)  # a burst: the same problem on every tick
+    entry = gpu(agent.snapshot(), sick)
+    assert [(p["kind"], p["severity"]) for p in entry["problems"]] == [(kind, severity)]
+    assert entry["health"] == severity
+    assert code(host) == (CRITICAL if severity == "critical" else DEGRADED)
+    one_start(host, kind, sick, logging.ERROR if severity == "critical" else logging.WARNING)
+    host.healthy()
+    host.tick(5)
+    one_end(host, kind, sick)
+    assert len(loud(host)) == 2
+    assert code(host) == HEALTHY
+
+
+def test_gone_from_bus_and_back(host: Host) -> None:
+    sick = host.slots[4]
+    agent = host.make_agent()
+    host.tick()
+    fakesysfs.remove_device(host.root, sick)
+    host.healthy(slots=[s for s in host.slots if s != sick])
+    host.tick(10)
+    snap = agent.snapshot()
+    entry = gpu(snap, sick)
+    assert [(p["kind"], p["action"]) for p in entry["problems"]] == [("gone_from_bus", "reboot")]
+    assert entry["stale"] is True  # its last sample is kept, for its UUID, never as current
+    assert snap["missing"] == []
+    assert code(host) == CRITICAL
+    one_start(host, "gone_from_bus", sick, logging.ERROR)
+    fakesysfs.add_device(host.root, sick, NVIDIA, H200, CLASS_3D, "nvidia")
+    host.healthy()
+    host.tick()
+    one_end(host, "gone_from_bus", sick)
+    assert gpu(agent.snapshot(), sick)["health"] == "ok"
+    assert len(loud(host)) == 2
+
+
+def test_gpu_missing_from_nvidia_smi_then_leaving_the_bus_is_not_back(host: Host) -> None:
+    sick = host.slots[6]
+    host.make_agent()
+    host.tick()
+    host.healthy(slots=[s for s in host.slots if s != sick])
+    host.tick(3)
+    assert len(host.events(Event.GPU_MISSING)) == 1
+    fakesysfs.remove_device(host.root, sick)
+    host.tick(3)
+    assert host.events(Event.GPU_BACK) == []
+    one_start(host, "gone_from_bus", sick, logging.ERROR)
+    assert code(host) == CRITICAL
+
+
+def test_gpu_count_below_expected(host: Host) -> None:
+    host.make_agent(expected_gpus=9)
+    host.tick(5)
+    assert host.agent is not None
+    snap = host.agent.snapshot()
+    assert [(p["kind"], p["severity"], p["action"]) for p in snap["host_problems"]] == [
+        ("gpu_count", "critical", "check_host")
+    ]
+    assert snap["status"] == "8 GPUs, 1 needs attention: host gpu_count"
+    assert code(host) == CRITICAL
+    one_start_host = host.events(Event.PROBLEM_GPU_COUNT)
+    assert len(one_start_host) == 1 and not hasattr(one_start_host[0], "PCI_SLOT")
+    host.agent.configure(replace(host.agent.config, expected_gpus=8))
+    host.tick()
+    assert host.agent.snapshot()["host_problems"] == []
+    assert len(host.events(Event.PROBLEM_CLEARED)) == 1
+
+
+def test_lost_by_a_gpu_is_lost_line(host: Host) -> None:
+    """The 'GPU is lost' form, whose text says a reboot recovers it."""
+    lost = "0000:03:00.0"
+    fakesysfs.add_device(host.root, lost, NVIDIA, H200, CLASS_3D, "nvidia")
+    host.healthy(append="gpu-is-lost-linux.txt", exit=15)
+    host.make_agent()
+    host.tick(3)
+    one_start(host, "lost", lost, logging.ERROR)
+    assert code(host) == CRITICAL
+
+
+def test_every_kind_has_a_scenario() -> None:
+    covered = {
+        *ROW_FAULTS,
+        "lost",
+        "no_driver",
+        "inforom",
+        "gone_from_bus",
+        "gpu_count",
+    }
+    assert covered == set(rules.KINDS)
+
+
+def test_vfio_gpu_is_ok_without_problems(host: Host) -> None:
+    vm = host.slots[1]
+    fakesysfs.bind(host.root, vm, "vfio-pci")
+    host.healthy(slots=[s for s in host.slots if s != vm])
+    agent = host.make_agent()
+    host.tick(3)
+    assert gpu(agent.snapshot(), vm)["health"] == "ok"
+    assert code(host) == HEALTHY
+    assert loud(host) == []
+
+
+def test_gpus_appearing_on_a_reload_log_one_line(host: Host, tmp_path: Any) -> None:
+    empty = str(tmp_path / "empty-sys")
+    os.makedirs(os.path.join(empty, "bus", "pci", "devices"))
+    fakesysfs.set_module(empty, True)
+    agent = host.make_agent(sysfs_root=empty)
+    host.tick(3)
+    assert agent.status_line() == "no NVIDIA GPU on the PCI bus"
+    agent.configure(replace(agent.config, sysfs_root=host.root))
+    host.tick(3)
+    lines = [r.getMessage() for r in loud(host)]
+    assert lines == [
+        f"8 NVIDIA GPUs appeared on the PCI bus ({', '.join(host.slots)}); 8 on it now"
+    ]
+    assert agent.status_line() == "8 GPUs, sampling"
+
+
+def test_persistence_mode_hint_once_when_probes_are_slow(host: Host) -> None:
+    host.healthy(override={s: {"persistence_mode": "Disabled"} for s in host.slots})
+    # A probe takes longer than 5 ms, half this probe_timeout; the runner may take longer.
+    agent = host.make_agent(probe_timeout=0.01)
+    agent.prober.runner.timeout = 30.0
+    host.tick(5)
+    hints = [r.getMessage() for r in loud(host) if "nvidia-persistenced" in r.getMessage()]
+    assert len(hints) == 1
+    assert "re-initialises the GPUs" in hints[0]
+    assert agent.snapshot()["probe"]["duration"] > 0
+
+
+def test_a_bus_that_cannot_be_listed_is_not_every_gpu_gone(host: Host) -> None:
+    host.make_agent()
+    host.tick()
+    devices = os.path.join(host.root, "bus", "pci", "devices")
+    os.rename(devices, devices + ".away")
+    host.tick(3)
+    assert host.events(Event.PROBLEM_GONE_FROM_BUS) == []
+    assert len(host.events(Event.SYSFS_PROBLEM)) == 1
+    os.rename(devices + ".away", devices)
+    host.tick()
+    assert code(host) == HEALTHY
