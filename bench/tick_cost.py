@@ -2,9 +2,11 @@
 
 Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs; nvidia-smi is a shell
 script that ``cat``s a real H200 capture projected onto the query (it answers at once, so
-what is measured is the agent's side of the spawn).  Two floors: the same sysfs reads alone,
-and a minimal loop doing those reads, the spawn (``subprocess.run``) and a state write of the
-raw output; the last line is the tick over that loop.  Usage::
+what is measured is the agent's side of the spawn).  Three floors: the same sysfs reads alone;
+a minimal loop doing those reads, the spawn (``subprocess.run``) and a state write of the raw
+output; and that loop writing the agent's second output too, a Prometheus textfile of every
+numeric value through prometheus_client, the library the agent uses for it.  The last lines
+are the tick over each loop.  Usage::
 
     /usr/bin/python3 -m bench.tick_cost [--ticks 300]
 """
@@ -12,6 +14,7 @@ raw output; the last line is the tick over that loop.  Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +23,10 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from bench.sim import instant_nvidia_smi, make_host
 from gpuagent import pci, rules, smi, state
@@ -56,8 +63,9 @@ def floor(root: str) -> None:
             _read(os.path.join(base, slot, "device"))
 
 
-def minimal_loop(root: str, nvsmi: str, state_file: str) -> None:
-    """The same sysfs reads, one spawn of nvidia-smi and a state file of its raw lines."""
+def minimal_loop(root: str, nvsmi: str, state_file: str) -> str:
+    """The same sysfs reads, one spawn of nvidia-smi and a state file of its raw lines;
+    returns nvidia-smi's output."""
     floor(root)
     out = subprocess.run(
         smi.command(nvsmi, smi.FIELDS), capture_output=True, check=False
@@ -66,6 +74,36 @@ def minimal_loop(root: str, nvsmi: str, state_file: str) -> None:
     with open(tmp, "w") as f:
         json.dump({"rows": out.splitlines()}, f)
     os.replace(tmp, state_file)
+    return out
+
+
+class _RawValues(Collector):
+    """Every numeric cell of nvidia-smi's raw lines as a gauge per field, by slot and UUID."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def collect(self) -> list[Metric]:
+        families = {
+            f: GaugeMetricFamily("minimal_" + f.replace(".", "_"), f, labels=["pci_slot", "uuid"])
+            for f in smi.FIELDS
+        }
+        at = {f: i for i, f in enumerate(smi.FIELDS)}
+        for line in self.lines:
+            cells = line.split(", ")
+            labels = [cells[at["pci.bus_id"]], cells[at["uuid"]]]
+            for f, family in families.items():
+                with contextlib.suppress(ValueError):
+                    family.add_metric(labels, float(cells[at[f]]))
+        return list(families.values())
+
+
+def minimal_loop_with_metrics(
+    root: str, nvsmi: str, state_file: str, registry: CollectorRegistry, raw: _RawValues
+) -> None:
+    """:func:`minimal_loop`, then the values in a textfile as the agent writes its own."""
+    raw.lines = minimal_loop(root, nvsmi, state_file).splitlines()
+    write_to_textfile(state_file + ".prom", registry)
 
 
 def measure(gpus: int, ticks: int) -> dict[str, float]:
@@ -113,6 +151,9 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             agent.tracker.settle(0.0)
 
         loop_state = os.path.join(d, "minimal.json")
+        raw = _RawValues()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(raw)
         figures = {
             "tick": cpu_ms(tick, ticks),
             "pci scan (the tick's, remembering)": cpu_ms(agent.scanner.scan, ticks),
@@ -128,9 +169,20 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             "minimal loop (reads+spawn+state)": cpu_ms(
                 lambda: minimal_loop(root, nvsmi, loop_state) if gpus else floor(root), ticks
             ),
+            "minimal loop + metrics textfile": cpu_ms(
+                lambda: (
+                    minimal_loop_with_metrics(root, nvsmi, loop_state, registry, raw)
+                    if gpus
+                    else floor(root)
+                ),
+                ticks,
+            ),
         }
         figures["tick / minimal loop"] = (
             figures["tick"] / figures["minimal loop (reads+spawn+state)"]
+        )
+        figures["tick / minimal loop + metrics"] = (
+            figures["tick"] / figures["minimal loop + metrics textfile"]
         )
         sink.close()
         return figures
