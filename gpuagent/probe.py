@@ -162,7 +162,8 @@ class Prober:
                 failure = Failure.UNPARSEABLE
             text = f"exit {code}: {e}" if failure is Failure.UNPARSEABLE else _first_lines(stdout)
             return ProbeResult(failure=failure, error=text, detail=e.line[:_ERROR_CHARS])
-        # Rows beside an error naming one GPU (exit 255, 15): the others answered.
+        # An error naming a GPU (exit 255, 15) is that GPU's problem, not an outage: the
+        # other GPUs' rows, if any, are used.
         if code not in (0, 14) and not out.gpu_errors:
             return failed
         return ProbeResult(

@@ -215,11 +215,15 @@ def _split_lines(stdout: str) -> tuple[list[str], dict[str, str], list[str]]:
 def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
     """Parse an answer that may mix rows with per-GPU errors and warnings (see :class:`Output`).
 
-    Raises :class:`ParseError` like :func:`parse` when the rest is not the CSV asked for or
-    holds no row at all.
+    An answer of per-GPU errors alone (every GPU lost) has no rows: it still says which GPU is
+    sick.  Raises :class:`ParseError` like :func:`parse` when the rest is not the CSV asked for,
+    or when there is neither a row nor a per-GPU error.
     """
     csv_lines, errors, warnings = _split_lines(stdout)
+    inforom = tuple(sysfs_slot(m["bus"]) for w in warnings if (m := _INFOROM.match(w)))
     if not csv_lines:
+        if errors:
+            return Output([], errors, {}, inforom, tuple(warnings))
         raise ParseError("no rows", stdout[:200])
     rows = parse("\n".join(csv_lines), fields)
     reset: dict[str, tuple[str, ...]] = {}
@@ -231,7 +235,6 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
             reset[slot] = tuple(
                 f for f, c in zip(fields, cells, strict=True) if c == REQUIRES_RESET
             )
-    inforom = tuple(sysfs_slot(m["bus"]) for w in warnings if (m := _INFOROM.match(w)))
     return Output(rows, errors, reset, inforom, tuple(warnings))
 
 

@@ -19,11 +19,19 @@ from gpuagent import state
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
-from gpuagent.smi import FIELDS
+from gpuagent.smi import FIELDS, parse_output
 from tests import fakesysfs, replay
 from tests.conftest import Host, ListHandler
 from tests.fakehost import FAKE_SMI, H200_LOAD
 from tests.test_smi import ERRORS
+
+# Captures of nvidia-smi naming a GPU it cannot reach, and nothing else.
+LOST_ALONE = (
+    "device-handle-unknown-error.txt",
+    "device-handle-unknown-error-no-space-synology.txt",
+    "gpu-is-lost-linux.txt",
+    "gpu-is-lost-windows-driver369.30-console-wrapped.txt",
+)
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,32 @@ class Fault:
     timeout: float = 5.0
 
 
+def _lone_lost_gpu(name: str, code: int) -> Fault:
+    """A capture that is per-GPU errors alone, on a host whose one GPU bound to nvidia is the
+    GPU it names (the eight others are passed through to VMs): that GPU is lost, and the probe
+    is not failing."""
+    with open(os.path.join(replay.CORPUS, "errors", name)) as f:
+        (slot,) = parse_output(f.read(), FIELDS).gpu_errors
+
+    def setup(h: Host) -> None:
+        for other in h.slots:
+            fakesysfs.bind(h.root, other, "vfio-pci")
+        fakesysfs.add_device(h.root, slot, 0x10DE, 0x2335, 0x030200, "nvidia")
+        h.scenario(error=name, exit=code)
+
+    return Fault(
+        f"capture {name} exit {code}",
+        setup,
+        "ok",
+        None,
+        f"9 GPUs, 1 needs attention: {slot} lost",
+        1,
+    )
+
+
 def error_row(name: str, code: int, failure: str) -> Fault:
+    if name in LOST_ALONE:
+        return _lone_lost_gpu(name, code)
     if code in (0, 14) and failure == "other":
         # These exits may carry data: output that is not our CSV is unparseable, not "other".
         failure = "unparseable"

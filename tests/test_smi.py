@@ -320,9 +320,9 @@ def test_error_line_beside_rows_names_its_gpu(capture: str, slot: str, reason: s
     out = parse_output(error + _h200_rows(["0000:18:00.0", "0000:2a:00.0"]), FIELDS)
     assert [r["pci.bus_id"] for r in out.rows] == ["00000000:18:00.0", "00000000:2A:00.0"]
     assert out.gpu_errors == {slot: reason}
-    # Alone, it is no data at all.
-    with pytest.raises(ParseError):
-        parse_output(error, FIELDS)
+    # Alone, it still says which GPU is sick.
+    alone = parse_output(error, FIELDS)
+    assert (alone.rows, alone.gpu_errors) == ([], {slot: reason})
 
 
 def test_requires_reset_values_and_inforom_warning() -> None:
