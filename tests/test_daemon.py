@@ -121,7 +121,8 @@ def test_ready_status_watchdog_reload_stopping(fake_host: FakeHost, notify: Noti
         notify.pump(time.monotonic() + 2.5)
         pings = [t for t, m in notify.messages if m == "WATCHDOG=1"]
         assert len(pings) >= 4
-        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.5 + 0.1
+        # Never as late as the 1 s watchdog period, after which systemd kills the agent.
+        assert max(b - a for a, b in itertools.pairwise(pings)) < 1.0
         # A STATUS line is sent when it changes, not every tick.
         assert sum(1 for m in notify.texts() if "STATUS=2 GPUs, sampling" in m) == 1
         proc.send_signal(signal.SIGHUP)
@@ -131,7 +132,7 @@ def test_ready_status_watchdog_reload_stopping(fake_host: FakeHost, notify: Noti
         notify.pump(time.monotonic() + 0.2)
         assert "STOPPING=1" in notify.texts()
         assert code == 0
-        assert took < 2.0
+        assert took < 10  # systemd's stop timeout is 90 s
     finally:
         proc.kill()
         proc.wait()
@@ -156,10 +157,14 @@ def test_pings_continue_while_a_probe_hangs_and_sigterm_kills_it(
         notify.pump(t_hang + 1.2)
         pings = [t for t, m in notify.messages if m == "WATCHDOG=1" and t >= t_hang]
         assert len(pings) >= 3
-        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.3 + 0.1
+        # Never as late as the 0.6 s watchdog period, after which systemd kills the agent.
+        assert max(b - a for a, b in itertools.pairwise(pings)) < 0.6
         code, took = stop(proc)
         assert code == 0
-        assert took < 2.0
+        assert took < 10  # not the probe's 60 s hang
+        deadline = time.monotonic() + 10
+        while fake_smi_processes(fake_host) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert fake_smi_processes(fake_host) == []
     finally:
         proc.kill()
