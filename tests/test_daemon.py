@@ -11,6 +11,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -22,6 +23,11 @@ from tests import fakehost
 from tests.fakehost import FakeHost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Linux's SO_TIMESTAMPNS (asm-generic value; Python does not export it): the kernel stamps
+# each datagram as it arrives, so gaps between pings are the agent's, not the test's own
+# scheduling delays on a busy host.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
 
 
 class Notify:
@@ -36,15 +42,22 @@ class Notify:
         else:
             self.sock.bind(path)
             self.address = path
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.messages: list[tuple[float, str]] = []
         self.cursor = 0
 
     def pump(self, until: float) -> None:
-        """Collect messages until monotonic time ``until``."""
+        """Collect messages, each with its arrival in monotonic time, until ``until``."""
         while (left := until - time.monotonic()) > 0:
             ready, _, _ = select.select([self.sock], [], [], left)
             if ready:
-                self.messages.append((time.monotonic(), self.sock.recv(4096).decode()))
+                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(_TIMESPEC.size))
+                arrived = time.monotonic()
+                for level, kind, stamp in ancillary:
+                    if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+                        sec, nsec = _TIMESPEC.unpack(stamp[: _TIMESPEC.size])
+                        arrived -= time.time() - (sec + nsec / 1e9)
+                self.messages.append((arrived, data.decode()))
 
     def wait_for(self, needle: str, timeout: float) -> None:
         """Wait for a message containing ``needle`` after the one the last wait found."""
