@@ -1,6 +1,7 @@
 """Run one child in its own process group with a timeout, without ever wedging the caller.
 
-On timeout the group gets SIGTERM, then SIGKILL at most ``kill_grace`` seconds later.  A
+On timeout the group gets SIGTERM, then SIGKILL at most ``kill_grace`` seconds later; however
+a run ends, the group gets a last SIGKILL, so no grandchild left in it outlives the run.  A
 child that still does not exit (uninterruptible sleep in the driver) is abandoned: it is kept
 as :attr:`Runner.stuck`, no second child is started while it lives, and it is reaped on a
 later call once it has exited.  Output beyond ``max_output`` bytes ends the run.
@@ -112,9 +113,9 @@ class Runner:
             stdout = bytes(watch.buf).decode("utf-8", errors="replace")
             if outcome is not Outcome.EXITED:
                 outcome = self._terminate(proc, watch, outcome)
-            else:
-                # Grandchildren left in the group must not outlive the probe.
-                _killpg(proc.pid, signal.SIGKILL)
+            # Grandchildren left in the group must not outlive the probe, also one that
+            # ignored the SIGTERM its parent died of.
+            _killpg(proc.pid, signal.SIGKILL)
         code = proc.returncode if outcome is Outcome.EXITED else None
         return RunResult(outcome, code, stdout, duration=self.clock() - started)
 

@@ -124,6 +124,7 @@ class Failure(StrEnum):
     VERSION_MISMATCH = "version_mismatch"
     NO_DEVICES = "no_devices"
     GPU_LOST = "gpu_lost"
+    BLOCKED_BY_OS = "blocked_by_os"
     UNPARSEABLE = "unparseable"
     OTHER = "other"
 
@@ -287,6 +288,8 @@ _BY_TEXT: tuple[tuple[str, Failure], ...] = (
     ("requires reset", Failure.GPU_LOST),
     ("unable to determine the device handle", Failure.GPU_LOST),
     ("insufficient permissions", Failure.PERMISSION_DENIED),
+    # NVML_ERROR_OPERATING_SYSTEM: /proc/driver/nvidia or /sys hidden from NVML.
+    ("gpu access blocked by the operating system", Failure.BLOCKED_BY_OS),
 )
 _BY_EXIT = {
     4: Failure.PERMISSION_DENIED,
@@ -294,6 +297,7 @@ _BY_EXIT = {
     9: Failure.DRIVER_NOT_LOADED,
     12: Failure.LIBRARY_MISSING,
     15: Failure.GPU_LOST,
+    17: Failure.BLOCKED_BY_OS,
     18: Failure.VERSION_MISMATCH,
 }
 
@@ -318,6 +322,10 @@ HINTS: dict[Failure, str] = {
     Failure.VERSION_MISMATCH: "a driver upgrade awaits a module reload or a reboot",
     Failure.NO_DEVICES: "the driver sees no GPU; check dmesg, BIOS settings and the PCI link",
     Failure.GPU_LOST: "a GPU fell off the bus; check dmesg for Xid 79 and reset or reboot",
+    Failure.BLOCKED_BY_OS: (
+        "a sandbox hides /proc or /sys from NVML; check gpuagent.service and its drop-ins"
+        " for ProcSubset=, PrivateDevices=, InaccessiblePaths= or TemporaryFileSystem="
+    ),
     Failure.UNPARSEABLE: "nvidia-smi printed output the agent cannot read; see the debug log",
     Failure.OTHER: "run nvidia-smi by hand to see the error",
 }

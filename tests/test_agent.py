@@ -11,6 +11,7 @@ from gpuagent.logs import Event
 from gpuagent.smi import FIELDS
 from tests import fakesysfs
 from tests.conftest import Host
+from tests.test_smi import BLOCKED
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
@@ -350,3 +351,15 @@ def test_a_higher_threshold_on_reload_does_not_warn_again(host: Host) -> None:
     agent.configure(host.config(backoff_after=6))
     host.tick(40)
     assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
+
+
+def test_access_blocked_by_a_sandbox_is_one_warning_naming_it(host: Host) -> None:
+    host.scenario(stdout=BLOCKED, exit=17)
+    agent = host.make_agent()
+    host.tick(5)
+    (warning,) = host.events(Event.FAILING_BLOCKED_BY_OS)
+    assert warning.FAILURE_CLASS == "blocked_by_os"  # type: ignore[attr-defined]
+    assert warning.EXIT_CODE == "17"  # type: ignore[attr-defined]
+    assert "GPU access blocked by the operating system" in warning.getMessage()
+    assert "ProcSubset=" in warning.getMessage()
+    assert agent.status_line().startswith("8 GPUs, nvidia-smi failing (blocked_by_os)")

@@ -11,6 +11,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -22,6 +23,11 @@ from tests import fakehost
 from tests.fakehost import FakeHost
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Linux's SO_TIMESTAMPNS (asm-generic value; Python does not export it): the kernel stamps
+# each datagram as it arrives, so gaps between pings are the agent's, not the test's own
+# scheduling delays on a busy host.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@ll")
 
 
 class Notify:
@@ -36,15 +42,22 @@ class Notify:
         else:
             self.sock.bind(path)
             self.address = path
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.messages: list[tuple[float, str]] = []
         self.cursor = 0
 
     def pump(self, until: float) -> None:
-        """Collect messages until monotonic time ``until``."""
+        """Collect messages, each with its arrival in monotonic time, until ``until``."""
         while (left := until - time.monotonic()) > 0:
             ready, _, _ = select.select([self.sock], [], [], left)
             if ready:
-                self.messages.append((time.monotonic(), self.sock.recv(4096).decode()))
+                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(_TIMESPEC.size))
+                arrived = time.monotonic()
+                for level, kind, stamp in ancillary:
+                    if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS):
+                        sec, nsec = _TIMESPEC.unpack(stamp[: _TIMESPEC.size])
+                        arrived -= time.time() - (sec + nsec / 1e9)
+                self.messages.append((arrived, data.decode()))
 
     def wait_for(self, needle: str, timeout: float) -> None:
         """Wait for a message containing ``needle`` after the one the last wait found."""
@@ -121,7 +134,8 @@ def test_ready_status_watchdog_reload_stopping(fake_host: FakeHost, notify: Noti
         notify.pump(time.monotonic() + 2.5)
         pings = [t for t, m in notify.messages if m == "WATCHDOG=1"]
         assert len(pings) >= 4
-        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.5 + 0.1
+        # Never as late as the 1 s watchdog period, after which systemd kills the agent.
+        assert max(b - a for a, b in itertools.pairwise(pings)) < 1.0
         # A STATUS line is sent when it changes, not every tick.
         assert sum(1 for m in notify.texts() if "STATUS=2 GPUs, sampling" in m) == 1
         proc.send_signal(signal.SIGHUP)
@@ -131,7 +145,7 @@ def test_ready_status_watchdog_reload_stopping(fake_host: FakeHost, notify: Noti
         notify.pump(time.monotonic() + 0.2)
         assert "STOPPING=1" in notify.texts()
         assert code == 0
-        assert took < 2.0
+        assert took < 10  # systemd's stop timeout is 90 s
     finally:
         proc.kill()
         proc.wait()
@@ -156,10 +170,14 @@ def test_pings_continue_while_a_probe_hangs_and_sigterm_kills_it(
         notify.pump(t_hang + 1.2)
         pings = [t for t, m in notify.messages if m == "WATCHDOG=1" and t >= t_hang]
         assert len(pings) >= 3
-        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.3 + 0.1
+        # Never as late as the 0.6 s watchdog period, after which systemd kills the agent.
+        assert max(b - a for a, b in itertools.pairwise(pings)) < 0.6
         code, took = stop(proc)
         assert code == 0
-        assert took < 2.0
+        assert took < 10  # not the probe's 60 s hang
+        deadline = time.monotonic() + 10
+        while fake_smi_processes(fake_host) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert fake_smi_processes(fake_host) == []
     finally:
         proc.kill()

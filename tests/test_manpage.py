@@ -9,6 +9,7 @@ from dataclasses import fields
 
 from gpuagent.cli import main
 from gpuagent.config import Config
+from gpuagent.smi import Failure
 from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +65,12 @@ def test_every_configuration_key() -> None:
     text = section("CONFIGURATION")
     for f in fields(Config):
         assert re.search(rf"^\.BR {f.name} \" \(default ", text, re.M), f.name
+
+
+def test_every_failure_class() -> None:
+    text = section("NOTES")
+    for failure in Failure:
+        assert re.search(rf"^\.BR {failure.value} [,.]$", text, re.M), failure.value
 
 
 def test_environment() -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import parser
+from prometheus_client.metrics_core import Metric
 
 from gpuagent import metrics
 from gpuagent.agent import Agent
@@ -51,12 +52,15 @@ EXPECTED_VALUES: dict[str, tuple[str, Callable[[str], float]]] = {
     "gpuagent_gpu_mig_enabled": ("mig.mode.current", lambda c: {"Enabled": 1.0}.get(c, 0.0)),
 }
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+# prometheus-client 0.16 (Debian 12) leaves the parser unannotated and 0.21 (Debian 13)
+# annotates it: a typed name for it is strict-clean under both, where an ignore is not.
+metric_families: Callable[[str], Iterable[Metric]] = parser.text_string_to_metric_families
 
 
 def series(text: str) -> Series:
     """Parse exposition text back into {(sample name, labels): value}."""
     out: Series = {}
-    for family in text_string_to_metric_families(text):  # type: ignore[no-untyped-call]
+    for family in metric_families(text):
         for s in family.samples:
             key = (s.name, frozenset(s.labels.items()))
             assert key not in out, key

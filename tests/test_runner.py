@@ -22,8 +22,21 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(") ")[1][0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:  # reaped in between
+        return False
+
+
+def dies(pid: int, timeout: float = 10.0) -> bool:
+    """Whether ``pid`` is gone within ``timeout`` s (a SIGKILL takes effect when it is run)."""
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_exit_and_output() -> None:
@@ -47,11 +60,21 @@ def test_hang_is_killed_with_its_group() -> None:
     r = Runner(timeout=0.3, kill_grace=0.5)
     start = time.monotonic()
     res = r.run(["/bin/sh", "-c", "sleep 30 & echo $! ; sleep 30"], ENV)
-    took = time.monotonic() - start
     assert res.outcome is Outcome.TIMEOUT
-    assert took < 2.0
+    assert time.monotonic() - start < 10  # not the child's 30 s
     grandchild = int(res.stdout.split()[0])
-    assert not alive(grandchild)
+    assert dies(grandchild)
+    assert not r.busy()
+
+
+def test_grandchild_ignoring_sigterm_gets_the_last_sigkill() -> None:
+    # The child dies of the SIGTERM at once; its background grandchild ignores it.
+    script = "(trap '' TERM; exec sleep 30) & echo $!; sleep 30"
+    r = Runner(timeout=0.3, kill_grace=5)
+    res = r.run(["/bin/sh", "-c", script], ENV)
+    assert res.outcome is Outcome.TIMEOUT
+    grandchild = int(res.stdout.split()[0])
+    assert dies(grandchild)
     assert not r.busy()
 
 
@@ -68,7 +91,7 @@ def test_child_ignoring_sigterm_gets_sigkill() -> None:
         ENV,
     )
     assert res.outcome is Outcome.TIMEOUT
-    assert time.monotonic() - start < 0.3 + 2 * 0.3 + 1.0
+    assert time.monotonic() - start < 10
     assert not r.busy()
 
 
@@ -86,7 +109,7 @@ def test_grandchild_holding_the_pipe_does_not_block() -> None:
     assert res.outcome is Outcome.EXITED
     assert res.exit_code == 0
     assert res.stdout == "0, 41\n"
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 10  # not the grandchild's 30 s
     assert not r.busy()
 
 
@@ -149,17 +172,20 @@ def test_interrupt_ends_the_run_at_once() -> None:
     proc.wait()
     assert res.outcome is Outcome.INTERRUPTED
     assert asked
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 10  # not the child's 30 s
     os.close(rfd)
     os.close(wfd)
 
 
 def test_heartbeat_keeps_beating_during_a_hang() -> None:
     beats: list[float] = []
-    r = Runner(timeout=0.5, kill_grace=0.1)
+    r = Runner(timeout=2, kill_grace=0.1)
     r.heartbeat = lambda: beats.append(time.monotonic())
     r.heartbeat_every = 0.1
+    start = time.monotonic()
     r.run(["/bin/sleep", "30"], ENV)
-    assert len(beats) >= 4
+    # Beats all through the hang, never a gap anywhere near the 2 s the hang lasts.
+    assert beats[0] - start < 1.0
     gaps = [b - a for a, b in itertools.pairwise(beats)]
-    assert max(gaps) < 0.1 + 0.1
+    assert len(beats) >= 5
+    assert max(gaps) < 1.0

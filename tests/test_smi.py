@@ -198,6 +198,25 @@ def test_error_captures_classify(name: str, case: tuple[int, Failure]) -> None:
     assert classify(code, read_error(name)) is expected
 
 
+# NVML_ERROR_OPERATING_SYSTEM as nvidia-smi prints it in public reports (microsoft/WSL#9938,
+# google/gvisor#11069, seflerZ/oneclick-gpu-pv#8); none shows the exit status, which
+# nvidia-smi takes from NVML's return code (17).
+BLOCKED = (
+    "Failed to initialize NVML: GPU access blocked by the operating system\n"
+    "Failed to properly shut down NVML: GPU access blocked by the operating system\n"
+)
+
+
+@pytest.mark.parametrize("code", [17, 255, 1])
+def test_access_blocked_by_the_os_is_its_own_class(code: int) -> None:
+    assert classify(code, BLOCKED) is Failure.BLOCKED_BY_OS
+
+
+def test_the_blocked_hint_names_the_sandbox() -> None:
+    hint = smi.HINTS[Failure.BLOCKED_BY_OS]
+    assert all(s in hint for s in ("gpuagent.service", "ProcSubset=", "PrivateDevices="))
+
+
 @pytest.mark.parametrize(
     ("code", "expected"),
     [
@@ -206,6 +225,7 @@ def test_error_captures_classify(name: str, case: tuple[int, Failure]) -> None:
         (9, Failure.DRIVER_NOT_LOADED),
         (12, Failure.LIBRARY_MISSING),
         (15, Failure.GPU_LOST),
+        (17, Failure.BLOCKED_BY_OS),
         (18, Failure.VERSION_MISMATCH),
         (1, Failure.OTHER),
         (255, Failure.OTHER),

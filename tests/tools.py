@@ -1,7 +1,7 @@
 """Prerequisites of tests that use real tools: skipped where absent, enforced in CI.
 
-``.ci/run`` installs every tool; a CI run (``$CI`` set) where one is missing fails instead of
-skipping, so a missing install step cannot pass as green.
+``./scripts/test`` installs every tool (``scripts/setup --dev``); a CI run (``$CI`` set) where
+one is missing fails instead of skipping, so a missing install step cannot pass as green.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def need(ok: bool, why: str) -> None:
     """Skip the test unless ``ok``; fail it in CI."""
     if not ok:
         if os.environ.get("CI"):
-            pytest.fail(f"{why} (.ci/run provides it)")
+            pytest.fail(f"{why} (scripts/setup --dev installs it)")
         pytest.skip(why)
 
 

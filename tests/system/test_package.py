@@ -1,0 +1,65 @@
+"""The .deb as this release's Debian tools build it: lintian-clean, the unit where debhelper
+puts it.
+
+Runs wherever the suite runs (no booted systemd needed), so the bookworm host and the trixie
+container of `.ci/run` each check the package with their own debhelper and lintian.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import shutil
+import subprocess
+
+import pytest
+
+from tests.tools import need
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UNIT = os.path.join(REPO, "packaging", "gpuagent.service")
+
+
+def build(out: str) -> str:
+    """Build the .deb (with its .changes) into directory ``out``; returns the .deb's path."""
+    need(shutil.which("dpkg-buildpackage") is not None, "dpkg-buildpackage is not installed")
+    need(shutil.which("dh") is not None, "debhelper is not installed")
+    script = os.path.join(REPO, "packaging", "build-deb.sh")
+    proc = subprocess.run([script, out], capture_output=True, text=True, check=False, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return build(str(tmp_path_factory.mktemp("deb")))
+
+
+def test_lintian_is_clean(deb: str) -> None:
+    need(shutil.which("lintian") is not None, "lintian is not installed")
+    (changes,) = glob.glob(os.path.join(os.path.dirname(deb), "*.changes"))
+    proc = subprocess.run(
+        ["lintian", "--fail-on", "error,warning", changes, deb],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_debhelper_places_and_enables_the_unit(deb: str, tmp_path: str) -> None:
+    # Debian 13's debhelper installs units under /usr (merged /usr); 12's under /lib.
+    release = int(platform.freedesktop_os_release().get("VERSION_ID", "0").split(".")[0])
+    unit_dir = "usr/lib/systemd/system" if release >= 13 else "lib/systemd/system"
+    subprocess.run(["dpkg-deb", "-R", deb, str(tmp_path)], check=True, timeout=60)
+    units = glob.glob(os.path.join(tmp_path, "**", "gpuagent.service"), recursive=True)
+    assert [os.path.relpath(u, tmp_path) for u in units] == [f"{unit_dir}/gpuagent.service"]
+    with open(units[0], "rb") as got, open(UNIT, "rb") as shipped:
+        assert got.read() == shipped.read()
+    with open(os.path.join(tmp_path, "DEBIAN", "postinst"), encoding="utf-8") as f:
+        postinst = f.read()
+    assert "deb-systemd-helper enable 'gpuagent.service'" in postinst
+    assert "deb-systemd-invoke $_dh_action 'gpuagent.service'" in postinst
+    assert "try-reload-or-restart gpuagent.service" in postinst  # the node_exporter trigger
