@@ -386,7 +386,7 @@ class Agent:
         missing = f", {len(silent)} missing from nvidia-smi" if silent else ""
         if not sick:
             return f"{gpus}, sampling{missing}"
-        named = [f"{s or 'host'} {self.tracker.problems(s)[0].finding.kind}" for s in sick[:3]]
+        named = [f"{s or 'host'} {self.tracker.problems(s)[0].finding.name}" for s in sick[:3]]
         more = ", ..." if len(sick) > 3 else ""
         verb = "needs" if len(sick) == 1 else "need"
         return f"{gpus}, {len(sick)} {verb} attention: {', '.join(named)}{more}{missing}"

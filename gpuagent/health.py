@@ -66,6 +66,12 @@ class Finding:
             raise ValueError(f"action {self.action!r} is not one of {ACTIONS}")
 
     @property
+    def name(self) -> str:
+        """The problem in a few words: its kind, or ``Xid 79`` for an Xid."""
+        code = dict(self.extra).get("xid")
+        return self.kind if code is None else f"Xid {code}"
+
+    @property
     def key(self) -> tuple[str, tuple[tuple[str, int | str], ...]]:
         """What identifies this problem from one tick to the next."""
         return self.kind, self.extra

@@ -72,8 +72,7 @@ class Verdict:
         }
         own = f.kind in _EVENTS
         if what == "end":
-            name = f"Xid {dict(f.extra)['xid']}" if f.kind == "xid" else f.kind
-            self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {name} cleared", **fields)
+            self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {f.name} cleared", **fields)
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING
         event = _EVENTS.get(f.kind) or Event.problem(f.kind)
