@@ -84,14 +84,14 @@ class KernelSource:
                 Event.JOURNAL_UNREADABLE,
                 f"{error}; the NVIDIA driver's Xid, SXid and fallen-off-the-bus records are not "
                 "seen until it can be read; sampling goes on",
-                journal_directory=self.journal.where,
+                journal_directory=self.journal.directory or None,
             )
         elif error is None and self.error is not None:
             self.log(
                 logging.INFO,
                 Event.JOURNAL_READABLE,
                 f"{self.journal.where} can be read again; reading the kernel's records",
-                journal_directory=self.journal.where,
+                journal_directory=self.journal.directory or None,
             )
         self.error = error
 

@@ -106,6 +106,7 @@ def test_an_unreadable_journal_is_one_warning_and_a_problem(host: Host, make: An
     (line,) = host.events(Event.JOURNAL_UNREADABLE)
     assert line.levelno == logging.WARNING
     assert line.getMessage().startswith(f"{missing}: cannot read: ")
+    assert line.JOURNAL_DIRECTORY == missing  # type: ignore[attr-defined]
     assert agent.problems["journal"].startswith(f"{missing}: cannot read")
     assert agent.probe_state == "ok"  # sampling goes on
     assert status.judge(agent.snapshot(), agent.wall())[0] == status.DEGRADED

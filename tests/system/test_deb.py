@@ -520,19 +520,27 @@ def test_xids_from_the_system_journal_under_systemd(
         slots = fakesysfs.gpu_slots(8)
         c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 20)
-        # The container's journal: its machine id names the directory, the boot is the kernel's.
+        # The container's journal: its machine id names the directory. The boot is the one the
+        # service sees: nspawn gives the container a boot id of its own over
+        # /proc/sys/kernel/random/boot_id, but the unit's ProtectProc= and
+        # ProtectKernelTunables= mount a /proc without it, showing the kernel's.
         machine = c.out("cat", "/etc/machine-id")
-        boot = c.out("cat", "/proc/sys/kernel/random/boot_id").replace("-", "")
+        seen = f"/proc/{c.prop('MainPID')}/root/proc/sys/kernel/random/boot_id"
+        boot = c.out("cat", seen).replace("-", "")
         source = os.path.join(tmp_path, "xid.txt")
         with open(source, "w", encoding="utf-8") as f:
             f.write(xid_journal())
         made = os.path.join(tmp_path, "xid-test.journal")
         subprocess.run([make, "--boot-id", boot, source, made], check=True, timeout=60)
-        target = f"/var/log/journal/{machine}/xid-test.journal"
+        # The system journal is the files named system.journal and system@*.journal.
+        target = f"/var/log/journal/{machine}/system@gpuagent-test.journal"
         c.run("mkdir", "-p", f"/var/log/journal/{machine}")
-        c.copy(made, target)
-        c.run("chown", "root:systemd-journal", target)
-        c.run("chmod", "0640", target)
+        # Whole and readable when it appears, as journald's own files are: the running agent
+        # watches the directory and reads it at once.
+        c.copy(made, f"{target}.tmp")
+        c.run("chown", "root:systemd-journal", f"{target}.tmp")
+        c.run("chmod", "0640", f"{target}.tmp")
+        c.run("mv", f"{target}.tmp", target)
         xids_under_systemd(c, slots)
     except BaseException:
         print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
