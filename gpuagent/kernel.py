@@ -57,24 +57,14 @@ class KernelSource:
         for first in self.xids.take_new(slots):
             if first.finding is not None:
                 continue  # the health model's start line says it
+            fields: dict[str, int | str]
             if first.kind == "sxid":
-                self.log(
-                    logging.WARNING,
-                    Event.SXID,
-                    first.message,
-                    pci_slot=first.slot,
-                    sxid=first.code,
-                )
+                level, event, fields = logging.WARNING, Event.SXID, {"sxid": first.code}
             else:
                 action = self.xids.counts(slots)[first.slot, first.code].info.action
-                self.log(
-                    logging.INFO,
-                    Event.XID_COUNTED,
-                    first.message,
-                    pci_slot=first.slot,
-                    xid=first.code,
-                    action=action,
-                )
+                level, event = logging.INFO, Event.XID_COUNTED
+                fields = {"xid": first.code, "action": action}
+            self.log(level, event, first.message, pci_slot=first.slot, **fields)
         return self.xids.findings(slots)
 
     def _note(self, error: str | None) -> None:

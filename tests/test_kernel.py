@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import time
 from typing import Any
 
@@ -14,8 +13,7 @@ from gpuagent.agent import Agent
 from gpuagent.logs import Event
 from tests import test_kernlog
 from tests.conftest import Host
-from tests.test_kernlog import append, corpus_text
-from tests.tools import tool
+from tests.test_kernlog import append, corpus_text, export
 
 make = test_kernlog.make
 
@@ -106,7 +104,7 @@ def test_an_unreadable_journal_is_one_warning_and_a_problem(host: Host, make: An
     (line,) = host.events(Event.JOURNAL_UNREADABLE)
     assert line.levelno == logging.WARNING
     assert line.getMessage().startswith(f"{missing}: cannot read: ")
-    assert line.JOURNAL_DIRECTORY == missing  # type: ignore[attr-defined]
+    assert missing == line.JOURNAL_DIRECTORY  # type: ignore[attr-defined]
     assert agent.problems["journal"].startswith(f"{missing}: cannot read")
     assert agent.probe_state == "ok"  # sampling goes on
     assert status.judge(agent.snapshot(), agent.wall())[0] == status.DEGRADED
@@ -139,14 +137,7 @@ def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: 
     (first,) = xid_lines(host, Event.XID_PROBLEM)
     assert first.levelno == logging.WARNING
     assert entry(agent, slot)["health"] == "warning"
-    fatal = make(nonfatal.replace("Nonfatal", "Fatal"), "fatal")
-    export = subprocess.run(
-        [tool("journalctl"), f"--file={fatal}/x.journal", "-o", "export"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    ).stdout
-    append(journal, export)
+    append(journal, export(make(nonfatal.replace("Nonfatal", "Fatal"), "fatal")))
     deadline = time.monotonic() + 20
     while entry(agent, slot)["health"] != "critical" and time.monotonic() < deadline:
         host.tick()
