@@ -148,3 +148,21 @@ def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: 
     assert [c["count"] for c in entry(agent, slot)["xids"]] == [2]
     host.tick(2)
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 2
+
+
+def test_a_gpu_the_driver_could_not_initialise(host: Host, make: Any) -> None:
+    text = corpus_text("rminitadapter-failed-gsp-driver550").replace("0000:98:00", "0000:5d:00")
+    slot = host.slots[3]
+    agent = host.make_agent(journal_directory=make(text))
+    host.tick(3)
+    (problem,) = entry(agent, slot)["problems"]
+    assert (problem["kind"], problem["severity"], problem["action"]) == (
+        "init_failed",
+        "critical",
+        "reboot",
+    )
+    (line,) = host.events(Event.GPU_INIT_FAILED)
+    assert line.levelno == logging.ERROR
+    assert "RmInitAdapter failed (0x62:0x65:1792)" in line.getMessage()
+    assert (slot, "reboot") == (line.PCI_SLOT, line.ACTION)  # type: ignore[attr-defined]
+    assert host.events(Event.XID_PROBLEM) == []
