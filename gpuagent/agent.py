@@ -1,4 +1,4 @@
-"""One tick: PCI scan -> gates -> probe -> cross-check -> health -> state.
+"""One tick: PCI scan -> kernel log -> gates -> probe -> cross-check -> health -> state.
 
 The agent owns "log once": every condition is logged when it starts and when it ends, never
 per tick.  Clock, sysfs root, the nvidia-smi lookup and the prober are injected, so tests
@@ -17,11 +17,13 @@ from typing import Any
 from . import __version__, pci, rules
 from .backoff import Backoff, cap_ticks
 from .config import Config
-from .health import CRITICAL, OK, UNKNOWN, Problem, Tracker, worst
+from .kernel import KernelSource
+from .kernlog import KernelLog
 from .logs import Event, EventLog
 from .probe import Prober, ProbeResult, lookup
 from .smi import HINTS, Failure, Row, sysfs_slot
 from .state import SCHEMA
+from .verdict import Verdict
 
 __all__ = ["Agent", "Sample"]
 
@@ -56,6 +58,7 @@ class Agent:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         which: Callable[[str], str | None] = lookup,
+        kernel_log: Callable[[str], KernelLog] = KernelLog,
     ) -> None:
         self.prober = prober
         self.log = log
@@ -84,7 +87,9 @@ class Agent:
         self._module: bool | None = None
         # Health: every source's findings, the slots ever on the bus, those the last probe
         # answered for, and the last probe's wall time (s).
-        self.tracker = Tracker()
+        self.verdict = Verdict(log)
+        self.tracker = self.verdict.tracker
+        self.kernel = KernelSource(config.journal_directory, log, open_log=kernel_log)
         self.seen_on_bus: set[str] = set()
         self.reported: set[str] = set()
         self.probe_duration: float | None = None
@@ -104,6 +109,7 @@ class Agent:
         self.backoff.cap = cap_ticks(config.interval, config.retry_max)
         self.backoff.clamp()
         self.prober.runner.timeout = config.probe_timeout
+        self.kernel.configure(config.journal_directory)
         self.config = config
 
     # The tick ------------------------------------------------------------------------------
@@ -112,6 +118,7 @@ class Agent:
         """Run one tick.  Never raises for bad sysfs or nvidia-smi input."""
         self.ticks += 1
         gpus = self._scan()
+        self._read_kernel(gpus)
         if self.on_scanned is not None:
             self.on_scanned()
             self.on_scanned = None
@@ -130,7 +137,14 @@ class Agent:
         elif due and self._smi_path is not None:
             self._apply(self.prober.probe(self._smi_path), gpus)
         self._mark_stale()
-        self._judge_health()
+        self.verdict.judge(
+            self.wall(),
+            self.pci,
+            self.seen_on_bus,
+            bus_listed="sysfs" not in self.problems,
+            sysfs_root=self.config.sysfs_root,
+            expected_gpus=self.config.expected_gpus,
+        )
 
     def _scan(self) -> list[pci.PciGpu]:
         gpus, problems = self.scanner.scan()
@@ -152,6 +166,14 @@ class Agent:
         self.seen_on_bus.update(new)
         self.pci = gpus
         return gpus
+
+    def _read_kernel(self, gpus: list[pci.PciGpu]) -> None:
+        # Whatever the gates say: a GPU the driver cannot reach still has its Xids.
+        self.tracker.report("xid", self.kernel.poll([g.slot for g in gpus]))
+        if self.kernel.error is None:
+            self.problems.pop("journal", None)
+        else:
+            self.problems["journal"] = self.kernel.error
 
     def _gate(self, probeable: list[pci.PciGpu]) -> str | None:
         """The reason not to probe on this tick, if any; logs each reason's start and end."""
@@ -325,40 +347,6 @@ class Agent:
             )
         self._warned_missing = set(self.missing) - lost
 
-    def _judge_health(self) -> None:
-        # A bus that could not be listed at all says nothing about GPUs leaving it.
-        if self.pci or "sysfs" not in self.problems:
-            unbound = any(g.driver is None for g in self.pci)
-            loaded = unbound and pci.module_loaded(self.config.sysfs_root)
-            self.tracker.report(
-                "pci", rules.bus_findings(self.pci, self.seen_on_bus, module_loaded=loaded)
-            )
-        count = rules.count_findings(len(self.pci), self.config.expected_gpus)
-        self.tracker.report("host", {"": count})
-        exempt = [g.slot for g in self.pci if not g.probeable]
-        started, ended = self.tracker.settle(self.wall(), exempt)
-        for p in started:
-            self._log_problem(p, True)
-        for p in ended:
-            self._log_problem(p, False)
-
-    def _log_problem(self, p: Problem, start: bool) -> None:
-        f = p.finding
-        where = f"GPU {p.slot}" if p.slot else "host"
-        fields = {
-            "pci_slot": p.slot or None,
-            "problem": f.kind,
-            "severity": f.severity,
-            "action": f.action,
-            **dict(f.extra),
-        }
-        if start:
-            level = ERROR if f.severity == CRITICAL else WARNING
-            text = f"{where}: {f.kind} ({f.severity}): {f.message}; action: {f.action}"
-            self.log(level, Event.problem(f.kind), text, **fields)
-        else:
-            self.log(INFO, Event.PROBLEM_CLEARED, f"{where}: {f.kind} cleared", **fields)
-
     def _mark_stale(self) -> None:
         limit = STALE_AFTER_INTERVALS * self.config.interval
         mono = self.monotonic()
@@ -398,40 +386,15 @@ class Agent:
         missing = f", {len(silent)} missing from nvidia-smi" if silent else ""
         if not sick:
             return f"{gpus}, sampling{missing}"
-        named = [f"{s or 'host'} {self.tracker.problems(s)[0].finding.kind}" for s in sick[:3]]
+        named = [f"{s or 'host'} {self.tracker.problems(s)[0].finding.name}" for s in sick[:3]]
         more = ", ..." if len(sick) > 3 else ""
         verb = "needs" if len(sick) == 1 else "need"
         return f"{gpus}, {len(sick)} {verb} attention: {', '.join(named)}{more}{missing}"
 
-    def _gpu_entries(self) -> list[dict[str, Any]]:
-        """One entry per GPU known: on the bus now, seen on it before, or named by nvidia-smi."""
-        on_bus = {g.slot: g for g in self.pci}
-        slots = (self.seen_on_bus | set(self.samples) | self.tracker.slots()) - {""}
-        out = []
-        for slot in sorted(slots):
-            s = self.samples.get(slot)
-            problems = self.tracker.problems(slot)
-            gpu = on_bus.get(slot)
-            health = worst(p.finding for p in problems)
-            # Bound to another driver on purpose: ok; else ok only with a fresh sample.
-            if health == OK and (gpu is None or gpu.probeable):
-                fresh = slot in self.reported and slot not in self.stale
-                health = OK if fresh else UNKNOWN
-            out.append(
-                {
-                    "pci_slot": slot,
-                    "fields": s.fields if s else {},
-                    "sampled_at": s.sampled_at if s else None,
-                    "stale": slot in self.stale,
-                    "health": health,
-                    "problems": [p.as_dict() for p in problems],
-                }
-            )
-        return out
-
     def snapshot(self) -> dict[str, Any]:
         """The state file's content (schema :data:`gpuagent.state.SCHEMA`)."""
         gated = self.probe_state in ("gated", "idle")
+        slots = [g.slot for g in self.pci]
         return {
             "schema": SCHEMA,
             "version": __version__,
@@ -458,7 +421,15 @@ class Agent:
                 "fields": list(self.prober.fields),
                 "duration": self.probe_duration,
             },
-            "gpus": self._gpu_entries(),
+            "gpus": self.verdict.entries(
+                self.pci,
+                self.seen_on_bus,
+                self.samples,
+                fresh=self.reported - self.stale,
+                xids=self.kernel.gpu_xids(slots),
+                uuids=self.kernel.xids.uuids(slots),
+            ),
+            "sxids": self.kernel.sxids(),
             "host_problems": [p.as_dict() for p in self.tracker.problems("")],
             "missing": self.missing,
             "problems": dict(self.problems),

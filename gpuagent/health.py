@@ -66,6 +66,12 @@ class Finding:
             raise ValueError(f"action {self.action!r} is not one of {ACTIONS}")
 
     @property
+    def name(self) -> str:
+        """The problem in a few words: its kind, or ``Xid 79`` for an Xid."""
+        code = dict(self.extra).get("xid")
+        return self.kind if code is None else f"Xid {code}"
+
+    @property
     def key(self) -> tuple[str, tuple[tuple[str, int | str], ...]]:
         """What identifies this problem from one tick to the next."""
         return self.kind, self.extra
@@ -107,12 +113,14 @@ class Tracker:
     Each source calls :meth:`report` with all it currently finds, ``{slot: [Finding, ...]}``;
     a source's findings hold until it reports again.  :meth:`settle` then merges them: a
     problem (slot and :attr:`Finding.key`) seen by any source holds; its ``since`` is the time
-    of the first :meth:`settle` that saw it.
+    of the first :meth:`settle` that saw it.  :attr:`restated` lists the problems whose
+    severity or action the last :meth:`settle` changed (a Nonfatal NVLink Xid turned Fatal).
     """
 
     def __init__(self) -> None:
         self._sources: dict[str, dict[str, list[Finding]]] = {}
         self._open: dict[tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]], Problem] = {}
+        self.restated: list[Problem] = []
 
     def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
         """Replace everything ``source`` found with ``findings`` (by slot)."""
@@ -131,6 +139,7 @@ class Tracker:
                 for f in fs:
                     current.setdefault((slot, f.key), f)
         started: list[Problem] = []
+        self.restated = []
         ended = [p for key, p in self._open.items() if key not in current]
         for key in [k for k in self._open if k not in current]:
             del self._open[key]
@@ -142,6 +151,10 @@ class Tracker:
             elif old.finding != f:
                 # Same problem, new wording (another throttle reason): no new start.
                 self._open[key] = Problem(key[0], f, old.since)
+                was = old.finding
+                if (was.severity, was.action) != (f.severity, f.action):
+                    self.restated.append(self._open[key])
+        self.restated.sort(key=_slot_order)
         return sorted(started, key=_slot_order), sorted(ended, key=_slot_order)
 
     def problems(self, slot: str) -> list[Problem]:

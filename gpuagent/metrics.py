@@ -8,7 +8,10 @@ indices shift when a GPU disappears.  A null field is no series, and a stale GPU
 ``gpuagent_gpu_info`` series, so Prometheus never graphs frozen numbers as live.  Every GPU the
 agent knows has ``gpuagent_gpu_healthy``, and each problem holding on it one
 ``gpuagent_gpu_problem`` series; host-level problems (``gpu_count``) have empty ``pci_slot``
-and ``uuid``.
+and ``uuid``.  The kernel driver's Xids of this boot are counters per GPU and code
+(``gpuagent_gpu_xid_errors_total``, recounted from the journal when the agent restarts), with
+``gpuagent_gpu_xid_info`` saying what each code means; NVSwitch SXids are
+``gpuagent_nvswitch_sxid_errors_total``.
 """
 
 from __future__ import annotations
@@ -175,6 +178,35 @@ def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
     return family
 
 
+def _xids(snapshot: Mapping[str, Any]) -> list[Metric]:
+    errors = CounterMetricFamily(
+        "gpuagent_gpu_xid_errors",
+        "Xid records the NVIDIA driver logged for the GPU this boot, by code.",
+        labels=[*GPU_LABELS, "xid"],
+    )
+    info = GaugeMetricFamily(
+        "gpuagent_gpu_xid_info",
+        "What an Xid counted on the GPU means: its name, severity (critical, warning, or none: "
+        "the GPU stays healthy) and the action; always 1.",
+        labels=[*GPU_LABELS, "xid", "name", "severity", "action"],
+    )
+    for gpu in snapshot.get("gpus") or []:
+        slot, uuid = str(gpu.get("pci_slot", "")), _text(gpu.get("uuid"))
+        for c in gpu.get("xids") or []:
+            code = str(c.get("xid"))
+            errors.add_metric([slot, uuid, code], float(c.get("count") or 0))
+            meaning = [str(c.get(k)) for k in ("name", "severity", "action")]
+            info.add_metric([slot, uuid, code, *meaning], 1.0)
+    sxids = CounterMetricFamily(
+        "gpuagent_nvswitch_sxid_errors",
+        "SXid records the NVIDIA driver logged for the NVSwitch this boot, by code.",
+        labels=["pci_slot", "sxid"],
+    )
+    for c in snapshot.get("sxids") or []:
+        sxids.add_metric([str(c.get("pci_slot")), str(c.get("sxid"))], float(c.get("count") or 0))
+    return [errors, info, sxids]
+
+
 def families(snapshot: Mapping[str, Any]) -> list[Metric]:
     """The series for one state snapshot (:meth:`gpuagent.agent.Agent.snapshot`)."""
     probe: Mapping[str, Any] = snapshot.get("probe") or {}
@@ -256,6 +288,7 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
         )
     out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
     out.append(_problems(snapshot))
+    out.extend(_xids(snapshot))
     return [f for f in out if f.samples]
 
 

@@ -59,6 +59,15 @@ def _problem_ok(p: object) -> bool:
     )
 
 
+def _count_ok(c: object, key: str) -> bool:
+    return (
+        isinstance(c, dict)
+        and isinstance(c.get(key), int)
+        and isinstance(c.get("count"), int)
+        and _finite(c.get("last"))
+    )
+
+
 def _gpu_ok(g: object) -> bool:
     return (
         isinstance(g, dict)
@@ -69,6 +78,8 @@ def _gpu_ok(g: object) -> bool:
         and g.get("health") in HEALTH
         and isinstance(g.get("problems"), list)
         and all(_problem_ok(p) for p in g["problems"])
+        and isinstance(g.get("xids", []), list)
+        and all(_count_ok(c, "xid") for c in g.get("xids", []))
     )
 
 
@@ -107,6 +118,11 @@ def malformed(st: dict[str, Any]) -> str | None:
         return "gpus"
     if not all(_problem_ok(p) for p in st["host_problems"]):
         return "host_problems"
+    sxids = st.get("sxids", [])
+    if not isinstance(sxids, list) or not all(
+        _count_ok(c, "sxid") and isinstance(c.get("pci_slot"), str) for c in sxids
+    ):
+        return "sxids"
     return None
 
 
@@ -264,7 +280,23 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
         )
     for g in st["gpus"]:
         lines.extend(_gpu_lines(g, now, g["pci_slot"] in st["missing"]))
+    switches: dict[str, list[str]] = {}
+    for c in st.get("sxids", []):
+        switches.setdefault(c["pci_slot"], []).append(_count(f"SXid {c['sxid']}", c))
+    lines.extend(f"    NVSwitch {clean(slot)}: {'; '.join(c)}" for slot, c in switches.items())
     return "\n".join(lines)
+
+
+def _clock(at: float) -> str:
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(at))
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def _count(name: str, c: dict[str, Any]) -> str:
+    """``Xid 79`` times its count and the last one's local time of day."""
+    return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
 
 
 def _problem(p: dict[str, Any], now: float) -> str:
@@ -288,6 +320,8 @@ def _gpu_lines(g: dict[str, Any], now: float, missing: bool) -> list[str]:
         f"{'STALE ' + age if g['stale'] else age}"
     ]
     lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
+    if g.get("xids"):
+        lines.append("      " + "; ".join(_count(f"Xid {c['xid']}", c) for c in g["xids"]))
     if missing and not g["problems"]:
         lines.append("      - on the PCI bus, not reported by nvidia-smi")
     return lines

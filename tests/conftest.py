@@ -52,6 +52,7 @@ class Host(FakeHost):
             sysfs_root=self.root,
             state_file=os.path.join(self.dir, "state.json"),
             textfile=os.path.join(self.dir, "gpuagent.prom"),
+            journal_directory=fakehost.quiet_journal(),
         )
         return replace(base, **overrides)
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +20,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SMI = os.path.join(HERE, "fake_nvidia_smi.py")
 H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
+REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
+# One entry that is not the kernel's: a journal that opens and has no kernel record.
+_QUIET = (
+    b"__REALTIME_TIMESTAMP=1700000000000000\n__MONOTONIC_TIMESTAMP=1\n"
+    b"_BOOT_ID=0123456789abcdef0123456789abcdef\n_TRANSPORT=stdout\nMESSAGE=quiet\n\n"
+)
 
 
 @dataclass
@@ -57,11 +66,37 @@ def _toml(value: object) -> str:
     return json.dumps(value) if isinstance(value, str | bool) else str(value)
 
 
+def quiet_journal() -> str:
+    """A journal directory without kernel records, shared by the fake hosts of this user
+    (a journal file is 8 MiB); ``""`` (the system journal) without systemd-journal-remote."""
+    remote = next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+    if remote is None:
+        return ""
+    top = os.path.join(tempfile.gettempdir(), f"gpuagent-tests-{os.getuid()}")
+    final = os.path.join(top, "quiet-journal")
+    if os.path.exists(os.path.join(final, "x.journal")):
+        return final
+    os.makedirs(top, exist_ok=True)
+    work = tempfile.mkdtemp(dir=top)
+    subprocess.run(
+        [remote, f"--output={work}/x.journal", "-"],
+        input=_QUIET,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    try:
+        os.rename(work, final)
+    except OSError:
+        shutil.rmtree(work)  # another test run made it first
+    return final
+
+
 def create(directory: str, gpus: int = 8, **config: object) -> FakeHost:
     """Build a host of ``gpus`` H200s under ``directory``, answering healthy.
 
-    The config points at it, keeps its state and metrics in ``directory`` and adds
-    ``config``'s keys.
+    The config points at it and at a journal without kernel records, keeps its state and
+    metrics in ``directory`` and adds ``config``'s keys.
     """
     root = os.path.join(directory, "sys")
     slots = fakesysfs.gpu_host(root, gpus)
@@ -72,6 +107,7 @@ def create(directory: str, gpus: int = 8, **config: object) -> FakeHost:
         "nvidia_smi": smi,
         "state_file": os.path.join(directory, "state.json"),
         "textfile": os.path.join(directory, "gpuagent.prom"),
+        "journal_directory": quiet_journal(),
         **config,
     }
     conf = os.path.join(directory, "gpuagent.toml")

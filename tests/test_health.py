@@ -85,3 +85,21 @@ def test_exempt_slots_have_no_problems() -> None:
     started, _ = t.settle(1.0, exempt=["v"])
     assert [p.slot for p in started] == ["w"]
     assert t.slots() == {"w"}
+
+
+def test_a_change_of_severity_or_action_is_restated_and_new_wording_is_not() -> None:
+    t = Tracker()
+    nonfatal = Finding("xid", WARNING, "none", "Nonfatal", (("xid", 145),))
+    t.report("xid", {"a": [nonfatal]})
+    t.settle(1.0)
+    assert t.restated == []
+    fatal = Finding("xid", CRITICAL, "reset_gpu", "Fatal", (("xid", 145),))
+    t.report("xid", {"a": [fatal]})
+    started, ended = t.settle(2.0)
+    assert (started, ended) == ([], [])
+    assert [(p.finding, p.since) for p in t.restated] == [(fatal, 1.0)]
+    t.report("xid", {"a": [Finding("xid", CRITICAL, "reset_gpu", "reworded", (("xid", 145),))]})
+    t.settle(3.0)
+    assert t.restated == []
+    assert fatal.name == "Xid 145"
+    assert HOT.name == "throttled"

@@ -77,6 +77,16 @@ def append(directory: str, export: bytes) -> None:
     )
 
 
+def export(directory: str) -> bytes:
+    """The entries of ``directory/x.journal`` in the export format."""
+    return subprocess.run(
+        [tool("journalctl"), f"--file={directory}/x.journal", "-o", "export"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    ).stdout
+
+
 def corpus_text(name: str) -> str:
     with open(xidcorpus.path(name), encoding="utf-8") as f:
         return f.read()
@@ -158,13 +168,7 @@ def test_appended_records_come_with_the_next_poll_and_a_restart_recounts(make: A
     assert [f.code for f in counter.take_new([])] == [48, 63, 94]
     # What journald does: append to the open file.
     extra = make(corpus_text("xid-79-driver535-pid-unknown-crashdump"), "extra")
-    export = subprocess.run(
-        [tool("journalctl"), f"--file={extra}/x.journal", "-o", "export"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    ).stdout
-    append(directory, export)
+    append(directory, export(extra))
     for time_, message in wait_for(log, 4):
         counter.add(time_, message)
     assert records(log) == []

@@ -106,6 +106,7 @@ def snapshot(gpus: list[dict[str, Any]], **probe: Any) -> dict[str, Any]:
         "host_problems": [],
         "missing": [],
         "problems": {},
+        "sxids": [],
     }
 
 
@@ -122,6 +123,8 @@ def test_the_test_snapshot_has_the_agents_shape(host: Host) -> None:
         "stale",
         "health",
         "problems",
+        "uuid",
+        "xids",
     }
 
 

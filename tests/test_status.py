@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from gpuagent import state, unitstate
 from gpuagent.cli import main
-from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, UNKNOWN, judge, render
+from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, UNKNOWN, judge, malformed, render
 
 NOW = 1_800_000_000.0
 
@@ -262,6 +262,8 @@ MALFORMED = [
     ("missing", 3),
     ("missing", [3]),
     ("pid", "1"),
+    ("sxids", {"x": 1}),
+    ("sxids", [{"pci_slot": "0000:04:00.0", "sxid": "22013", "count": 1, "last": NOW}]),
 ]
 
 
@@ -445,3 +447,11 @@ def test_render_shows_each_gpus_health_and_problems() -> None:
     (row,) = [ln for ln in lines if ln.startswith("    0000:18:00.0")]
     assert row.split()[1:4] == ["3", "GPU-5c1e0d4a-0000-0000-0000-000000000000", "CRITICAL"]
     assert lines[lines.index(row) + 1] == "      - critical lost: m (action: reboot, since 0s ago)"
+
+
+def test_a_gpu_with_bad_xid_counts_is_malformed() -> None:
+    gpu = base()["gpus"][0]
+    st = base(gpus=[{**gpu, "xids": [{"xid": 79, "count": "1", "last": NOW}]}])
+    assert malformed(st) == "gpus"
+    st = base(gpus=[{**gpu, "xids": [{"xid": 79, "count": 1, "last": NOW}]}])
+    assert malformed(st) is None

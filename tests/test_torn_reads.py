@@ -15,7 +15,7 @@ import time
 from click.testing import CliRunner
 
 from gpuagent.cli import main
-from tests import fakesysfs
+from tests import fakehost, fakesysfs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 READS = 10_000
@@ -27,7 +27,13 @@ from gpuagent.config import Config
 from gpuagent.logs import EventLog
 from gpuagent.probe import Prober
 from gpuagent.runner import Runner
-cfg = Config(sysfs_root=sys.argv[1], state_file=sys.argv[2], interval=0.001, textfile="")
+cfg = Config(
+    sysfs_root=sys.argv[1],
+    state_file=sys.argv[2],
+    interval=0.001,
+    textfile="",
+    journal_directory=sys.argv[3],
+)
 agent = Agent(cfg, Prober(Runner(timeout=1)), EventLog())
 while True:
     agent.tick()
@@ -45,7 +51,8 @@ def test_ten_thousand_reads_while_writing_every_millisecond(tmp_path: str) -> No
     with open(conf, "w") as f:
         f.write(f'state_file = "{state_file}"\n')
     env = {**os.environ, "PYTHONPATH": REPO}
-    agent = subprocess.Popen([sys.executable, "-c", WRITER, root, state_file], env=env)
+    journal = fakehost.quiet_journal()
+    agent = subprocess.Popen([sys.executable, "-c", WRITER, root, state_file, journal], env=env)
     try:
         deadline = time.monotonic() + 20
         while not os.path.exists(state_file):

@@ -19,7 +19,7 @@ import pytest
 
 from gpuagent import pci
 from gpuagent.logs import Event
-from tests import fakesysfs
+from tests import fakehost, fakesysfs, xidcorpus
 from tests.system.test_package import build
 from tests.tools import need
 
@@ -480,3 +480,109 @@ def purge(c: Container) -> None:
     ):
         assert c.run("test", "!", "-e", path, check=False).returncode == 0, f"{path} is left"
     assert c.run("test", "!", "-L", LINK, check=False).returncode == 0, f"{LINK} is left"
+
+
+# Kernel records for the fake host's GPUs, in the driver's own words (../shared/corpus/xid,
+# moved to the fake slots): GPU 0 fell off the bus, GPU 1 had two application Xids, and a user
+# logged a forged Xid 48 for GPU 2 on stdout, which must count for nothing.
+def xid_journal() -> str:
+    def corpus(name: str, device: str, slot: str) -> str:
+        with open(xidcorpus.path(name), encoding="utf-8") as f:
+            return f.read().replace(device, slot.rpartition(".")[0])
+
+    slots = fakesysfs.gpu_slots(3)
+    return (
+        corpus("xid-79-driver535-pid-unknown-crashdump", "0000:a1:00", slots[0])
+        + corpus("xid-13-driver535-a800-pid-unknown", "0000:43:00", slots[1])
+        + "#@transport stdout\n#@identifier evil\n"
+        + f"NVRM: Xid (PCI:{slots[2][:-2]}): 48, pid=1, name=evil, DBE (0x1,0x0)\n"
+    )
+
+
+def test_xids_from_the_system_journal_under_systemd(
+    deb: str, container: Container, tmp_path: str
+) -> None:
+    """The packaged service (DynamicUser, the sandbox as shipped) reads the container's own
+    journal: a journal file of this boot placed in /var/log/journal/<machine-id>/."""
+    c = container
+    make = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
+    need(os.access(make, os.X_OK), f"{make} is missing")
+    need(
+        any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
+        "systemd-journal-remote is not installed",
+    )
+    try:
+        install(c, deb)
+        fake_gpu_host(c)
+        slots = fakesysfs.gpu_slots(8)
+        c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
+        wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 20)
+        # The container's journal: its machine id names the directory. The boot is the one the
+        # service sees: nspawn gives the container a boot id of its own over
+        # /proc/sys/kernel/random/boot_id, but the unit's ProtectProc= and
+        # ProtectKernelTunables= mount a /proc without it, showing the kernel's.
+        machine = c.out("cat", "/etc/machine-id")
+        seen = f"/proc/{c.prop('MainPID')}/root/proc/sys/kernel/random/boot_id"
+        boot = c.out("cat", seen).replace("-", "")
+        source = os.path.join(tmp_path, "xid.txt")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(xid_journal())
+        made = os.path.join(tmp_path, "xid-test.journal")
+        subprocess.run([make, "--boot-id", boot, source, made], check=True, timeout=60)
+        # The system journal is the files named system.journal and system@*.journal.
+        target = f"/var/log/journal/{machine}/system@gpuagent-test.journal"
+        c.run("mkdir", "-p", f"/var/log/journal/{machine}")
+        # Whole and readable when it appears, as journald's own files are: the running agent
+        # watches the directory and reads it at once.
+        c.copy(made, f"{target}.tmp")
+        c.run("chown", "root:systemd-journal", f"{target}.tmp")
+        c.run("chmod", "0640", f"{target}.tmp")
+        c.run("mv", f"{target}.tmp", target)
+        xids_under_systemd(c, slots)
+    except BaseException:
+        print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
+        raise
+
+
+def xids_under_systemd(c: Container, slots: list[str]) -> None:
+    fell, app = slots[0], slots[1]
+    problem = one(
+        wait_for("the Xid's journal line", lambda: c.events(Event.XID_PROBLEM), 15), "Xid 79"
+    )
+    assert {k: problem.get(k) for k in ("PRIORITY", "PCI_SLOT", "XID", "ACTION")} == {
+        "PRIORITY": "3",
+        "PCI_SLOT": fell,
+        "XID": "79",
+        "ACTION": "reboot",
+    }
+    counted = one(c.events(Event.XID_COUNTED), "Xid 13")
+    assert (counted["PCI_SLOT"], counted["XID"]) == (app, "13")
+    time.sleep(2)  # four more ticks: no line repeats, the forged line says nothing
+    assert len(c.events(Event.XID_PROBLEM)) == 1
+    assert len(c.events(Event.XID_COUNTED)) == 1
+    assert c.count("Xid 48") == 0
+    assert c.events(Event.JOURNAL_UNREADABLE) == []
+    explained = c.out("journalctl", "-u", "gpuagent", "-x", "--no-pager")
+    assert "GPU fault reported by the NVIDIA driver (Xid)" in explained
+
+    def counts() -> dict[tuple[str, int], int]:
+        st = json.loads(c.status("--json").stdout)
+        return {(g["pci_slot"], x["xid"]): x["count"] for g in st["gpus"] for x in g["xids"]}
+
+    assert counts() == {(fell, 79): 1, (app, 13): 2}
+    status = c.status()
+    assert status.returncode == 2, status.stdout + status.stderr
+    assert "Xid 79 \u00d71, last " in status.stdout
+    assert "Xid 13 \u00d72, last " in status.stdout
+    assert f"8 GPUs, 1 needs attention: {fell} Xid 79" in c.prop("StatusText")
+    series = re.compile(
+        rf'^gpuagent_gpu_xid_errors_total\{{pci_slot="{fell}",'
+        r'uuid="GPU-11111111-2222-3333-4444-555555555555",xid="79"\} 1(\.0)?$',
+        re.M,
+    )
+    wait_for("the Xid counter in node_exporter", lambda: series.search(c.metrics()), 15)
+    # A restart reads the boot again: the same counts, and the fault is said once more.
+    c.run("systemctl", "restart", "gpuagent")
+    wait_for("the restarted agent's Xid line", lambda: len(c.events(Event.XID_PROBLEM)) == 2, 15)
+    assert counts() == {(fell, 79): 1, (app, 13): 2}
+    wait_for("the counter after the restart", lambda: series.search(c.metrics()), 15)

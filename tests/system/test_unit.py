@@ -101,7 +101,7 @@ def test_the_issue_s_settings() -> None:
         "RuntimeDirectory": "gpuagent",
         "RuntimeDirectoryMode": "0755",
         "DynamicUser": "yes",
-        "SupplementaryGroups": "video",
+        "SupplementaryGroups": "video systemd-journal",
         "Documentation": "man:gpuagent(8)",
         "CapabilityBoundingSet": "",
         "AmbientCapabilities": "",

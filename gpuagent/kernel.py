@@ -1,0 +1,120 @@
+"""The kernel driver as a source of facts: this boot's Xid, SXid and RmInitAdapter records.
+
+Glue between the journal (:class:`~gpuagent.kernlog.KernelLog`), the counter
+(:class:`~gpuagent.xid.XidCounter`) and the agent: each tick, whatever the probe's gates
+say, :meth:`KernelSource.poll` takes what the journal has that is new and returns each GPU's
+problems of kind ``xid`` and ``init_failed`` for the health tracker.  It logs what the health
+model does not: a journal that cannot be read (once, and once when it can again) and the
+first application Xid or SXid of each (GPU or NVSwitch, code) this boot.  The first Xid that
+makes a GPU unhealthy is logged by the health model, as that problem's start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .health import Finding
+from .kernlog import KernelLog
+from .logs import Event, EventLog
+from .xid import XidCounter
+
+__all__ = ["KernelSource"]
+
+
+class KernelSource:
+    """This boot's kernel records from the journal in ``directory`` (``""``: the system
+    journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests)."""
+
+    def __init__(
+        self,
+        directory: str,
+        log: EventLog,
+        *,
+        open_log: Callable[[str], KernelLog] = KernelLog,
+    ) -> None:
+        self.log = log
+        self._open_log = open_log
+        self.journal = open_log(directory)
+        self.xids = XidCounter()
+        # Why the journal cannot be read, while it cannot (the state's problems["journal"]).
+        self.error: str | None = None
+
+    def configure(self, directory: str) -> None:
+        """Read the journal in ``directory`` from now on; a new one is counted from its boot's
+        start, so the old counts go."""
+        if directory != self.journal.directory:
+            self.journal.close()
+            self.journal = self._open_log(directory)
+            self.xids = XidCounter()
+
+    def poll(self, slots: list[str]) -> dict[str, list[Finding]]:
+        """Read what is new (on the first call: the whole boot); ``slots`` are the GPUs' PCI
+        slots on the bus now.  Returns every GPU's Xid and init-failure problems, by slot."""
+        self.journal.poll(self.xids.add)
+        self._note(self.journal.error)
+        for first in self.xids.take_new(slots):
+            if first.finding is not None:
+                continue  # the health model's start line says it
+            fields: dict[str, int | str]
+            if first.kind == "sxid":
+                level, event, fields = logging.WARNING, Event.SXID, {"sxid": first.code}
+            else:
+                action = self.xids.counts(slots)[first.slot, first.code].info.action
+                level, event = logging.INFO, Event.XID_COUNTED
+                fields = {"xid": first.code, "action": action}
+            self.log(level, event, first.message, pci_slot=first.slot, **fields)
+        return self.xids.findings(slots)
+
+    def _note(self, error: str | None) -> None:
+        if error is not None and self.error is None:
+            self.log(
+                logging.WARNING,
+                Event.JOURNAL_UNREADABLE,
+                f"{error}; the NVIDIA driver's Xid, SXid and fallen-off-the-bus records are not "
+                "seen until it can be read; sampling goes on",
+                journal_directory=self.journal.directory or None,
+            )
+        elif error is None and self.error is not None:
+            self.log(
+                logging.INFO,
+                Event.JOURNAL_READABLE,
+                f"{self.journal.where} can be read again; reading the kernel's records",
+                journal_directory=self.journal.directory or None,
+            )
+        self.error = error
+
+    def gpu_xids(self, slots: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The state's per-GPU Xid counts this boot, by slot, ordered by code: ``xid``,
+        ``count``, ``first`` and ``last`` (Unix time, s), ``name``, ``severity`` (``none``,
+        ``warning``, ``critical``) and ``action``."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for (slot, code), c in sorted(self.xids.counts(slots).items()):
+            out.setdefault(slot, []).append(
+                {
+                    "xid": code,
+                    "count": c.count,
+                    "first": c.first,
+                    "last": c.last,
+                    "name": c.info.name,
+                    "severity": c.info.severity,
+                    "action": c.info.action,
+                }
+            )
+        return out
+
+    def sxids(self) -> list[dict[str, Any]]:
+        """The state's NVSwitch SXid counts this boot: ``pci_slot`` (the NVSwitch's, or
+        ``nvswitchN``), ``sxid``, ``count``, ``first``, ``last`` (Unix time, s), ``fatal``."""
+        return [
+            {
+                "pci_slot": slot,
+                "sxid": code,
+                "count": c.count,
+                "first": c.first,
+                "last": c.last,
+                "fatal": c.fatal,
+            }
+            for (slot, code), c in sorted(self.xids.sxid_counts().items())
+        ]

@@ -1,0 +1,168 @@
+"""The kernel log as the agent's source: real journal files (make-test-journal, this boot),
+read by an agent on a fake host, seen in the journal lines, the state, status and metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from gpuagent import metrics, status
+from gpuagent.agent import Agent
+from gpuagent.logs import Event
+from tests import test_kernlog
+from tests.conftest import Host
+from tests.test_kernlog import append, corpus_text, export
+
+make = test_kernlog.make
+
+# The corpus's lines moved to the fake host's slots (its first three GPUs).
+FELL_OFF = corpus_text("xid-79-driver535-pid-unknown-crashdump").replace("0000:a1:00", "0000:18:00")
+APP = corpus_text("xid-13-driver535-a800-pid-unknown").replace("0000:43:00", "0000:2a:00")
+SXID = corpus_text("sxid-22013-driver570-open-nvswitch")
+# Any user can log this with logger(1); it is not the driver's.
+FORGED = "#@transport stdout\n#@identifier evil\nNVRM: Xid (PCI:0000:3a:00): 48, pid=1, DBE\n"
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def xid_lines(host: Host, event: Event) -> list[logging.LogRecord]:
+    return host.events(event)
+
+
+def entry(agent: Agent, slot: str) -> dict[str, Any]:
+    return next(g for g in agent.snapshot()["gpus"] if g["pci_slot"] == slot)
+
+
+def test_xids_from_the_journal_on_every_surface(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF + APP + SXID + FORGED)
+    agent = host.make_agent(journal_directory=journal)
+    host.tick()
+    fell, app, forged = host.slots[0], host.slots[1], host.slots[2]
+    sick = entry(agent, fell)
+    assert sick["health"] == "critical"
+    assert [(p["kind"], p["xid"], p["action"]) for p in sick["problems"]] == [("xid", 79, "reboot")]
+    assert [(c["xid"], c["count"], c["severity"]) for c in sick["xids"]] == [(79, 1, "critical")]
+    assert sick["uuid"] == UUID
+    assert [(c["xid"], c["count"]) for c in entry(agent, app)["xids"]] == [(13, 2)]
+    assert entry(agent, app)["health"] == "ok"
+    assert entry(agent, forged)["xids"] == []
+    # One line for the fault, with its own event and fields; none of the generic kind.
+    (line,) = xid_lines(host, Event.XID_PROBLEM)
+    assert line.levelno == logging.ERROR
+    assert (fell, "79", "reboot") == (line.PCI_SLOT, line.XID, line.ACTION)  # type: ignore[attr-defined]
+    assert "Xid 79 (GPU has fallen off the bus)" in line.getMessage()
+    (counted,) = xid_lines(host, Event.XID_COUNTED)
+    assert (counted.PCI_SLOT, counted.XID, counted.levelno) == (app, "13", logging.INFO)  # type: ignore[attr-defined]
+    assert len(xid_lines(host, Event.SXID)) == 1
+    assert host.events(Event.JOURNAL_UNREADABLE) == []
+    # Surfaces: status exit 2 with the counts, Prometheus counters and info.
+    snap = agent.snapshot()
+    assert status.judge(snap, agent.wall())[0] == status.CRITICAL
+    text = status.render(snap, agent.wall(), status.CRITICAL, "")
+    assert "Xid 79 \u00d71, last " in text
+    assert "NVSwitch 0000:04:00.0: SXid 22013 \u00d73" in text
+    prom = metrics.render(snap)
+    smi_uuid = entry(agent, app)["uuid"]
+    assert smi_uuid.startswith("GPU-")
+    assert f'xid_errors_total{{pci_slot="{app}",uuid="{smi_uuid}",xid="13"}} 2.0' in prom
+    assert f'gpuagent_gpu_xid_errors_total{{pci_slot="{fell}",uuid="{UUID}",xid="79"}} 1.0' in prom
+    assert 'gpuagent_nvswitch_sxid_errors_total{pci_slot="0000:04:00.0",sxid="22013"} 3.0' in prom
+    assert 'severity="critical"' in prom and 'xid="79"' in prom
+    # Never per tick.
+    host.tick(3)
+    assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
+    assert len(xid_lines(host, Event.XID_COUNTED)) == 1
+    # A restart reads the boot again to the same counts and says each code once more.
+    again = host.make_agent(journal_directory=journal)
+    host.tick()
+    assert entry(again, fell)["xids"] == sick["xids"]
+    assert len(xid_lines(host, Event.XID_PROBLEM)) == 2
+
+
+def test_xids_are_read_whatever_the_gates_say(host: Host, make: Any) -> None:
+    agent = host.make_agent(journal_directory=make(FELL_OFF), nvidia_smi="/nonexistent/nvidia-smi")
+    host.tick()
+    assert agent.gate == "nvidia_smi_missing"
+    assert entry(agent, host.slots[0])["health"] == "critical"
+    assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
+
+
+def test_a_gpu_gone_from_the_bus_keeps_its_xids(host: Host, make: Any) -> None:
+    text = FELL_OFF.replace("0000:18:00", "0000:c1:00")
+    agent = host.make_agent(journal_directory=make(text))
+    host.tick()
+    gone = entry(agent, "0000:c1:00.0")
+    assert gone["health"] == "critical"
+    assert [c["xid"] for c in gone["xids"]] == [79]
+
+
+def test_an_unreadable_journal_is_one_warning_and_a_problem(host: Host, make: Any) -> None:
+    missing = os.path.join(host.dir, "journal")
+    agent = host.make_agent(journal_directory=missing)
+    host.tick(3)
+    (line,) = host.events(Event.JOURNAL_UNREADABLE)
+    assert line.levelno == logging.WARNING
+    assert line.getMessage().startswith(f"{missing}: cannot read: ")
+    assert missing == line.JOURNAL_DIRECTORY  # type: ignore[attr-defined]
+    assert agent.problems["journal"].startswith(f"{missing}: cannot read")
+    assert agent.probe_state == "ok"  # sampling goes on
+    assert status.judge(agent.snapshot(), agent.wall())[0] == status.DEGRADED
+    # The journal appears (journald started): one info line, the Xids come.
+    made = make(FELL_OFF, "other")
+    os.rename(made, missing)
+    host.tick()
+    assert len(host.events(Event.JOURNAL_READABLE)) == 1
+    assert "journal" not in agent.problems
+    assert entry(agent, host.slots[0])["health"] == "critical"
+
+
+def test_a_reload_to_another_journal_counts_it_instead(host: Host, make: Any) -> None:
+    agent = host.make_agent(journal_directory=make(FELL_OFF))
+    host.tick()
+    agent.configure(host.config(journal_directory=make(APP, "app")))
+    host.tick()
+    assert entry(agent, host.slots[0])["xids"] == []
+    assert entry(agent, host.slots[0])["health"] == "ok"
+    assert len(host.events(Event.PROBLEM_CLEARED)) == 1
+    assert [c["xid"] for c in entry(agent, host.slots[1])["xids"]] == [13]
+
+
+def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: Any) -> None:
+    slot = host.slots[0]
+    nonfatal = "NVRM: Xid (PCI:0000:18:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (0x0)\n"
+    journal = make(nonfatal)
+    agent = host.make_agent(journal_directory=journal)
+    host.tick()
+    (first,) = xid_lines(host, Event.XID_PROBLEM)
+    assert first.levelno == logging.WARNING
+    assert entry(agent, slot)["health"] == "warning"
+    append(journal, export(make(nonfatal.replace("Nonfatal", "Fatal"), "fatal")))
+    deadline = time.monotonic() + 20
+    while entry(agent, slot)["health"] != "critical" and time.monotonic() < deadline:
+        host.tick()
+    assert entry(agent, slot)["health"] == "critical"
+    lines = xid_lines(host, Event.XID_PROBLEM)
+    assert [r.levelno for r in lines] == [logging.WARNING, logging.ERROR]
+    assert "is now critical" in lines[1].getMessage()
+    assert [c["count"] for c in entry(agent, slot)["xids"]] == [2]
+    host.tick(2)
+    assert len(xid_lines(host, Event.XID_PROBLEM)) == 2
+
+
+def test_a_gpu_the_driver_could_not_initialise(host: Host, make: Any) -> None:
+    text = corpus_text("rminitadapter-failed-gsp-driver550").replace("0000:98:00", "0000:5d:00")
+    slot = host.slots[3]
+    agent = host.make_agent(journal_directory=make(text))
+    host.tick(3)
+    (problem,) = entry(agent, slot)["problems"]
+    assert (problem["kind"], problem["severity"], problem["action"]) == (
+        "init_failed",
+        "critical",
+        "reboot",
+    )
+    (line,) = host.events(Event.GPU_INIT_FAILED)
+    assert line.levelno == logging.ERROR
+    assert "RmInitAdapter failed (0x62:0x65:1792)" in line.getMessage()
+    assert (slot, "reboot") == (line.PCI_SLOT, line.ACTION)  # type: ignore[attr-defined]
+    assert host.events(Event.XID_PROBLEM) == []
