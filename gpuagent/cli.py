@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -112,17 +112,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
             # systemd removed it at stop: it knows since when, or that the agent never ran.
             stopped = unitstate.describe(unitstate.query())
             if stopped is not None:
-                if as_json:
-                    click.echo(f"gpuagent: {stopped}", err=True)
-                else:
+                if not as_json:
                     _print(f"\u25cb gpuagent - {stopped}")
-                sys.exit(UNKNOWN)
-        click.echo(f"gpuagent: {e}", err=True)
-        sys.exit(UNKNOWN)
+                    sys.exit(UNKNOWN)
+                _unknown(stopped)
+        _unknown(str(e), as_json)
     bad = malformed(st)
     if bad is not None:
-        click.echo(f"gpuagent: {cfg.state_file}: not a gpuagent state file: bad {bad!r}", err=True)
-        sys.exit(UNKNOWN)
+        _unknown(f"{cfg.state_file}: not a gpuagent state file: bad {bad!r}", as_json)
     now = time.time()
     code, reason = judge(st, now)
     st["health"] = NAMES[code]
@@ -133,6 +130,17 @@ def status(ctx: click.Context, as_json: bool) -> None:
         # The text says why; the JSON does not.
         click.echo(f"gpuagent: {clean(reason)}", err=True)
     sys.exit(code)
+
+
+def _unknown(reason: str, as_json: bool = True) -> NoReturn:
+    """Exit 3 for a state that cannot be judged: the reason on stderr, and for ``--json`` an
+    object on stdout too, so that a script always has JSON to parse."""
+    from .status import NAMES, UNKNOWN, clean  # noqa: PLC0415
+
+    if as_json:
+        _print(json.dumps({"health": NAMES[UNKNOWN], "health_reason": reason}, indent=2))
+    click.echo(f"gpuagent: {clean(reason)}", err=True)
+    sys.exit(UNKNOWN)
 
 
 def _print(text: str) -> None:

@@ -409,8 +409,27 @@ def test_without_a_state_file_status_asks_systemd(
     assert (res.exit_code, res.stderr) == (UNKNOWN, "")
     assert res.stdout == "\u25cb gpuagent - gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
-    assert (res.exit_code, res.stdout) == (UNKNOWN, "")
+    assert res.exit_code == UNKNOWN
+    assert json.loads(res.stdout) == {
+        "health": "unknown",
+        "health_reason": "gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC",
+    }
     assert res.stderr == "gpuagent: gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
+
+
+def test_json_without_a_state_to_judge_is_still_json(tmp_path: str) -> None:
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'state_file = "{tmp_path}/state.json"\n')
+    with open(os.path.join(tmp_path, "state.json"), "w") as f:
+        f.write('{"schema": 1, "pid": "x"}')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
+    assert res.exit_code == UNKNOWN
+    out = json.loads(res.stdout)
+    assert out["health"] == "unknown" and "bad 'pid'" in out["health_reason"]
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert (res.exit_code, res.stdout) == (UNKNOWN, "")
+    assert "bad 'pid'" in res.stderr
 
 
 def test_systemctl_show_is_parsed(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
