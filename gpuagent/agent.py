@@ -348,6 +348,11 @@ class Agent:
         self._warned_missing = set(self.missing) - lost
 
     def _mark_stale(self) -> None:
+        # A GPU handed to another driver (vfio-pci for a VM) is not nvidia-smi's to answer for:
+        # its last sample is history, not a sample gone stale.
+        for gpu in self.pci:
+            if not gpu.probeable:
+                self.samples.pop(gpu.slot, None)
         limit = STALE_AFTER_INTERVALS * self.config.interval
         mono = self.monotonic()
         self.stale = {

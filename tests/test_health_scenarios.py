@@ -317,6 +317,24 @@ def test_vfio_gpu_is_ok_without_problems(host: Host) -> None:
     assert loud(host) == []
 
 
+def test_a_gpu_handed_to_a_vm_while_sampled_is_ok_not_stale(host: Host) -> None:
+    vm = host.slots[1]
+    host.healthy()
+    agent = host.make_agent()
+    host.tick(2)
+    fakesysfs.bind(host.root, vm, "vfio-pci")
+    host.healthy(slots=[s for s in host.slots if s != vm])
+    host.tick(5)
+    entry = gpu(agent.snapshot(), vm)
+    assert (entry["health"], entry["stale"], entry["problems"]) == ("ok", False, [])
+    assert code(host) == HEALTHY
+    fakesysfs.bind(host.root, vm, "nvidia")
+    host.healthy()
+    host.tick()
+    assert gpu(agent.snapshot(), vm)["fields"]["uuid"]
+    assert code(host) == HEALTHY
+
+
 def test_gpus_appearing_on_a_reload_log_one_line(host: Host, tmp_path: Any) -> None:
     empty = str(tmp_path / "empty-sys")
     os.makedirs(os.path.join(empty, "bus", "pci", "devices"))
