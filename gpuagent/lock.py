@@ -19,11 +19,16 @@ EX_RUNNING = 75
 
 
 class AlreadyRunning(Exception):
-    """Another agent holds the lock; ``pid`` is its pid, or None if it has not written it."""
+    """Another agent holds the lock; ``pid`` is its pid, or None if it has not written it or
+    the lock is another user's (``foreign``: the service's dynamic user, say)."""
 
-    def __init__(self, path: str, pid: int | None) -> None:
-        who = f"pid {pid}" if pid is not None else "pid unknown"
-        super().__init__(f"already running ({who}): {path} is locked")
+    def __init__(self, path: str, pid: int | None, *, foreign: bool = False) -> None:
+        if foreign:
+            text = f"already running as another user: {path} is not ours to lock"
+        else:
+            who = f"pid {pid}" if pid is not None else "pid unknown"
+            text = f"already running ({who}): {path} is locked"
+        super().__init__(text)
         self.pid = pid
 
 
@@ -44,7 +49,8 @@ class StateLock:
         why no lock could be taken (the directory is missing or not ours to write; the state
         file cannot be written there either, so there is nothing to protect).
 
-        Raises :class:`AlreadyRunning` when another process holds it; the old lock is kept.
+        Raises :class:`AlreadyRunning` when another process holds it, or when it is another
+        user's lock file; the old lock is kept.
         """
         path = lock_path(state_file)
         if path == self.path:
@@ -52,6 +58,11 @@ class StateLock:
         try:
             # 0600: a lock any user could open is a lock any user could hold against the agent.
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except PermissionError as e:
+            if os.path.lexists(path):
+                # Another user's lock: that user's agent owns the state file beside it.
+                raise AlreadyRunning(path, None, foreign=True) from None
+            return f"cannot open {path}: {e.strerror or e}"
         except OSError as e:
             return f"cannot open {path}: {e.strerror or e}"
         try:

@@ -58,3 +58,24 @@ def test_moving_the_state_file_moves_the_lock(tmp_path: str) -> None:
 def test_no_directory_to_lock_in_is_said_not_raised(tmp_path: str) -> None:
     state = os.path.join(tmp_path, "absent", "state.json")
     assert StateLock().acquire(state) == f"cannot open {state}.lock: No such file or directory"
+
+
+def test_another_user_s_lock_is_an_agent_already_running(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's lock is its dynamic user's, mode 0600: a second agent run by an ordinary
+    user cannot even open it, and must stop there rather than run without it."""
+    state = os.path.join(tmp_path, "state.json")
+    StateLock().acquire(state)  # the service's, left in place
+    real_open = os.open
+
+    def denied(path: str, flags: int, mode: int = 0o777) -> int:
+        if path == lock_path(state):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", denied)
+    with pytest.raises(AlreadyRunning, match="already running as another user"):
+        StateLock().acquire(state)
+    os.unlink(lock_path(state))
+    assert StateLock().acquire(state) is not None  # no lock file and no right to make one
