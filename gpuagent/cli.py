@@ -243,7 +243,8 @@ def detect(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def probe(ctx: click.Context, as_json: bool) -> None:
-    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure."""
+    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure, or
+    when nvidia-smi names a GPU in an error line instead of its row."""
     from . import pci  # noqa: PLC0415
     from .probe import Prober, lookup  # noqa: PLC0415
     from .runner import Runner  # noqa: PLC0415
@@ -273,8 +274,15 @@ def probe(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"gpuagent: probe failed ({result.failure}): {clean(result.error)}", err=True)
         sys.exit(1)
     if as_json:
-        click.echo(json.dumps({"fields": list(result.fields), "rows": result.rows}, indent=2))
-        return
-    for row in result.rows:
-        # None: nvidia-smi's [N/A] and friends.
-        click.echo(clean(", ".join(f"{k}={'-' if v is None else v}" for k, v in row.items())))
+        out = {"fields": list(result.fields), "rows": result.rows, "gpu_errors": result.gpu_errors}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for row in result.rows:
+            # None: nvidia-smi's [N/A] and friends.
+            click.echo(clean(", ".join(f"{k}={'-' if v is None else v}" for k, v in row.items())))
+    for warning in result.warnings:
+        click.echo(f"gpuagent: nvidia-smi: {clean(warning)}", err=True)
+    # A GPU nvidia-smi names in an error line instead of a row is lost: the probe failed for it.
+    for slot, error in sorted(result.gpu_errors.items()):
+        click.echo(f"gpuagent: GPU {slot}: {clean(error)}", err=True)
+    sys.exit(1 if result.gpu_errors else 0)

@@ -189,3 +189,15 @@ def test_detect_survives_a_bad_config(tmp_path: str) -> None:
     assert res.exit_code == 0
     assert [g["slot"] for g in json.loads(res.stdout)["gpus"]] == host.slots
     assert res.stderr.startswith(f"gpuagent: warning: {host.conf}: unknown key 'intervall'")
+
+
+def test_probe_names_a_gpu_nvidia_smi_cannot_reach(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 2)
+    host.healthy(prepend="device-handle-unknown-error.txt", exit=255)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
+    assert res.exit_code == 1
+    assert len(res.stdout.splitlines()) == 2  # the two GPUs that answered
+    assert res.stderr == "gpuagent: GPU 0000:0b:00.0: Unknown Error\n"
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["gpu_errors"] == {"0000:0b:00.0": "Unknown Error"}
