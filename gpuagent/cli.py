@@ -170,10 +170,31 @@ def check_config(ctx: click.Context, path: str | None) -> None:
     if path is None:
         path, required = ctx.obj["config_file"]
     cfg = _load_or_exit(path, required)
-    for warning in config.warnings(cfg):
+    for warning in [*config.warnings(cfg), *_unit_warnings(path, cfg)]:
         click.echo(f"gpuagent: warning: {path}: {warning}", err=True)
     absent = not required and not os.path.lexists(path)
     click.echo(f"{path}: no such file; the defaults apply" if absent else f"{path}: OK")
+
+
+def _unit_warnings(path: str, cfg: config.Config) -> list[str]:
+    """What the packaged service cannot do with ``cfg``, though root running this can: it runs
+    as a dynamic user (other users' rights) that may write only under /run/gpuagent."""
+    out = []
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0o644
+    if not mode & 0o004:
+        out.append(
+            "other users may not read it, and the packaged service (a dynamic user) is one: "
+            "it would fail to start or reload (chmod o+r)"
+        )
+    if not cfg.state_file.startswith("/run/gpuagent/"):
+        out.append(
+            f"state_file {cfg.state_file!r} is outside /run/gpuagent, where alone the packaged "
+            "service may write: it could not keep a state there for gpuagent status"
+        )
+    return out
 
 
 @main.command(hidden=True)

@@ -154,6 +154,18 @@ def test_check_config(tmp_path: str) -> None:
     assert runner.invoke(main, ["check-config", absent]).exit_code == 78
 
 
+def test_check_config_warns_of_what_the_packaged_service_cannot_do(tmp_path: str) -> None:
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write('state_file = "/var/lib/gpuagent/state.json"\n')
+    os.chmod(conf, 0o600)
+    res = CliRunner(mix_stderr=False).invoke(main, ["check-config", conf])
+    assert (res.exit_code, res.stdout) == (0, f"{conf}: OK\n")
+    first, second = res.stderr.splitlines()
+    assert first.startswith(f"gpuagent: warning: {conf}: other users may not read it")
+    assert "'/var/lib/gpuagent/state.json' is outside /run/gpuagent" in second
+
+
 def test_check_config_of_an_absent_default_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
     monkeypatch.setattr(config, "DEFAULT_PATH", "/nonexistent/gpuagent.toml")
