@@ -200,6 +200,11 @@ def _since(at: object, now: float) -> str:
     return f"{stamp} ({_ago(now - at)} ago)"
 
 
+def _plural(n: object, word: str) -> str:
+    """``1 failure``, ``2 failures``: a count from the state, made safe to print."""
+    return f"{clean(n)} {word}" if n == 1 else f"{clean(n)} {word}s"
+
+
 def _ago(seconds: float) -> str:
     s = max(int(seconds), 0)
     if s < 120:
@@ -258,10 +263,11 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
     probe_line = f"    probe: {clean(probe['state'])}"
     if probe.get("failure_class"):
         probe_line += (
-            f" ({clean(probe['failure_class'])}, {clean(probe.get('consecutive_failures'))} "
-            f"failures, next try in {_next_try(probe.get('next_probe_in_ticks'), st['interval'])})"
+            f" ({clean(probe['failure_class'])}, "
+            f"{_plural(probe.get('consecutive_failures'), 'failure')}, "
+            f"next try in {_next_try(probe.get('next_probe_in_ticks'), st['interval'])})"
         )
-    probe_line += f", {clean(probe.get('spawns_total', 0))} spawns"
+    probe_line += f", {_plural(probe.get('spawns_total', 0), 'spawn')}"
     if _finite(probe.get("duration")):
         probe_line += f", last took {probe['duration']:.2f} s"
     if last is not None:

@@ -474,3 +474,9 @@ def test_a_gpu_with_bad_xid_counts_is_malformed() -> None:
     assert malformed(st) == "gpus"
     st = base(gpus=[{**gpu, "xids": [{"xid": 79, "count": 1, "last": NOW}]}])
     assert malformed(st) is None
+
+
+def test_one_failure_and_one_spawn_are_singular() -> None:
+    p = probe(state="failing", failure_class="timeout", consecutive_failures=1, spawns_total=1)
+    st = base(probe={**p, "next_probe_in_ticks": 1}, interval=10.0)
+    assert "(timeout, 1 failure, next try in 10 s), 1 spawn," in render(st, NOW, *judge(st, NOW))
