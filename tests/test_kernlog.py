@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -240,7 +242,7 @@ def test_permission_denied_as_an_unprivileged_user(make: Any) -> None:
     directory = make(corpus_text("xid-74-nvlink-domain0003"))
     os.chmod(os.path.join(directory, "x.journal"), 0o600)
     script = (
-        "from gpuagent.kernlog import KernelLog\n"
+        "from kernlog import KernelLog\n"
         f"log = KernelLog({directory!r}); print(log.poll(print), log.error)\n"
     )
     if os.geteuid() == 0:
@@ -248,14 +250,20 @@ def test_permission_denied_as_an_unprivileged_user(make: Any) -> None:
     else:
         os.chmod(directory, 0)
         argv = []
-    proc = subprocess.run(
-        [*argv, "/usr/bin/python3", "-c", script],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        timeout=60,
-    )
+    # nobody may not read the checkout (a fresh machine's is under /root): the module alone
+    # goes where anyone may read it; it imports nothing of gpuagent's.
+    with tempfile.TemporaryDirectory() as code:
+        os.chmod(code, 0o755)  # noqa: S103 - for nobody to read
+        shutil.copy(os.path.join(REPO, "gpuagent", "kernlog.py"), code)
+        os.chmod(os.path.join(code, "kernlog.py"), 0o644)
+        proc = subprocess.run(
+            [*argv, "/usr/bin/python3", "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=code,
+            check=False,
+            timeout=60,
+        )
     os.chmod(directory, 0o700)
     assert proc.stderr == ""
     assert proc.stdout.startswith(f"0 {directory}: cannot read: ")
