@@ -1,9 +1,9 @@
-"""RSS of ``gpuagent run`` after 1,000 ticks on a fake 8-GPU host (target <= 25 MiB).
+"""RSS of ``gpuagent run`` after 300 ticks on a fake 8-GPU host (target <= 25 MiB).
 
 nvidia-smi is a shell script that ``cat``s a real H200 capture projected onto the query, so
-1,000 ticks at a 10 ms interval take seconds.  Usage::
+300 ticks at the shortest interval the agent allows (0.1 s) take half a minute.  Usage::
 
-    /usr/bin/python3 -m bench.memory [--ticks 1000]
+    /usr/bin/python3 -m bench.memory [--ticks 300]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import tempfile
 import time
 
 from bench.sim import instant_nvidia_smi, make_host
+from gpuagent.config import MIN_INTERVAL
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +33,7 @@ def status_kib(pid: int, key: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ticks", type=int, default=1000)
+    parser.add_argument("--ticks", type=int, default=300)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         slots = make_host(os.path.join(d, "sys"), 8)
@@ -42,7 +43,7 @@ def main() -> int:
         with open(conf, "w") as f:
             f.write(
                 f'sysfs_root = "{d}/sys"\nnvidia_smi = "{nvsmi}"\n'
-                f'state_file = "{state_file}"\ninterval = 0.01\n'
+                f'state_file = "{state_file}"\ninterval = {MIN_INTERVAL}\n'
                 f'textfile = "{d}/gpuagent.prom"\n'
             )
         env = {**os.environ, "PYTHONPATH": REPO}
