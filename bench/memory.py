@@ -19,6 +19,7 @@ import time
 
 from bench.sim import instant_nvidia_smi, make_host
 from gpuagent.config import MIN_INTERVAL
+from tests.fakehost import quiet_journal
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,7 +45,7 @@ def main() -> int:
             f.write(
                 f'sysfs_root = "{d}/sys"\nnvidia_smi = "{nvsmi}"\n'
                 f'state_file = "{state_file}"\ninterval = {MIN_INTERVAL}\n'
-                f'textfile = "{d}/gpuagent.prom"\n'
+                f'textfile = "{d}/gpuagent.prom"\njournal_directory = "{quiet_journal()}"\n'
             )
         env = {**os.environ, "PYTHONPATH": REPO}
         env.pop("NOTIFY_SOCKET", None)

@@ -17,7 +17,7 @@ from gpuagent.probe import Prober
 from gpuagent.runner import Outcome, Runner, RunResult
 from gpuagent.smi import FIELDS
 from tests import fakesysfs, replay
-from tests.fakehost import H200_LOAD, MISMATCH
+from tests.fakehost import H200_LOAD, MISMATCH, quiet_journal
 
 
 def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:
@@ -122,6 +122,9 @@ def scripted_agent(
         sysfs_root=root,
         nvidia_smi=smi or "/nonexistent/nvidia-smi",
         state_file=os.path.join(root, "state.json"),
+        # The fake hosts' journal, without kernel records: this machine may have no system
+        # journal, and an unreadable one is a warning the day's counts would include.
+        journal_directory=quiet_journal(),
     )
     agent = Agent(cfg, Prober(runner), EventLog(logger), monotonic=clock, which=lambda name: smi)
     return agent, runner, counter, clock

@@ -37,6 +37,7 @@ from gpuagent.metrics import Textfile
 from gpuagent.notify import Notifier
 from gpuagent.probe import Prober
 from gpuagent.runner import Runner
+from tests.fakehost import quiet_journal
 
 
 def cpu_ms(fn: Callable[[], object], n: int) -> float:
@@ -124,6 +125,7 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             nvidia_smi=nvsmi,
             state_file=os.path.join(d, "state.json"),
             textfile=os.path.join(d, "gpuagent.prom"),
+            journal_directory=quiet_journal(),
         )
         agent = Agent(cfg, Prober(Runner(timeout=8)), EventLog(logger))
         notifier = Notifier({"NOTIFY_SOCKET": sock_path})

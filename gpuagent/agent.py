@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import __version__, pci, rules
@@ -243,6 +243,15 @@ class Agent:
             self.log(DEBUG, None, f"nvidia-smi rejected field {field!r}; querying without it")
         if result.interrupted:
             return
+        if result.rows == [] and {g.slot for g in gpus if g.driver == "nvidia"} - set(
+            result.gpu_errors
+        ):
+            # Errors alone, and GPUs bound to nvidia that they do not name: nvidia-smi gave up
+            # on every GPU after one (as its table view does), so this says nothing of the
+            # others.  An outage, not one lost GPU and the rest missing.
+            named = "; ".join(f"GPU {s}: {e}" for s, e in sorted(result.gpu_errors.items()))
+            error = f"exit {result.exit_code}: {named}"
+            result = replace(result, rows=None, failure=Failure.GPU_LOST, error=error)
         if result.rows is None:
             self._failed(result)
         else:

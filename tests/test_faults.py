@@ -70,8 +70,6 @@ def _lone_lost_gpu(name: str, code: int) -> Fault:
 
 
 def error_row(name: str, code: int, failure: str) -> Fault:
-    if name in LOST_ALONE:
-        return _lone_lost_gpu(name, code)
     if code in (0, 14) and failure == "other":
         # These exits may carry data: output that is not our CSV is unparseable, not "other".
         failure = "unparseable"
@@ -125,6 +123,21 @@ FAULTS = [
         error_row(n, code, f.value)
         for n, (code, f) in sorted(ERRORS.items())
         if n not in ("inforom-corrupted-warning-exit14.txt",)
+    ),
+    # The same captures where the GPU they name is the host's only one bound to nvidia: that
+    # GPU is lost. Above, on the eight-GPU host, they name none of its GPUs: nvidia-smi gave
+    # up on all of them, and the probe is failing.
+    *(_lone_lost_gpu(n, ERRORS[n][0]) for n in LOST_ALONE),
+    Fault(
+        "one of eight GPUs named lost, no rows",
+        lambda h: h.scenario(
+            stdout=f"Unable to determine the device handle for GPU {h.slots[2]}: GPU is lost.\n",
+            exit=15,
+        ),
+        "failing",
+        "gpu_lost",
+        "8 GPUs, nvidia-smi failing (gpu_lost), next try in 20 s",
+        1,
     ),
     # infoROM: a warning with exit 14 beside valid data is a success and a problem of the GPU it
     # names; alone it is not data.
