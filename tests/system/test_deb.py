@@ -147,6 +147,17 @@ class Container:
         env = ("env", f"GPUAGENT_CONFIG={config}") if config else ()
         return self.run("runuser", "-u", "nobody", "--", *env, "gpuagent", *command, check=False)
 
+    def ticks(self) -> int:
+        """The running agent's tick count, from its state file."""
+        st = json.loads(self.status("--json").stdout)
+        return int(st.get("ticks", 0))
+
+    def wait_ticks(self, n: int) -> None:
+        """Wait until the agent has ticked ``n`` more times: to see that something does not
+        happen again, count ticks, not seconds (a busy machine ticks late)."""
+        start = self.ticks()
+        wait_for(f"{n} more ticks", lambda: self.ticks() >= start + n, 30)
+
     def metrics(self) -> str:
         """What the node exporter serves."""
         return self.out("python3", "-c", FETCH)
@@ -275,7 +286,7 @@ def driver_upgrade(c: Container) -> None:
     """Failing with a version mismatch: one warning; then healthy: one recovery line."""
     wait_for("the version-mismatch warning", lambda: c.events(Event.FAILING_VERSION_MISMATCH), 20)
     wait_for("the failing status", lambda: FAILING_STATUS.match(c.prop("StatusText")), 10)
-    time.sleep(2)  # four more ticks, to see that the warning is not repeated
+    c.wait_ticks(4)  # four more ticks, to see that the warning is not repeated
     warning = one(c.events(Event.FAILING_VERSION_MISMATCH), "the version mismatch")
     assert {k: warning.get(k) for k in ("PRIORITY", "FAILURE_CLASS", "EXIT_CODE")} == {
         "PRIORITY": "4",
@@ -368,7 +379,7 @@ def gpu_problem(c: Container) -> None:
     attention = f"8 GPUs, 1 needs attention: {sick} recovery_action"
     wait_for("the status line", lambda: c.prop("StatusText") == attention, 10)
     assert f'Status: "{attention}"' in c.run("systemctl", "status", "gpuagent", check=False).stdout
-    time.sleep(2)  # four more ticks, to see that the line is not repeated
+    c.wait_ticks(4)  # four more ticks, to see that the line is not repeated
     line = one(c.events(Event.PROBLEM_RECOVERY_ACTION), "the recovery action")
     assert {k: line.get(k) for k in ("PRIORITY", "PCI_SLOT", "PROBLEM", "ACTION")} == {
         "PRIORITY": "3",
@@ -557,7 +568,7 @@ def xids_under_systemd(c: Container, slots: list[str]) -> None:
     }
     counted = one(c.events(Event.XID_COUNTED), "Xid 13")
     assert (counted["PCI_SLOT"], counted["XID"]) == (app, "13")
-    time.sleep(2)  # four more ticks: no line repeats, the forged line says nothing
+    c.wait_ticks(4)  # four more ticks: no line repeats, the forged line says nothing
     assert len(c.events(Event.XID_PROBLEM)) == 1
     assert len(c.events(Event.XID_COUNTED)) == 1
     assert c.count("Xid 48") == 0
