@@ -270,22 +270,17 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
             float(snapshot.get("updated_at") or 0),
         ),
     ]
-    if probe.get("duration") is not None:
-        out.append(
-            _gauge(
-                "gpuagent_probe_duration_seconds",
-                "How long the last nvidia-smi run took.",
-                float(probe["duration"]),
-            )
-        )
-    if probe.get("last_success_at") is not None:
-        out.append(
-            _gauge(
-                "gpuagent_probe_last_success_timestamp_seconds",
-                "When nvidia-smi last answered (Unix time).",
-                float(probe["last_success_at"]),
-            )
-        )
+    # Only once the probe has run (answered): no series rather than a made-up 0.
+    for name, key, doc in (
+        ("gpuagent_probe_duration_seconds", "duration", "How long the last nvidia-smi run took."),
+        (
+            "gpuagent_probe_last_success_timestamp_seconds",
+            "last_success_at",
+            "When nvidia-smi last answered (Unix time).",
+        ),
+    ):
+        if probe.get(key) is not None:
+            out.append(_gauge(name, doc, float(probe[key])))
     out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
     out.append(_problems(snapshot))
     out.extend(_xids(snapshot))

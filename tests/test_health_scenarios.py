@@ -31,6 +31,11 @@ def gpu(agent_snapshot: dict[str, Any], slot: str) -> dict[str, Any]:
     return entries[0]
 
 
+def verdicts(entry: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A GPU entry's problems as (kind, severity, action)."""
+    return [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]]
+
+
 def loud(host: Host) -> list[logging.LogRecord]:
     return [r for r in host.logs.records if r.levelno >= logging.INFO]
 
@@ -86,9 +91,7 @@ def test_one_gpu_lost_the_others_fine(host: Host) -> None:
     others_fresh(host, lost)
     entry = gpu(snap, lost)
     assert entry["health"] == "critical"
-    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
-        ("lost", "critical", "reboot")
-    ]
+    assert verdicts(entry) == [("lost", "critical", "reboot")]
     assert "Unknown Error" in entry["problems"][0]["message"]
     assert snap["missing"] == [lost]
     assert snap["status"] == f"9 GPUs, 1 needs attention: {lost} lost"
@@ -114,9 +117,7 @@ def test_gpu_the_driver_failed_to_initialise(host: Host) -> None:
     snap = agent.snapshot()
     others_fresh(host, sick)
     entry = gpu(snap, sick)
-    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
-        ("no_driver", "critical", "reboot")
-    ]
+    assert verdicts(entry) == [("no_driver", "critical", "reboot")]
     assert code(host) == CRITICAL
     one_start(host, "no_driver", sick, logging.ERROR)
     assert len(loud(host)) == 1
@@ -140,9 +141,7 @@ def test_inforom_corrupted(host: Host) -> None:
     others_fresh(host, sick)
     entry = gpu(snap, sick)
     assert entry["fields"]["temperature.gpu"] == 52  # the sick GPU keeps its samples
-    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
-        ("inforom", "warning", "drain_and_rma")
-    ]
+    assert verdicts(entry) == [("inforom", "warning", "drain_and_rma")]
     assert code(host) == DEGRADED
     one_start(host, "inforom", sick, logging.WARNING)
     assert len(loud(host)) == 1
@@ -164,9 +163,7 @@ def test_gpu_requires_reset_in_its_values(host: Host) -> None:
     entry = gpu(snap, sick)
     assert entry["fields"]["temperature.gpu"] is None
     assert entry["fields"]["memory.used"] == 32362  # what it still reports is kept
-    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
-        ("requires_reset", "critical", "reset_gpu")
-    ]
+    assert verdicts(entry) == [("requires_reset", "critical", "reset_gpu")]
     assert code(host) == CRITICAL
     one_start(host, "requires_reset", sick, logging.ERROR)
     host.healthy()
@@ -183,9 +180,7 @@ def test_gpu_recovery_action_reset(host: Host) -> None:
     snap = agent.snapshot()
     others_fresh(host, sick)
     entry = gpu(snap, sick)
-    assert [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]] == [
-        ("recovery_action", "critical", "reset_gpu")
-    ]
+    assert verdicts(entry) == [("recovery_action", "critical", "reset_gpu")]
     assert code(host) == CRITICAL
     one_start(host, "recovery_action", sick, logging.ERROR)
     host.healthy()
