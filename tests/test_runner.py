@@ -24,8 +24,8 @@ def alive(pid: int) -> bool:
         return False
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:  # reaped in between
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:  # reaped in between: ENOENT at open, ESRCH at read
         return False
 
 
