@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -56,42 +57,74 @@ def test_environment_is_passed() -> None:
     assert res.stdout == "C\n"
 
 
-def test_hang_is_killed_with_its_group() -> None:
-    r = Runner(timeout=0.3, kill_grace=0.5)
+def ready_clock(flag: str) -> Callable[[], float]:
+    """A clock that stands at 0 until the child has written ``flag``, then runs in real time.
+
+    The run's timeout counts from the moment the child is set up (its grandchild started,
+    its SIGTERM handler in place), however long a busy machine takes to get there.
+    """
+    started: list[float] = []
+
+    def clock() -> float:
+        if not started:
+            if not _written(flag):
+                return 0.0
+            started.append(time.monotonic())
+        return time.monotonic() - started[0]
+
+    return clock
+
+
+def _written(path: str) -> bool:
+    try:
+        with open(path) as f:
+            return f.read().endswith("\n")
+    except FileNotFoundError:
+        return False
+
+
+def test_hang_is_killed_with_its_group(tmp_path: str) -> None:
+    flag = os.path.join(tmp_path, "grandchild")
+    r = Runner(timeout=0.3, kill_grace=0.5, clock=ready_clock(flag))
     start = time.monotonic()
-    res = r.run(["/bin/sh", "-c", "sleep 30 & echo $! ; sleep 30"], ENV)
+    res = r.run(["/bin/sh", "-c", f"sleep 30 & echo $! > {flag}; sleep 30"], ENV)
     assert res.outcome is Outcome.TIMEOUT
-    assert time.monotonic() - start < 10  # not the child's 30 s
-    grandchild = int(res.stdout.split()[0])
+    assert time.monotonic() - start < 30  # not the child's 30 s
+    with open(flag) as f:
+        grandchild = int(f.read())
     assert dies(grandchild)
     assert not r.busy()
 
 
-def test_grandchild_ignoring_sigterm_gets_the_last_sigkill() -> None:
+def test_grandchild_ignoring_sigterm_gets_the_last_sigkill(tmp_path: str) -> None:
     # The child dies of the SIGTERM at once; its background grandchild ignores it.
-    script = "(trap '' TERM; exec sleep 30) & echo $!; sleep 30"
-    r = Runner(timeout=0.3, kill_grace=5)
+    flag = os.path.join(tmp_path, "grandchild")
+    script = f"(trap '' TERM; exec sleep 30) & echo $! > {flag}; sleep 30"
+    r = Runner(timeout=0.3, kill_grace=5, clock=ready_clock(flag))
     res = r.run(["/bin/sh", "-c", script], ENV)
     assert res.outcome is Outcome.TIMEOUT
-    grandchild = int(res.stdout.split()[0])
+    with open(flag) as f:
+        grandchild = int(f.read())
     assert dies(grandchild)
     assert not r.busy()
 
 
-def test_child_ignoring_sigterm_gets_sigkill() -> None:
-    r = Runner(timeout=0.3, kill_grace=0.3)
+def test_child_ignoring_sigterm_gets_sigkill(tmp_path: str) -> None:
+    flag = os.path.join(tmp_path, "ignoring")
+    r = Runner(timeout=0.3, kill_grace=0.3, clock=ready_clock(flag))
     start = time.monotonic()
     res = r.run(
         [
             sys.executable,
             "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(30)",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1], 'w').write('ready\\n'); time.sleep(30)",
+            flag,
         ],
         ENV,
     )
     assert res.outcome is Outcome.TIMEOUT
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 30
     assert not r.busy()
 
 
