@@ -15,6 +15,9 @@ from typing import Any
 
 __all__ = ["KernelLog"]
 
+# Records read between two reopenings of the journal while the boot is read (see poll()).
+START_CHUNK = 10_000
+
 
 def _open_reader(directory: str) -> Any:
     from systemd import journal  # noqa: PLC0415 - only where the journal is read
@@ -41,12 +44,18 @@ class KernelLog:
     :meth:`poll` never raises for a journal it cannot read: it hands over what it could and
     sets :attr:`error` to a one-line reason (``None`` while all is well); the next call tries
     again.  ``open_reader`` is injectable for tests; it returns a ``systemd.journal.Reader``.
+    ``chunk`` is how many records the first read takes before it reopens the journal.
     """
 
     def __init__(
-        self, directory: str = "", *, open_reader: Callable[[str], Any] = _open_reader
+        self,
+        directory: str = "",
+        *,
+        open_reader: Callable[[str], Any] = _open_reader,
+        chunk: int = START_CHUNK,
     ) -> None:
         self.directory = directory
+        self.chunk = chunk
         self.error: str | None = None
         self._open_reader = open_reader
         self._reader: Any = None
@@ -89,21 +98,25 @@ class KernelLog:
         to ``sink(time, message)``: ``time`` is its ``__REALTIME_TIMESTAMP`` in s since the
         epoch, ``message`` its whole ``MESSAGE`` (newlines kept, bytes that are not UTF-8
         replaced).  Returns how many it handed over."""
-        fresh = self._reader is None
+        count = 0
         try:
             if self._reader is None:
+                # Reading maps (and pages in) the journal as it goes, and sd-journal keeps what
+                # it mapped: a long boot read a chunk at a time, each by a reader reopened at
+                # the cursor, keeps the agent's RSS near what later polls need (the tail).
                 self._reader = self._open()
+                while got := self._drain(self._reader, sink, self.chunk):
+                    count += got
+                    self.close()
+                    self._reader = self._open()
+                    if got < self.chunk:
+                        break
             else:
                 # Drains the inotify events (files rotated, appended to).  The read below is
                 # cheap enough (< 1 us) to do even when nothing changed, which keeps journals
                 # whose changes cannot be watched (network file systems) correct.
                 self._reader.process()
-            count = self._drain(self._reader, sink)
-            if fresh and count:
-                # Reading the boot mapped (and paged in) much of the journal; a reader reopened
-                # at the cursor maps only the tail that later polls touch.
-                self.close()
-                self._reader = self._open()
+                count = self._drain(self._reader, sink)
         except (OSError, ValueError, RuntimeError, _NoFiles) as e:
             self.close()
             self.error = f"{self.where}: cannot read: {_reason(e)}"
@@ -111,13 +124,15 @@ class KernelLog:
         self.error = None
         return count
 
-    def _drain(self, reader: Any, sink: Callable[[float, str], None]) -> int:
+    def _drain(
+        self, reader: Any, sink: Callable[[float, str], None], limit: int | None = None
+    ) -> int:
         # The reader's private accessors fetch one field each; iterating it would decode every
         # field of every entry, several times the cost at start.
         count = 0
         moved = False
         try:
-            while reader._next():
+            while (limit is None or count < limit) and reader._next():
                 if not moved:
                     moved = True
                     if self._cursor is not None and reader.test_cursor(self._cursor):

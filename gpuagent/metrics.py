@@ -1,6 +1,7 @@
 """Prometheus metrics: the state snapshot as series, written for node_exporter's textfile collector.
 
-Only the daemon imports this module: ``gpuagent status`` must not load prometheus_client.
+The text is written by :mod:`gpuagent.exposition`, not prometheus_client (whose import alone
+would be a third of the agent's memory).
 
 Values are in base units (bytes, ratios 0-1, hertz, watts, degrees Celsius) and every per-GPU
 series is labelled by ``pci_slot`` (sysfs form) and ``uuid``, never by index alone, since
@@ -20,14 +21,12 @@ import contextlib
 import logging
 import os
 import re
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from . import files
+from .exposition import Family
+from .exposition import render as _render
 from .logs import Event, EventLog
 
 __all__ = ["GPU_VALUES", "Textfile", "families", "render"]
@@ -97,69 +96,73 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=value)
-
-
-def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=[label])
-    for v in values:
-        family.add_metric([v], 1.0)
+def _gauge(
+    name: str, doc: str, value: float, kind: Literal["gauge", "counter"] = "gauge"
+) -> Family:
+    family = Family(name, kind, doc)
+    family.add((), value)
     return family
 
 
-def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
-    info = GaugeMetricFamily(
+def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> Family:
+    family = Family(name, "gauge", doc, [label])
+    for v in values:
+        family.add([v], 1.0)
+    return family
+
+
+def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Family]:
+    info = Family(
         "gpuagent_gpu_info",
+        "gauge",
         "A GPU nvidia-smi reports, with its name and driver version; always 1.",
-        labels=[*GPU_LABELS, "name", "driver_version"],
+        [*GPU_LABELS, "name", "driver_version"],
     )
-    values = {
-        name: GaugeMetricFamily(name, doc, labels=GPU_LABELS) for name, _, _, doc in GPU_VALUES
-    }
-    pstate = GaugeMetricFamily(
-        "gpuagent_gpu_pstate", "Performance state: 0 (P0, fastest) to 15.", labels=GPU_LABELS
+    values = {name: Family(name, "gauge", doc, GPU_LABELS) for name, _, _, doc in GPU_VALUES}
+    pstate = Family(
+        "gpuagent_gpu_pstate", "gauge", "Performance state: 0 (P0, fastest) to 15.", GPU_LABELS
     )
-    mig = GaugeMetricFamily(
+    mig = Family(
         "gpuagent_gpu_mig_enabled",
+        "gauge",
         "1 when MIG mode is enabled, 0 when disabled.",
-        labels=GPU_LABELS,
+        GPU_LABELS,
     )
-    healthy = GaugeMetricFamily(
+    healthy = Family(
         "gpuagent_gpu_healthy",
+        "gauge",
         "1 when the GPU's health is ok, else 0 (a problem, or its health is unknown); for every "
         "GPU the agent knows.",
-        labels=GPU_LABELS,
+        GPU_LABELS,
     )
     for gpu in gpus:
         fields: Mapping[str, object] = gpu.get("fields") or {}
         labels = [str(gpu.get("pci_slot", "")), _text(fields.get("uuid"))]
-        healthy.add_metric(labels, 1.0 if gpu.get("health") == "ok" else 0.0)
+        healthy.add(labels, 1.0 if gpu.get("health") == "ok" else 0.0)
         if not fields:
             continue
-        info.add_metric(
-            [*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0
-        )
+        info.add([*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0)
         if gpu.get("stale"):
             continue
         for name, field, convert, _ in GPU_VALUES:
             number = _number(fields.get(field))
             if number is not None:
-                values[name].add_metric(labels, convert(number))
+                values[name].add(labels, convert(number))
         if m := _PSTATE.fullmatch(_text(fields.get("pstate"))):
-            pstate.add_metric(labels, float(m.group(1)))
+            pstate.add(labels, float(m.group(1)))
         mode = _MIG.get(_text(fields.get("mig.mode.current")))
         if mode is not None:
-            mig.add_metric(labels, mode)
+            mig.add(labels, mode)
     return [info, healthy, *values.values(), pstate, mig]
 
 
-def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(
+def _problems(snapshot: Mapping[str, Any]) -> Family:
+    family = Family(
         "gpuagent_gpu_problem",
+        "gauge",
         "A problem holding on a GPU (empty pci_slot and uuid: on the host), with its kind, "
         "severity (warning, critical) and the action to take; always 1.",
-        labels=[*GPU_LABELS, "kind", "severity", "action"],
+        [*GPU_LABELS, "kind", "severity", "action"],
     )
     owners: list[tuple[str, str, list[Any]]] = [("", "", list(snapshot.get("host_problems") or []))]
     for gpu in snapshot.get("gpus") or []:
@@ -174,44 +177,47 @@ def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
             # Two Xids of one kind on a GPU are one series.
             if labels not in seen:
                 seen.add(labels)
-                family.add_metric(list(labels), 1.0)
+                family.add(list(labels), 1.0)
     return family
 
 
-def _xids(snapshot: Mapping[str, Any]) -> list[Metric]:
-    errors = CounterMetricFamily(
-        "gpuagent_gpu_xid_errors",
+def _xids(snapshot: Mapping[str, Any]) -> list[Family]:
+    errors = Family(
+        "gpuagent_gpu_xid_errors_total",
+        "counter",
         "Xid records the NVIDIA driver logged for the GPU this boot, by code.",
-        labels=[*GPU_LABELS, "xid"],
+        [*GPU_LABELS, "xid"],
     )
-    info = GaugeMetricFamily(
+    info = Family(
         "gpuagent_gpu_xid_info",
+        "gauge",
         "What an Xid counted on the GPU means: its name, severity (critical, warning, or none: "
         "the GPU stays healthy) and the action; always 1.",
-        labels=[*GPU_LABELS, "xid", "name", "severity", "action"],
+        [*GPU_LABELS, "xid", "name", "severity", "action"],
     )
     for gpu in snapshot.get("gpus") or []:
         slot, uuid = str(gpu.get("pci_slot", "")), _text(gpu.get("uuid"))
         for c in gpu.get("xids") or []:
             code = str(c.get("xid"))
-            errors.add_metric([slot, uuid, code], float(c.get("count") or 0))
+            errors.add([slot, uuid, code], float(c.get("count") or 0))
             meaning = [str(c.get(k)) for k in ("name", "severity", "action")]
-            info.add_metric([slot, uuid, code, *meaning], 1.0)
-    sxids = CounterMetricFamily(
-        "gpuagent_nvswitch_sxid_errors",
+            info.add([slot, uuid, code, *meaning], 1.0)
+    sxids = Family(
+        "gpuagent_nvswitch_sxid_errors_total",
+        "counter",
         "SXid records the NVIDIA driver logged for the NVSwitch this boot, by code.",
-        labels=["pci_slot", "sxid"],
+        ["pci_slot", "sxid"],
     )
     for c in snapshot.get("sxids") or []:
-        sxids.add_metric([str(c.get("pci_slot")), str(c.get("sxid"))], float(c.get("count") or 0))
+        sxids.add([str(c.get("pci_slot")), str(c.get("sxid"))], float(c.get("count") or 0))
     return [errors, info, sxids]
 
 
-def families(snapshot: Mapping[str, Any]) -> list[Metric]:
+def families(snapshot: Mapping[str, Any]) -> list[Family]:
     """The series for one state snapshot (:meth:`gpuagent.agent.Agent.snapshot`)."""
     probe: Mapping[str, Any] = snapshot.get("probe") or {}
     state = probe.get("state")
-    out: list[Metric] = [
+    out: list[Family] = [
         _labelled(
             "gpuagent_info",
             "The running gpuagent's version; always 1.",
@@ -243,10 +249,11 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
             "reason",
             [probe["gate"]] if probe.get("gate") else [],
         ),
-        CounterMetricFamily(
+        _gauge(
             "gpuagent_probe_spawns_total",
             "nvidia-smi processes started since the agent started.",
-            value=float(probe.get("spawns_total") or 0),
+            float(probe.get("spawns_total") or 0),
+            kind="counter",
         ),
         _gauge(
             "gpuagent_pci_gpus",
@@ -287,26 +294,9 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
     return [f for f in out if f.samples]
 
 
-class _Snapshot(Collector):
-    def __init__(self) -> None:
-        self.snapshot: Mapping[str, Any] = {}
-
-    def collect(self) -> Iterable[Metric]:
-        return families(self.snapshot)
-
-
-def _registry() -> tuple[CollectorRegistry, _Snapshot]:
-    registry = CollectorRegistry(auto_describe=False)
-    collector = _Snapshot()
-    registry.register(collector)
-    return registry, collector
-
-
 def render(snapshot: Mapping[str, Any]) -> str:
     """The exposition text of one snapshot (what the textfile holds)."""
-    registry, collector = _registry()
-    collector.snapshot = snapshot
-    return generate_latest(registry).decode()
+    return _render(families(snapshot))
 
 
 class Textfile:
@@ -324,7 +314,6 @@ class Textfile:
         self.log = log
         self.problem: str | None = None
         self._absent: str | None = None
-        self._registry, self._collector = _registry()
 
     def configure(self, path: str) -> None:
         """Use ``path`` from now on (``""``: write nothing); the old file is removed."""
@@ -350,13 +339,9 @@ class Textfile:
                 )
                 self._absent = directory
             return
-        self._collector.snapshot = snapshot
         try:
-            write_to_textfile(target, self._registry)
+            files.replace(target, render(snapshot).encode())
         except OSError as e:
-            # prometheus_client 0.16 leaves its temporary file behind on an error.
-            with contextlib.suppress(OSError):
-                os.unlink(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
             reason = f"{self._name(target)}: {e.strerror or e}"
             if reason != self.problem:
                 self.log(

@@ -189,6 +189,22 @@ def test_a_reopened_journal_goes_on_where_it_stopped(make: Any) -> None:
     assert records(log) == []
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 8])
+def test_the_boot_read_a_chunk_at_a_time_hands_each_record_once(make: Any, chunk: int) -> None:
+    # 7 kernel records: chunks that divide them, that do not, and one larger than all.
+    directory = make(corpus_text("xid-13-31-32-driver418-no-pid"))
+    whole = records(KernelLog(directory))
+    assert len(whole) == 7
+    log = KernelLog(directory, chunk=chunk)
+    assert records(log) == whole
+    assert log.error is None
+    assert log.fileno() is not None  # open, watching for what comes next
+    extra = make(corpus_text("xid-79-driver535-pid-unknown-crashdump"), "extra")
+    append(directory, export(extra))
+    assert len(wait_for(log, 4)) == len(records(KernelLog(extra)))
+    log.close()
+
+
 def export_entry(fields: list[tuple[str, bytes]]) -> bytes:
     """One entry in the journal export format; MESSAGE in its binary-safe form."""
     out = b""
