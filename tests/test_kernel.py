@@ -150,6 +150,36 @@ def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: 
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 2
 
 
+def test_a_recovery_action_back_to_none_clears_the_problem(host: Host, make: Any) -> None:
+    slot = host.slots[0]
+    asked = (
+        "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+        "(GPU Reset Required)\n"
+    )
+    journal = make(asked)
+    agent = host.make_agent(journal_directory=journal)
+    host.tick()
+    (problem,) = entry(agent, slot)["problems"]
+    assert (problem["kind"], problem["xid"], problem["action"]) == ("xid", 154, "reset_gpu")
+    assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
+    # The driver states that the GPU needs no recovery any more: "to 0x0 (None)".
+    done = asked.replace(
+        "from 0x0 (None) to 0x1 (GPU Reset Required)", "from 0x1 (GPU Reset Required) to 0x0 (None)"
+    )
+    append(journal, export(make(done, "done")))
+    deadline = time.monotonic() + 20
+    while entry(agent, slot)["health"] != "ok" and time.monotonic() < deadline:
+        host.tick()
+    assert entry(agent, slot)["health"] == "ok"
+    assert entry(agent, slot)["problems"] == []
+    assert [(c["xid"], c["count"]) for c in entry(agent, slot)["xids"]] == [(154, 2)]
+    (cleared,) = host.events(Event.PROBLEM_CLEARED)
+    assert slot in cleared.getMessage()
+    host.tick(2)
+    assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
+    assert len(host.events(Event.PROBLEM_CLEARED)) == 1
+
+
 def test_a_gpu_the_driver_could_not_initialise(host: Host, make: Any) -> None:
     text = corpus_text("rminitadapter-failed-gsp-driver550").replace("0000:98:00", "0000:5d:00")
     slot = host.slots[3]
