@@ -163,8 +163,11 @@ def _print(text: str) -> None:
 
 @main.command("check-config")
 @click.argument("path", required=False)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="Say nothing when it is OK (the unit's reload uses it)."
+)
 @click.pass_context
-def check_config(ctx: click.Context, path: str | None) -> None:
+def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
     """Validate a config file [default: the one `run` reads]; exit 78 if it is bad."""
     required = True
     if path is None:
@@ -172,6 +175,8 @@ def check_config(ctx: click.Context, path: str | None) -> None:
     cfg = _load_or_exit(path, required)
     for warning in [*config.warnings(cfg), *_unit_warnings(path, cfg)]:
         click.echo(f"gpuagent: warning: {path}: {warning}", err=True)
+    if quiet:
+        return
     absent = not required and not os.path.lexists(path)
     click.echo(f"{path}: no such file; the defaults apply" if absent else f"{path}: OK")
 

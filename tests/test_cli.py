@@ -150,6 +150,14 @@ def test_check_config(tmp_path: str) -> None:
     res = runner.invoke(main, ["check-config", conf])
     assert (res.exit_code, res.stdout) == (0, f"{conf}: OK\n")
     assert res.stderr.startswith(f"gpuagent: warning: {conf}: probe_timeout (6 s) is not below")
+    # What a reload runs: nothing in the journal when it is OK, warnings still.
+    quiet = runner.invoke(main, ["check-config", "--quiet", conf])
+    assert (quiet.exit_code, quiet.stdout, quiet.stderr) == (0, "", res.stderr)
+    with open(conf, "w") as f:
+        f.write("interval = -1\n")
+    quiet = runner.invoke(main, ["check-config", "-q", conf])
+    assert quiet.exit_code == 78
+    assert quiet.stderr.startswith(f"error: {conf}: ")
     absent = os.path.join(tmp_path, "absent.toml")
     assert runner.invoke(main, ["check-config", absent]).exit_code == 78
 

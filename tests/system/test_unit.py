@@ -115,7 +115,7 @@ def test_the_issue_s_settings() -> None:
     assert {k: s.get(k, [None])[0] for k in expected} == expected
     # Checked first, then signalled without kill(1), which a minimal image lacks.
     assert s["ExecReload"] == [
-        "/usr/bin/gpuagent check-config",
+        "/usr/bin/gpuagent check-config --quiet",
         "-+/usr/bin/gpuagent link-textfile",
         "/usr/bin/gpuagent reload $MAINPID",
     ]
