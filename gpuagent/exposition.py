@@ -18,10 +18,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-__all__ = ["Family", "number", "render"]
+__all__ = ["Family", "Kind", "number", "render"]
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+Kind = Literal["gauge", "counter"]
 
 
 class Family:
@@ -34,7 +36,7 @@ class Family:
     def __init__(
         self,
         name: str,
-        kind: Literal["gauge", "counter"],
+        kind: Kind,
         help_text: str,
         labels: Sequence[str] = (),
     ) -> None:

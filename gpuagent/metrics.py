@@ -22,10 +22,10 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from . import files
-from .exposition import Family
+from .exposition import Family, Kind
 from .exposition import render as _render
 from .logs import Event, EventLog
 
@@ -96,9 +96,7 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _gauge(
-    name: str, doc: str, value: float, kind: Literal["gauge", "counter"] = "gauge"
-) -> Family:
+def _single(name: str, doc: str, value: float, kind: Kind = "gauge") -> Family:
     family = Family(name, kind, doc)
     family.add((), value)
     return family
@@ -224,12 +222,12 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
             "version",
             [str(snapshot.get("version", ""))],
         ),
-        _gauge(
+        _single(
             "gpuagent_probe_up",
             "1 when the last nvidia-smi probe succeeded, else 0 (failing, stuck, gated, idle).",
             1.0 if state == "ok" else 0.0,
         ),
-        _gauge(
+        _single(
             "gpuagent_probe_consecutive_failures",
             "nvidia-smi probes failed in a row.",
             float(probe.get("consecutive_failures") or 0),
@@ -249,13 +247,13 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
             "reason",
             [probe["gate"]] if probe.get("gate") else [],
         ),
-        _gauge(
+        _single(
             "gpuagent_probe_spawns_total",
             "nvidia-smi processes started since the agent started.",
             float(probe.get("spawns_total") or 0),
             kind="counter",
         ),
-        _gauge(
+        _single(
             "gpuagent_pci_gpus",
             "NVIDIA GPUs on the PCI bus, whatever driver they are bound to.",
             float(len(snapshot.get("pci") or [])),
@@ -266,12 +264,12 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
             "pci_slot",
             [str(s) for s in snapshot.get("missing") or []],
         ),
-        _gauge(
+        _single(
             "gpuagent_interval_seconds",
             "Seconds between ticks.",
             float(snapshot.get("interval") or 0),
         ),
-        _gauge(
+        _single(
             "gpuagent_last_update_timestamp_seconds",
             "When the agent last wrote its state (Unix time); it does so every tick.",
             float(snapshot.get("updated_at") or 0),
@@ -287,7 +285,7 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
         ),
     ):
         if probe.get(key) is not None:
-            out.append(_gauge(name, doc, float(probe[key])))
+            out.append(_single(name, doc, float(probe[key])))
     out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
     out.append(_problems(snapshot))
     out.extend(_xids(snapshot))
