@@ -6,10 +6,7 @@ The journal is a real one made with ``../shared/tools/make-test-journal`` (needs
 ``systemd-journal-remote``) for this machine's boot: one kernel record in 100 is an Xid line
 from the corpus, the rest are ordinary kernel lines.  Usage::
 
-    /usr/bin/python3 -m bench.journal [--entries 100000] [--check]
-
-``--check`` (CI) exits 1 when the RSS with the reader is over its target; the times are only
-printed, since they depend on the machine.
+    /usr/bin/python3 -m bench.journal [--entries 100000]
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from gpuagent.kernlog import KernelLog, _open_reader
 from gpuagent.xid import XidCounter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET_MIB = 25
 MAKE = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
 XIDS = [
     "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception: "
@@ -143,9 +139,6 @@ def main() -> int:
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--read", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--check", action="store_true", help="exit 1 if the RSS with the reader is over the target"
-    )
     args = parser.parse_args()
     if args.child:
         child(args.child, args.read)
@@ -182,7 +175,7 @@ def main() -> int:
             f"the reader adds {with_reader[0] - base[0]:.1f} MiB RSS, "
             f"{with_reader[1] - base[1]:.1f} MiB private"
         )
-    return 1 if args.check and with_reader[0] > TARGET_MIB else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -5,9 +5,8 @@ script that ``cat``s a real H200 capture projected onto the query (it answers at
 what is measured is the agent's side of the spawn).  Three floors: the same sysfs reads alone;
 a minimal loop doing those reads, the spawn (``subprocess.run``) and a state write of the raw
 output; and that loop writing the agent's second output too, a Prometheus textfile of every
-numeric value through prometheus_client (the reference the agent's own writer,
-``gpuagent.exposition``, is tested against).  The last lines are the tick over each loop.
-Usage::
+numeric value through prometheus_client, the library the agent uses for it.  The last lines
+are the tick over each loop.  Usage::
 
     /usr/bin/python3 -m bench.tick_cost [--ticks 300]
 """

@@ -1,7 +1,6 @@
 """Prometheus metrics: the state snapshot as series, written for node_exporter's textfile collector.
 
-The text is written by :mod:`gpuagent.exposition`, not prometheus_client (whose import alone
-would be a third of the agent's memory).
+Only the daemon imports this module: ``gpuagent status`` must not load prometheus_client.
 
 Values are in base units (bytes, ratios 0-1, hertz, watts, degrees Celsius) and every per-GPU
 series is labelled by ``pci_slot`` (sysfs form) and ``uuid``, never by index alone, since
@@ -21,12 +20,14 @@ import contextlib
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import files
-from .exposition import Family, Kind
-from .exposition import render as _render
+from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from .logs import Event, EventLog
 
 __all__ = ["GPU_VALUES", "Textfile", "families", "render"]
@@ -96,71 +97,69 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _single(name: str, doc: str, value: float, kind: Kind = "gauge") -> Family:
-    family = Family(name, kind, doc)
-    family.add((), value)
-    return family
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
 
 
-def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> Family:
-    family = Family(name, "gauge", doc, [label])
+def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=[label])
     for v in values:
-        family.add([v], 1.0)
+        family.add_metric([v], 1.0)
     return family
 
 
-def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Family]:
-    info = Family(
+def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
+    info = GaugeMetricFamily(
         "gpuagent_gpu_info",
-        "gauge",
         "A GPU nvidia-smi reports, with its name and driver version; always 1.",
-        [*GPU_LABELS, "name", "driver_version"],
+        labels=[*GPU_LABELS, "name", "driver_version"],
     )
-    values = {name: Family(name, "gauge", doc, GPU_LABELS) for name, _, _, doc in GPU_VALUES}
-    pstate = Family(
-        "gpuagent_gpu_pstate", "gauge", "Performance state: 0 (P0, fastest) to 15.", GPU_LABELS
+    values = {
+        name: GaugeMetricFamily(name, doc, labels=GPU_LABELS) for name, _, _, doc in GPU_VALUES
+    }
+    pstate = GaugeMetricFamily(
+        "gpuagent_gpu_pstate", "Performance state: 0 (P0, fastest) to 15.", labels=GPU_LABELS
     )
-    mig = Family(
+    mig = GaugeMetricFamily(
         "gpuagent_gpu_mig_enabled",
-        "gauge",
         "1 when MIG mode is enabled, 0 when disabled.",
-        GPU_LABELS,
+        labels=GPU_LABELS,
     )
-    healthy = Family(
+    healthy = GaugeMetricFamily(
         "gpuagent_gpu_healthy",
-        "gauge",
         "1 when the GPU's health is ok, else 0 (a problem, or its health is unknown); for every "
         "GPU the agent knows.",
-        GPU_LABELS,
+        labels=GPU_LABELS,
     )
     for gpu in gpus:
         fields: Mapping[str, object] = gpu.get("fields") or {}
         labels = [str(gpu.get("pci_slot", "")), _text(fields.get("uuid"))]
-        healthy.add(labels, 1.0 if gpu.get("health") == "ok" else 0.0)
+        healthy.add_metric(labels, 1.0 if gpu.get("health") == "ok" else 0.0)
         if not fields:
             continue
-        info.add([*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0)
+        info.add_metric(
+            [*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0
+        )
         if gpu.get("stale"):
             continue
         for name, field, convert, _ in GPU_VALUES:
             number = _number(fields.get(field))
             if number is not None:
-                values[name].add(labels, convert(number))
+                values[name].add_metric(labels, convert(number))
         if m := _PSTATE.fullmatch(_text(fields.get("pstate"))):
-            pstate.add(labels, float(m.group(1)))
+            pstate.add_metric(labels, float(m.group(1)))
         mode = _MIG.get(_text(fields.get("mig.mode.current")))
         if mode is not None:
-            mig.add(labels, mode)
+            mig.add_metric(labels, mode)
     return [info, healthy, *values.values(), pstate, mig]
 
 
-def _problems(snapshot: Mapping[str, Any]) -> Family:
-    family = Family(
+def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
         "gpuagent_gpu_problem",
-        "gauge",
         "A problem holding on a GPU (empty pci_slot and uuid: on the host), with its kind, "
         "severity (warning, critical) and the action to take; always 1.",
-        [*GPU_LABELS, "kind", "severity", "action"],
+        labels=[*GPU_LABELS, "kind", "severity", "action"],
     )
     owners: list[tuple[str, str, list[Any]]] = [("", "", list(snapshot.get("host_problems") or []))]
     for gpu in snapshot.get("gpus") or []:
@@ -175,59 +174,56 @@ def _problems(snapshot: Mapping[str, Any]) -> Family:
             # Two Xids of one kind on a GPU are one series.
             if labels not in seen:
                 seen.add(labels)
-                family.add(list(labels), 1.0)
+                family.add_metric(list(labels), 1.0)
     return family
 
 
-def _xids(snapshot: Mapping[str, Any]) -> list[Family]:
-    errors = Family(
-        "gpuagent_gpu_xid_errors_total",
-        "counter",
+def _xids(snapshot: Mapping[str, Any]) -> list[Metric]:
+    errors = CounterMetricFamily(
+        "gpuagent_gpu_xid_errors",
         "Xid records the NVIDIA driver logged for the GPU this boot, by code.",
-        [*GPU_LABELS, "xid"],
+        labels=[*GPU_LABELS, "xid"],
     )
-    info = Family(
+    info = GaugeMetricFamily(
         "gpuagent_gpu_xid_info",
-        "gauge",
         "What an Xid counted on the GPU means: its name, severity (critical, warning, or none: "
         "the GPU stays healthy) and the action; always 1.",
-        [*GPU_LABELS, "xid", "name", "severity", "action"],
+        labels=[*GPU_LABELS, "xid", "name", "severity", "action"],
     )
     for gpu in snapshot.get("gpus") or []:
         slot, uuid = str(gpu.get("pci_slot", "")), _text(gpu.get("uuid"))
         for c in gpu.get("xids") or []:
             code = str(c.get("xid"))
-            errors.add([slot, uuid, code], float(c.get("count") or 0))
+            errors.add_metric([slot, uuid, code], float(c.get("count") or 0))
             meaning = [str(c.get(k)) for k in ("name", "severity", "action")]
-            info.add([slot, uuid, code, *meaning], 1.0)
-    sxids = Family(
-        "gpuagent_nvswitch_sxid_errors_total",
-        "counter",
+            info.add_metric([slot, uuid, code, *meaning], 1.0)
+    sxids = CounterMetricFamily(
+        "gpuagent_nvswitch_sxid_errors",
         "SXid records the NVIDIA driver logged for the NVSwitch this boot, by code.",
-        ["pci_slot", "sxid"],
+        labels=["pci_slot", "sxid"],
     )
     for c in snapshot.get("sxids") or []:
-        sxids.add([str(c.get("pci_slot")), str(c.get("sxid"))], float(c.get("count") or 0))
+        sxids.add_metric([str(c.get("pci_slot")), str(c.get("sxid"))], float(c.get("count") or 0))
     return [errors, info, sxids]
 
 
-def families(snapshot: Mapping[str, Any]) -> list[Family]:
+def families(snapshot: Mapping[str, Any]) -> list[Metric]:
     """The series for one state snapshot (:meth:`gpuagent.agent.Agent.snapshot`)."""
     probe: Mapping[str, Any] = snapshot.get("probe") or {}
     state = probe.get("state")
-    out: list[Family] = [
+    out: list[Metric] = [
         _labelled(
             "gpuagent_info",
             "The running gpuagent's version; always 1.",
             "version",
             [str(snapshot.get("version", ""))],
         ),
-        _single(
+        _gauge(
             "gpuagent_probe_up",
             "1 when the last nvidia-smi probe succeeded, else 0 (failing, stuck, gated, idle).",
             1.0 if state == "ok" else 0.0,
         ),
-        _single(
+        _gauge(
             "gpuagent_probe_consecutive_failures",
             "nvidia-smi probes failed in a row.",
             float(probe.get("consecutive_failures") or 0),
@@ -247,13 +243,12 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
             "reason",
             [probe["gate"]] if probe.get("gate") else [],
         ),
-        _single(
+        CounterMetricFamily(
             "gpuagent_probe_spawns_total",
             "nvidia-smi processes started since the agent started.",
-            float(probe.get("spawns_total") or 0),
-            kind="counter",
+            value=float(probe.get("spawns_total") or 0),
         ),
-        _single(
+        _gauge(
             "gpuagent_pci_gpus",
             "NVIDIA GPUs on the PCI bus, whatever driver they are bound to.",
             float(len(snapshot.get("pci") or [])),
@@ -264,12 +259,12 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
             "pci_slot",
             [str(s) for s in snapshot.get("missing") or []],
         ),
-        _single(
+        _gauge(
             "gpuagent_interval_seconds",
             "Seconds between ticks.",
             float(snapshot.get("interval") or 0),
         ),
-        _single(
+        _gauge(
             "gpuagent_last_update_timestamp_seconds",
             "When the agent last wrote its state (Unix time); it does so every tick.",
             float(snapshot.get("updated_at") or 0),
@@ -285,16 +280,33 @@ def families(snapshot: Mapping[str, Any]) -> list[Family]:
         ),
     ):
         if probe.get(key) is not None:
-            out.append(_single(name, doc, float(probe[key])))
+            out.append(_gauge(name, doc, float(probe[key])))
     out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
     out.append(_problems(snapshot))
     out.extend(_xids(snapshot))
     return [f for f in out if f.samples]
 
 
+class _Snapshot(Collector):
+    def __init__(self) -> None:
+        self.snapshot: Mapping[str, Any] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self.snapshot)
+
+
+def _registry() -> tuple[CollectorRegistry, _Snapshot]:
+    registry = CollectorRegistry(auto_describe=False)
+    collector = _Snapshot()
+    registry.register(collector)
+    return registry, collector
+
+
 def render(snapshot: Mapping[str, Any]) -> str:
     """The exposition text of one snapshot (what the textfile holds)."""
-    return _render(families(snapshot))
+    registry, collector = _registry()
+    collector.snapshot = snapshot
+    return generate_latest(registry).decode()
 
 
 class Textfile:
@@ -312,6 +324,7 @@ class Textfile:
         self.log = log
         self.problem: str | None = None
         self._absent: str | None = None
+        self._registry, self._collector = _registry()
 
     def configure(self, path: str) -> None:
         """Use ``path`` from now on (``""``: write nothing); the old file is removed."""
@@ -337,9 +350,13 @@ class Textfile:
                 )
                 self._absent = directory
             return
+        self._collector.snapshot = snapshot
         try:
-            files.replace(target, render(snapshot).encode())
+            write_to_textfile(target, self._registry)
         except OSError as e:
+            # prometheus_client 0.16 leaves its temporary file behind on an error.
+            with contextlib.suppress(OSError):
+                os.unlink(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
             reason = f"{self._name(target)}: {e.strerror or e}"
             if reason != self.problem:
                 self.log(

@@ -1,15 +1,14 @@
 """The state file: written atomically every tick, read by ``gpuagent status``.
 
-Only ``json`` and :mod:`gpuagent.files` (``os``) here: ``gpuagent status`` imports this module
-and must start fast.
+Only ``json`` and ``os`` here: ``gpuagent status`` imports this module and must start fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from typing import Any
-
-from . import files
 
 __all__ = ["SCHEMA", "StateError", "read", "write"]
 
@@ -21,12 +20,28 @@ class StateError(Exception):
 
 
 def write(path: str, state: dict[str, Any]) -> None:
-    """Replace ``path`` with ``state`` as JSON, atomically (:func:`gpuagent.files.replace`).
+    """Replace ``path`` with ``state`` as JSON, atomically (temp file + rename, same directory).
 
     The file is mode 0644: every user may run ``gpuagent status``.  Raises ``OSError``
     (ENOSPC, EROFS, EACCES …); the previous file then stays intact.
     """
-    files.replace(path, json.dumps(state, separators=(",", ":"), allow_nan=False).encode())
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    data = json.dumps(state, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.fchmod(fd, 0o644)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def read(path: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import pytest
 
 from tests import fakehost
 from tests.fakehost import FakeHost
-from tests.imports import loaded_after
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Linux's SO_TIMESTAMPNS (asm-generic value; Python does not export it): the kernel stamps
@@ -309,10 +308,3 @@ def test_a_reload_probes_at_once_whatever_the_backoff_says(tmp_path: str, notify
     assert proc.stderr is not None
     lines = proc.stderr.read().splitlines()
     assert f"info: configuration reloaded from {host.conf}; probing now" in lines
-
-
-def test_the_daemon_imports_no_http_server_or_tls() -> None:
-    # What prometheus_client's import would bring along: a third of the memory budget.
-    code = "import gpuagent.cli, gpuagent.daemon, gpuagent.kernlog, systemd.journal"
-    heavy = ["prometheus_client", "ssl", "http.server", "urllib.request", "wsgiref", "email"]
-    assert loaded_after(code, heavy) == []

@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from gpuagent import state, unitstate
 from gpuagent.cli import main
 from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, UNKNOWN, judge, malformed, render
-from tests.imports import loaded_after
 
 NOW = 1_800_000_000.0
 
@@ -239,9 +238,14 @@ def test_status_imports_stay_light(tmp_path: str) -> None:
         "from gpuagent.cli import main\n"
         f"sys.argv = ['gpuagent', '--config', {conf!r}, 'status']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('systemd', 'systemd.journal', 'prometheus_client', 'subprocess',"
+        " 'sdnotify', 'gpuagent.daemon', 'gpuagent.agent') if m in sys.modules]\n"
+        "print(heavy)\n"
     )
-    heavy = ["systemd", "systemd.journal", "subprocess", "sdnotify", "gpuagent.daemon"]
-    assert loaded_after(code, [*heavy, "gpuagent.agent", "gpuagent.exposition"]) == []
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout + proc.stderr
 
 
 MALFORMED = [
