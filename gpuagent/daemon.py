@@ -149,15 +149,10 @@ class Daemon:
     def _tick(self) -> None:
         try:
             self.agent.tick()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - see below
             # A bug must not become a restart loop under Restart=on-failure.
             # Every known bad input is handled in the agent; this is for the unknown one.
-            # Logged once per distinct error, traceback at debug; the next tick tries again.
-            reason = f"{type(e).__name__}: {e}"[:300]
-            if self.agent.problems.get("internal") != reason:
-                self.log(logging.ERROR, None, f"internal error in a tick, carrying on: {reason}")
-                self.log.logger.debug("the internal error's traceback", exc_info=True)
-            self.agent.problems["internal"] = reason
+            self._internal("internal", "in a tick", e)
             if self.agent.on_scanned is not None:
                 # READY=1 comes after the first scan; without one, systemd must hear it anyway.
                 self.agent.on_scanned()
@@ -178,11 +173,29 @@ class Daemon:
                 _drain(self._wake_r)
         return self.stop_requested
 
+    def _internal(self, key: str, where: str, e: Exception) -> None:
+        """Log an unexpected error once per distinct one (traceback at debug) and hold it as
+        problem ``key``; the next tick tries again."""
+        reason = f"{type(e).__name__}: {e}"[:300]
+        if self.agent.problems.get(key) != reason:
+            self.log(logging.ERROR, None, f"internal error {where}, carrying on: {reason}")
+            self.log.logger.debug("the internal error's traceback", exc_info=True)
+        self.agent.problems[key] = reason
+
     def _publish(self) -> None:
-        snapshot = self.agent.snapshot()
-        self._write_state(snapshot)
-        self._write_metrics(snapshot)
-        self.notifier.status(snapshot["status"])
+        try:
+            snapshot = self.agent.snapshot()
+            self._write_state(snapshot)
+            self._write_metrics(snapshot)
+            self.notifier.status(snapshot["status"])
+        except Exception as e:  # noqa: BLE001 - see below
+            # As in a tick: I/O errors are handled where they happen; this is for a bug in
+            # turning the state into the outputs, which must not stop the watchdog either.
+            self._internal("internal_publish", "writing the state and metrics", e)
+        else:
+            if self.agent.problems.pop("internal_publish", None) is not None:
+                # The state file just written still reports the error: write it without.
+                self._write_state(self.agent.snapshot())
         self.ping_if_due()
 
     def _write_state(self, snapshot: dict[str, object]) -> None:

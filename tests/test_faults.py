@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -471,6 +471,31 @@ def test_an_unexpected_error_in_a_tick_is_logged_once_and_survived(
     daemon._tick()
     daemon._publish()
     assert "internal" not in state.read(os.path.join(host.dir, "state.json"))["problems"]
+
+
+def test_an_unexpected_error_writing_the_outputs_is_logged_once_and_survived(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = os.path.join(host.dir, "state.json")
+    daemon, logs = daemon_on(host, path)
+
+    def broken(snapshot: Mapping[str, object]) -> None:
+        raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(daemon.textfile, "write", broken)
+    for _ in range(5):
+        daemon._tick()
+        daemon._publish()  # does not raise: the loop goes on, the watchdog is fed
+    errors = [r.getMessage() for r in logs.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].startswith("internal error writing the state and metrics, carrying on: ")
+    assert "UnicodeEncodeError" in errors[0]
+    assert "internal_publish" in state.read(path)["problems"]  # written before the metrics
+    monkeypatch.undo()
+    daemon._tick()
+    daemon._publish()
+    assert "internal_publish" not in state.read(path)["problems"]
+    assert len([r for r in logs.records if r.levelno >= logging.ERROR]) == 1
 
 
 def test_ready_is_sent_even_when_the_first_scan_fails(
