@@ -83,30 +83,28 @@ def _written(path: str) -> bool:
         return False
 
 
-def test_hang_is_killed_with_its_group(tmp_path: str) -> None:
+def time_out_with_a_grandchild(tmp_path: str, grandchild: str, kill_grace: float) -> int:
+    """Run a shell that starts ``grandchild`` in the background, writes its pid and hangs,
+    until the runner times it out; returns the grandchild's pid."""
     flag = os.path.join(tmp_path, "grandchild")
-    r = Runner(timeout=0.3, kill_grace=0.5, clock=ready_clock(flag))
+    r = Runner(timeout=0.3, kill_grace=kill_grace, clock=ready_clock(flag))
     start = time.monotonic()
-    res = r.run(["/bin/sh", "-c", f"sleep 30 & echo $! > {flag}; sleep 30"], ENV)
+    res = r.run(["/bin/sh", "-c", f"{grandchild} & echo $! > {flag}; sleep 30"], ENV)
     assert res.outcome is Outcome.TIMEOUT
     assert time.monotonic() - start < 30  # not the child's 30 s
-    with open(flag) as f:
-        grandchild = int(f.read())
-    assert dies(grandchild)
     assert not r.busy()
+    with open(flag) as f:
+        return int(f.read())
+
+
+def test_hang_is_killed_with_its_group(tmp_path: str) -> None:
+    assert dies(time_out_with_a_grandchild(tmp_path, "sleep 30", kill_grace=0.5))
 
 
 def test_grandchild_ignoring_sigterm_gets_the_last_sigkill(tmp_path: str) -> None:
     # The child dies of the SIGTERM at once; its background grandchild ignores it.
-    flag = os.path.join(tmp_path, "grandchild")
-    script = f"(trap '' TERM; exec sleep 30) & echo $! > {flag}; sleep 30"
-    r = Runner(timeout=0.3, kill_grace=5, clock=ready_clock(flag))
-    res = r.run(["/bin/sh", "-c", script], ENV)
-    assert res.outcome is Outcome.TIMEOUT
-    with open(flag) as f:
-        grandchild = int(f.read())
-    assert dies(grandchild)
-    assert not r.busy()
+    grandchild = "(trap '' TERM; exec sleep 30)"
+    assert dies(time_out_with_a_grandchild(tmp_path, grandchild, kill_grace=5))
 
 
 def test_child_ignoring_sigterm_gets_sigkill(tmp_path: str) -> None:
