@@ -105,27 +105,12 @@ class Daemon:
         """Run until SIGTERM/SIGINT or ``ticks`` ticks; returns the exit status: 0, or
         :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state file (then nothing
         was touched)."""
-        try:
-            problem = self.lock.acquire(self.config.state_file)
-        except AlreadyRunning as e:
-            self.log(logging.ERROR, None, f"not starting: {e}")
-            return EX_RUNNING
-        if problem is not None:
-            self.log(logging.WARNING, None, f"running without the state file's lock: {problem}")
-        self._install_signals()
-        self.log(
-            logging.INFO,
-            Event.STARTED,
-            f"gpuagent {__version__} started: tick every {self.config.interval:g} s",
-        )
-        self._warn(self.config)
-        self.agent.on_scanned = lambda: self.notifier.ready(self.agent.status_line())
+        refused = self.start()
+        if refused is not None:
+            return refused
         start, index = self.monotonic(), 0
         while True:
-            self._tick()
-            self._publish()
-            if self.agent.ticks == 1:
-                self.log(logging.INFO, None, f"first tick: {self.agent.status_line()}")
+            self.step()
             if self.stop_requested or (ticks is not None and self.agent.ticks >= ticks):
                 break
             index = next_index(start, self.config.interval, index, self.monotonic())
@@ -137,14 +122,46 @@ class Daemon:
                 if not self.reload_requested:
                     break
                 interval = self.config.interval
-                if self._reload():
+                if self.reload():
                     start, index = self.monotonic(), 0
                     break
                 if self.config.interval != interval:
                     start, index = self.monotonic(), 1
             if self.stop_requested:
                 break
-        return self._finish("ticks" if not self.stop_requested else "signal")
+        return self.finish("ticks" if not self.stop_requested else "signal")
+
+    def start(self, *, install_signals: bool = True) -> int | None:
+        """What :meth:`run` does before its first tick: take the state file's lock, install
+        the signal handlers (unless ``install_signals`` is false), log the start and the
+        config's warnings, and arrange READY=1 after the first scan.  Returns
+        :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state file (then nothing
+        was touched), else None."""
+        try:
+            problem = self.lock.acquire(self.config.state_file)
+        except AlreadyRunning as e:
+            self.log(logging.ERROR, None, f"not starting: {e}")
+            return EX_RUNNING
+        if problem is not None:
+            self.log(logging.WARNING, None, f"running without the state file's lock: {problem}")
+        if install_signals:
+            self._install_signals()
+        self.log(
+            logging.INFO,
+            Event.STARTED,
+            f"gpuagent {__version__} started: tick every {self.config.interval:g} s",
+        )
+        self._warn(self.config)
+        self.agent.on_scanned = lambda: self.notifier.ready(self.agent.status_line())
+        return None
+
+    def step(self) -> None:
+        """One tick and its outputs (the state file, the metrics, STATUS, the watchdog): what
+        the loop does at each grid point."""
+        self._tick()
+        self._publish()
+        if self.agent.ticks == 1:
+            self.log(logging.INFO, None, f"first tick: {self.agent.status_line()}")
 
     def _tick(self) -> None:
         try:
@@ -228,7 +245,7 @@ class Daemon:
         else:
             self.agent.problems["textfile"] = self.textfile.problem
 
-    def _reload(self) -> bool:
+    def reload(self) -> bool:
         """Reload the config; returns whether to tick now ("look now": the operator may have
         fixed what the probe was failing on), which is at most once per interval."""
         self.reload_requested = False
@@ -276,7 +293,10 @@ class Daemon:
                 self.log(logging.WARNING, None, f"running without the state file's lock: {problem}")
         return cfg
 
-    def _finish(self, reason: str) -> int:
+    def finish(self, reason: str) -> int:
+        """Stop: STOPPING=1 and a line when ``reason`` is ``signal``; kill a stuck probe, remove
+        the metrics, write the final state with ``exit`` and release the lock.  Returns the
+        exit status, 0."""
         if reason == "signal":
             self.notifier.stopping()
             self.log(logging.INFO, Event.STOPPING, "stopping on signal")

@@ -66,6 +66,12 @@ def _toml(value: object) -> str:
     return json.dumps(value) if isinstance(value, str | bool) else str(value)
 
 
+def write_config(path: str, settings: dict[str, object]) -> None:
+    """Write ``settings`` (strings, booleans and numbers) to ``path`` as a TOML config file."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"{key} = {_toml(value)}\n" for key, value in settings.items())
+
+
 def quiet_journal() -> str:
     """A journal directory without kernel records, shared by the fake hosts of this user
     (a journal file is 8 MiB); ``""`` (the system journal) without systemd-journal-remote."""
@@ -111,8 +117,7 @@ def create(directory: str, gpus: int = 8, **config: object) -> FakeHost:
         **config,
     }
     conf = os.path.join(directory, "gpuagent.toml")
-    with open(conf, "w", encoding="utf-8") as f:
-        f.writelines(f"{key} = {_toml(value)}\n" for key, value in settings.items())
+    write_config(conf, settings)
     host = FakeHost(directory, root, smi, conf, slots, os.path.join(directory, "calls.log"))
     host.healthy()
     return host

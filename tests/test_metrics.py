@@ -487,12 +487,12 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
             f'state_file = "{cfg.state_file}"\ntextfile = "{moved}"\n'
         )
     daemon.config_file = (conf, True)
-    daemon._reload()
+    daemon.reload()
     daemon.agent.tick()
     daemon._publish()
     assert not os.path.exists(path)
     assert os.path.exists(moved)
-    daemon._finish("ticks")
+    daemon.finish("ticks")
     assert not os.path.exists(moved)
 
 
