@@ -37,7 +37,7 @@ def run(name: str, ticks: int) -> tuple[int, int, int, int]:
         if not gpus:
             fakesysfs.add_device(root, "0000:03:00.0", 0x1A03, 0x2000, 0x030000, "ast")
         smi = None if name == "nvidia-smi missing" else "/usr/bin/nvidia-smi"
-        agent, runner, counter, clock = scripted_agent(root, smi, slots)
+        agent, runner, counter, clock, _ = scripted_agent(root, smi, slots)
         if name == "module unloaded":
             fakesysfs.set_module(root, False)
         if name == "failing (exit 18)":

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from gpuagent.kernlog import KernelLog, _open_reader
-from gpuagent.xid import XidCounter
+from gpuagent.xidcount import XidCounter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAKE = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")

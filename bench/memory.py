@@ -55,6 +55,9 @@ def main() -> int:
         try:
             ticks = 0
             while ticks < args.ticks:
+                if proc.poll() is not None:
+                    print(f"gpuagent run exited {proc.returncode} after {ticks} ticks")
+                    return 1
                 time.sleep(0.2)
                 try:
                     with open(state_file) as f:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuagent.agent import Agent
 from gpuagent.config import Config
@@ -106,10 +108,27 @@ class FakeClock:
         return self.now
 
 
+class Sim(NamedTuple):
+    """A scripted agent: its runner, the counter of its log lines, its fake monotonic clock
+    and the log it writes to (for the outputs the bench writes beside it)."""
+
+    agent: Agent
+    runner: ScriptedRunner
+    counter: CountingHandler
+    clock: FakeClock
+    log: EventLog
+
+
 def scripted_agent(
-    root: str, smi: str | None, slots: list[str], interval: float = 10.0
-) -> tuple[Agent, ScriptedRunner, CountingHandler, FakeClock]:
-    """An agent on ``root`` whose nvidia-smi is scripted; ``smi=None`` means not installed."""
+    root: str,
+    smi: str | None,
+    slots: list[str],
+    interval: float = 10.0,
+    *,
+    which: Callable[[str], str | None] | None = None,
+) -> Sim:
+    """An agent on ``root`` whose nvidia-smi is scripted; ``smi=None`` means not installed.
+    ``which`` looks nvidia-smi up instead (default: it is always ``smi``)."""
     runner = ScriptedRunner(slots=slots)
     counter = CountingHandler()
     logger = logging.getLogger(f"bench.{id(runner)}")
@@ -126,5 +145,6 @@ def scripted_agent(
         # journal, and an unreadable one is a warning the day's counts would include.
         journal_directory=quiet_journal(),
     )
-    agent = Agent(cfg, Prober(runner), EventLog(logger), monotonic=clock, which=lambda name: smi)
-    return agent, runner, counter, clock
+    log = EventLog(logger)
+    agent = Agent(cfg, Prober(runner), log, monotonic=clock, which=which or (lambda name: smi))
+    return Sim(agent, runner, counter, clock, log)

@@ -24,7 +24,7 @@ import time
 
 from bench.sim import scripted_agent
 from gpuagent import state
-from gpuagent.metrics import Textfile
+from gpuagent.publish import Textfile
 from tests import fakehost, fakesysfs
 from tests.fakehost import MISMATCH
 
@@ -104,10 +104,14 @@ def simulated(ticks: int, seed: int) -> list[str]:
     with tempfile.TemporaryDirectory() as root:
         slots = fakesysfs.gpu_host(root, 8)
         installed = {"smi": True}
-        agent, runner, counter, clock = scripted_agent(root, "/usr/bin/nvidia-smi", slots)
-        agent.which = lambda name: "/usr/bin/nvidia-smi" if installed["smi"] else None
+        agent, runner, counter, clock, log = scripted_agent(
+            root,
+            "/usr/bin/nvidia-smi",
+            slots,
+            which=lambda name: "/usr/bin/nvidia-smi" if installed["smi"] else None,
+        )
         path = os.path.join(root, "state.json")
-        textfile = Textfile(os.path.join(root, "gpuagent.prom"), agent.log)
+        textfile = Textfile(os.path.join(root, "gpuagent.prom"), log)
         bad = os.path.join(root, "bus", "pci", "devices", "0000:f0:00.0")
 
         def apply(fault: str | None) -> None:
@@ -123,10 +127,9 @@ def simulated(ticks: int, seed: int) -> list[str]:
 
         def tick_n(n: int) -> None:
             for _ in range(n):
-                agent.tick()
-                snapshot = agent.snapshot()
-                state.write(path, snapshot)
-                textfile.write(snapshot)
+                st = agent.tick().state
+                state.write(path, st)
+                textfile.write(st)
                 clock.now += 10.0
 
         tick_n(100)  # warm up: imports, caches and the first samples settle

@@ -39,15 +39,13 @@ def main() -> int:
     compileall.compile_dir(os.path.join(REPO, "gpuagent"), quiet=1)
     with tempfile.TemporaryDirectory() as d:
         from bench.sim import make_host, scripted_agent  # noqa: PLC0415
-        from gpuagent import state  # noqa: PLC0415
+        from gpuagent import report, state  # noqa: PLC0415
 
         slots = make_host(os.path.join(d, "sys"), 8)
-        agent, _, _, _ = scripted_agent(os.path.join(d, "sys"), "/usr/bin/nvidia-smi", slots)
-        agent.tick()
-        snap = agent.snapshot()
-        snap["exit"] = {"reason": "ticks", "at": snap["updated_at"]}
+        sim = scripted_agent(os.path.join(d, "sys"), "/usr/bin/nvidia-smi", slots)
+        ticked = sim.agent.tick()
         path = os.path.join(d, "state.json")
-        state.write(path, snap)
+        state.write(path, report.finished(ticked, "ticks", ticked.state["updated_at"]))
         conf = os.path.join(d, "gpuagent.toml")
         with open(conf, "w") as f:
             f.write(f'state_file = "{path}"\n')

@@ -32,10 +32,11 @@ from bench.sim import instant_nvidia_smi, make_host
 from gpuagent import pci, rules, smi, state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
+from gpuagent.health import Tracker
 from gpuagent.logs import EventLog
-from gpuagent.metrics import Textfile
 from gpuagent.notify import Notifier
 from gpuagent.probe import Prober
+from gpuagent.publish import Textfile
 from gpuagent.runner import Runner
 from tests.fakehost import quiet_journal
 
@@ -127,30 +128,33 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             textfile=os.path.join(d, "gpuagent.prom"),
             journal_directory=quiet_journal(),
         )
-        agent = Agent(cfg, Prober(Runner(timeout=8)), EventLog(logger))
+        log = EventLog(logger)
+        agent = Agent(cfg, Prober(Runner(timeout=8)), log)
         notifier = Notifier({"NOTIFY_SOCKET": sock_path})
-        textfile = Textfile(cfg.textfile, agent.log)
+        textfile = Textfile(cfg.textfile, log)
         n = 0
 
         def tick() -> None:
             nonlocal n
             n += 1
-            agent.tick()
-            snap = agent.snapshot()
-            state.write(cfg.state_file, snap)
-            textfile.write(snap)
-            notifier.status(f"{snap['status']} {n}")  # a changed STATUS every tick: worst case
+            report = agent.tick()
+            state.write(cfg.state_file, report.state)
+            textfile.write(report.state)
+            notifier.status(f"{report.status} {n}")  # a changed STATUS every tick: worst case
 
         for _ in range(20):
             tick()
-        snap = agent.snapshot()
+        # configure() without a config builds the report without a tick (its "look now"
+        # changes nothing on a host that answers).
+        snap = agent.configure().state
         prober = Prober(Runner(timeout=8))
         out = smi.parse_output(text, smi.FIELDS) if gpus else None
         rows = {str(i): r for i, r in enumerate(out.rows)} if out else {}
+        tracker = Tracker()
 
         def health() -> None:
-            agent.tracker.report("smi", rules.smi_findings(rows, {}, {}, ()))
-            agent.tracker.settle(0.0)
+            tracker.report("smi", rules.smi_findings(rows, {}, {}, ()))
+            tracker.settle(0.0)
 
         loop_state = os.path.join(d, "minimal.json")
         raw = _RawValues()
@@ -158,12 +162,12 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
         registry.register(raw)
         figures = {
             "tick": cpu_ms(tick, ticks),
-            "pci scan (the tick's, remembering)": cpu_ms(agent.scanner.scan, ticks),
+            "pci scan (the tick's, remembering)": cpu_ms(agent.bus.scan, ticks),
             "pci scan from cold (detect)": cpu_ms(lambda: pci.scan(root), ticks),
             "probe (spawn+read+parse)": cpu_ms(lambda: prober.probe(nvsmi), ticks) if gpus else 0,
             "parse": cpu_ms(lambda: smi.parse_output(text, smi.FIELDS), ticks) if gpus else 0,
             "health rules + tracker": cpu_ms(health, ticks),
-            "snapshot": cpu_ms(agent.snapshot, ticks),
+            "report (state + status)": cpu_ms(agent.configure, ticks),
             "state write": cpu_ms(lambda: state.write(cfg.state_file, snap), ticks),
             "metrics write": cpu_ms(lambda: textfile.write(snap), ticks),
             "notify": cpu_ms(notifier.watchdog, ticks),

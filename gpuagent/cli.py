@@ -100,7 +100,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
     from . import state  # noqa: PLC0415
-    from .status import NAMES, UNKNOWN, clean, judge, malformed, render  # noqa: PLC0415
+    from .status import ExitCode, checked, clean, judge, render  # noqa: PLC0415
 
     cfg = _salvage(ctx)
     try:
@@ -114,17 +114,20 @@ def status(ctx: click.Context, as_json: bool) -> None:
             if stopped is not None:
                 if not as_json:
                     _print(f"\u25cb gpuagent - {stopped}")
-                    sys.exit(UNKNOWN)
+                    sys.exit(ExitCode.UNKNOWN)
                 _unknown(stopped)
         _unknown(str(e), as_json)
-    bad = malformed(st)
-    if bad is not None:
-        _unknown(f"{cfg.state_file}: not a gpuagent state file: bad {bad!r}", as_json)
+    typed = checked(st)
+    if isinstance(typed, str):
+        _unknown(f"{cfg.state_file}: not a gpuagent state file: bad {typed!r}", as_json)
     now = time.time()
-    code, reason = judge(st, now)
-    st["health"] = NAMES[code]
-    st["health_reason"] = reason
-    text = json.dumps(st, indent=2, sort_keys=True) if as_json else render(st, now, code, reason)
+    code, reason = judge(typed, now)
+    if as_json:
+        text = json.dumps(
+            {**st, "health": code.health, "health_reason": reason}, indent=2, sort_keys=True
+        )
+    else:
+        text = render(typed, now, code, reason)
     _print(text)
     if code and as_json:
         # The text says why; the JSON does not.
@@ -135,12 +138,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def _unknown(reason: str, as_json: bool = True) -> NoReturn:
     """Exit 3 for a state that cannot be judged: the reason on stderr, and for ``--json`` an
     object on stdout too, so that a script always has JSON to parse."""
-    from .status import NAMES, UNKNOWN, clean  # noqa: PLC0415
+    from .status import ExitCode, clean  # noqa: PLC0415
 
     if as_json:
-        _print(json.dumps({"health": NAMES[UNKNOWN], "health_reason": reason}, indent=2))
+        health = ExitCode.UNKNOWN.health
+        _print(json.dumps({"health": health, "health_reason": reason}, indent=2))
     click.echo(f"gpuagent: {clean(reason)}", err=True)
-    sys.exit(UNKNOWN)
+    sys.exit(ExitCode.UNKNOWN)
 
 
 def _print(text: str) -> None:

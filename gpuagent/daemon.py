@@ -9,7 +9,6 @@ interval is longer than the watchdog period.  One agent runs per state file (:mo
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import select
@@ -18,13 +17,14 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from . import __version__, config, state
+from . import __version__, config
 from .agent import Agent
 from .lock import EX_RUNNING, AlreadyRunning, StateLock
 from .logs import Event, EventLog, setup
-from .metrics import Textfile
 from .notify import Notifier, watchdog_period
 from .probe import Prober
+from .publish import Publisher
+from .report import Report
 from .runner import Runner
 from .schedule import deadline, next_index
 
@@ -32,6 +32,62 @@ __all__ = ["Daemon"]
 
 # Fraction of the watchdog period between pings; systemd asks for at most half.
 _PING_FRACTION = 0.4
+
+
+class Signals:
+    """SIGTERM and SIGINT ask to stop, SIGHUP to reload; each also wakes the loop and a probe
+    in progress through :attr:`wake_fd`."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.reload = False
+        self.wake_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def install(self) -> None:
+        """Handle the three signals from now on (main thread only)."""
+        signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self.reload = True
+        else:
+            self.stop = True
+
+    def drain(self) -> None:
+        """Empty the wake-up pipe."""
+        try:
+            while os.read(self.wake_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+
+class Watchdog:
+    """Sends ``WATCHDOG=1`` every :data:`_PING_FRACTION` of systemd's watchdog period."""
+
+    def __init__(self, notifier: Notifier, monotonic: Callable[[], float]) -> None:
+        period = watchdog_period()
+        self.notifier = notifier
+        self.monotonic = monotonic
+        self.every = period * _PING_FRACTION if period else None
+        self.next_ping = 0.0
+
+    @property
+    def heartbeat_every(self) -> float:
+        """How often a hung probe must call :meth:`ping_if_due` (s): a quarter of the ping
+        period keeps the gap under half the watchdog."""
+        return self.every / 4 if self.every else 1.0
+
+    def ping_if_due(self) -> None:
+        """Send ``WATCHDOG=1`` if the ping period has passed since the last one."""
+        if self.every is None:
+            return
+        now = self.monotonic()
+        if now >= self.next_ping:
+            self.notifier.watchdog()
+            self.next_ping = now + self.every
 
 
 class Daemon:
@@ -56,48 +112,23 @@ class Daemon:
         self.notifier = notifier or Notifier()
         self.monotonic = monotonic
         self.log = log or EventLog()
-        period = watchdog_period()
-        self.ping_every = period * _PING_FRACTION if period else None
-        self.next_ping = 0.0
-        self.stop_requested = False
-        self.reload_requested = False
+        self.watchdog = Watchdog(self.notifier, monotonic)
+        self.signals = Signals()
         # Monotonic time of the last tick a reload ran out of turn (None: none yet).
         self._looked_at: float | None = None
         self.lock = StateLock()
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        runner = Runner(timeout=cfg.probe_timeout, clock=monotonic)
-        runner.wake_fd = self._wake_r
-        runner.interrupted = lambda: self.stop_requested
-        runner.heartbeat = self.ping_if_due
-        # A quarter of the ping period between looks keeps the gap under half the watchdog.
-        runner.heartbeat_every = self.ping_every / 4 if self.ping_every else 1.0
-        self.agent = Agent(cfg, Prober(runner), self.log, monotonic=monotonic)
-        self._state_error: str | None = None
-        self.textfile = Textfile(cfg.textfile, self.log)
-
-    # Signals -------------------------------------------------------------------------------
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if signum == signal.SIGHUP:
-            self.reload_requested = True
-        else:
-            self.stop_requested = True
-
-    def _install_signals(self) -> None:
-        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, self._on_signal)
-
-    # Watchdog ------------------------------------------------------------------------------
-
-    def ping_if_due(self) -> None:
-        """Send ``WATCHDOG=1`` if the ping period has passed since the last one."""
-        if self.ping_every is None:
-            return
-        now = self.monotonic()
-        if now >= self.next_ping:
-            self.notifier.watchdog()
-            self.next_ping = now + self.ping_every
+        self.runner = Runner(
+            timeout=cfg.probe_timeout,
+            clock=monotonic,
+            heartbeat=self.watchdog.ping_if_due,
+            heartbeat_every=self.watchdog.heartbeat_every,
+            wake_fd=self.signals.wake_fd,
+            interrupted=lambda: self.signals.stop,
+        )
+        self.agent = Agent(cfg, Prober(self.runner), self.log, monotonic=monotonic)
+        self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier)
+        # The last tick's report (None before the first tick).
+        self.report: Report | None = None
 
     # Loop ----------------------------------------------------------------------------------
 
@@ -110,8 +141,8 @@ class Daemon:
             return refused
         start, index = self.monotonic(), 0
         while True:
-            self.step()
-            if self.stop_requested or (ticks is not None and self.agent.ticks >= ticks):
+            report = self.step()
+            if self.signals.stop or (ticks is not None and report.ticks >= ticks):
                 break
             index = next_index(start, self.config.interval, index, self.monotonic())
             # A reload ticks at once and starts the grid over from there; a second reload
@@ -119,7 +150,7 @@ class Daemon:
             # storm) unless it changes the interval: then the next tick is one new interval
             # from now.
             while not self._wait_until(deadline(start, self.config.interval, index)):
-                if not self.reload_requested:
+                if not self.signals.reload:
                     break
                 interval = self.config.interval
                 if self.reload():
@@ -127,16 +158,14 @@ class Daemon:
                     break
                 if self.config.interval != interval:
                     start, index = self.monotonic(), 1
-            if self.stop_requested:
+            if self.signals.stop:
                 break
-        return self.finish("ticks" if not self.stop_requested else "signal")
+        return self.finish("ticks" if not self.signals.stop else "signal")
 
     def start(self, *, install_signals: bool = True) -> int | None:
-        """What :meth:`run` does before its first tick: take the state file's lock, install
-        the signal handlers (unless ``install_signals`` is false), log the start and the
-        config's warnings, and arrange READY=1 after the first scan.  Returns
-        :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state file (then nothing
-        was touched), else None."""
+        """Take the state file's lock, handle signals (``install_signals``) and say so in the
+        journal; returns :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state
+        file."""
         try:
             problem = self.lock.acquire(self.config.state_file)
         except AlreadyRunning as e:
@@ -145,115 +174,49 @@ class Daemon:
         if problem is not None:
             self.log(logging.WARNING, None, f"running without the state file's lock: {problem}")
         if install_signals:
-            self._install_signals()
+            self.signals.install()
         self.log(
             logging.INFO,
             Event.STARTED,
             f"gpuagent {__version__} started: tick every {self.config.interval:g} s",
         )
         self._warn(self.config)
-        self.agent.on_scanned = lambda: self.notifier.ready(self.agent.status_line())
         return None
 
-    def step(self) -> None:
-        """One tick and its outputs (the state file, the metrics, STATUS, the watchdog): what
-        the loop does at each grid point."""
-        self._tick()
-        self._publish()
-        if self.agent.ticks == 1:
-            self.log(logging.INFO, None, f"first tick: {self.agent.status_line()}")
-
-    def _tick(self) -> None:
-        try:
-            self.agent.tick()
-        except Exception as e:  # noqa: BLE001 - see below
-            # A bug must not become a restart loop under Restart=on-failure.
-            # Every known bad input is handled in the agent; this is for the unknown one.
-            self._internal("internal", "in a tick", e)
-            if self.agent.on_scanned is not None:
-                # READY=1 comes after the first scan; without one, systemd must hear it anyway.
-                self.agent.on_scanned()
-                self.agent.on_scanned = None
-        else:
-            self.agent.problems.pop("internal", None)
+    def step(self) -> Report:
+        """One tick and its outputs; the first one sends READY=1 once the bus is scanned."""
+        first = self.report is None
+        self.report = self.agent.tick(scanned=self.notifier.ready if first else None)
+        self.publisher.publish(self.report)
+        self.watchdog.ping_if_due()
+        if first:
+            self.log(logging.INFO, None, f"first tick: {self.report.status}")
+        return self.report
 
     def _wait_until(self, when: float) -> bool:
         """Sleep until ``when`` (monotonic s), pinging the watchdog; True if asked to stop."""
-        while not self.stop_requested and not self.reload_requested:
-            self.ping_if_due()
+        while not self.signals.stop and not self.signals.reload:
+            self.watchdog.ping_if_due()
             now = self.monotonic()
             if now >= when:
                 return False
-            until = min(when, self.next_ping) if self.ping_every else when
-            ready, _, _ = select.select([self._wake_r], [], [], max(until - now, 0.0))
+            every = self.watchdog.every
+            until = min(when, self.watchdog.next_ping) if every else when
+            ready, _, _ = select.select([self.signals.wake_fd], [], [], max(until - now, 0.0))
             if ready:
-                _drain(self._wake_r)
-        return self.stop_requested
-
-    def _internal(self, key: str, where: str, e: Exception) -> None:
-        """Log an unexpected error once per distinct one (traceback at debug) and hold it as
-        problem ``key``; the next tick tries again."""
-        reason = f"{type(e).__name__}: {e}"[:300]
-        if self.agent.problems.get(key) != reason:
-            self.log(logging.ERROR, None, f"internal error {where}, carrying on: {reason}")
-            self.log.logger.debug("the internal error's traceback", exc_info=True)
-        self.agent.problems[key] = reason
-
-    def _publish(self) -> None:
-        try:
-            snapshot = self.agent.snapshot()
-            self._write_state(snapshot)
-            self._write_metrics(snapshot)
-            self.notifier.status(snapshot["status"])
-        except Exception as e:  # noqa: BLE001 - see below
-            # As in a tick: I/O errors are handled where they happen; this is for a bug in
-            # turning the state into the outputs, which must not stop the watchdog either.
-            self._internal("internal_publish", "writing the state and metrics", e)
-        else:
-            if self.agent.problems.pop("internal_publish", None) is not None:
-                # The state file just written still reports the error: write it without.
-                self._write_state(self.agent.snapshot())
-        self.ping_if_due()
-
-    def _write_state(self, snapshot: dict[str, object]) -> None:
-        path = self.agent.config.state_file
-        try:
-            state.write(path, snapshot)
-            if self._state_error is not None:
-                # The file just written still reports the write failure: write it without.
-                self.agent.problems.pop("state_file", None)
-                state.write(path, self.agent.snapshot())
-        except OSError as e:
-            reason = f"{path}: {e.strerror or e}"
-            if reason != self._state_error:
-                self.log(
-                    logging.ERROR,
-                    Event.STATE_WRITE_FAILED,
-                    f"cannot write the state file {reason}; sampling goes on",
-                )
-            self._state_error = reason
-            self.agent.problems["state_file"] = reason
-            return
-        if self._state_error is not None:
-            self.log(logging.INFO, Event.STATE_WRITE_RECOVERED, f"state file {path} written again")
-            self._state_error = None
-
-    def _write_metrics(self, snapshot: dict[str, object]) -> None:
-        self.textfile.write(snapshot)
-        if self.textfile.problem is None:
-            self.agent.problems.pop("textfile", None)
-        else:
-            self.agent.problems["textfile"] = self.textfile.problem
+                self.signals.drain()
+        return self.signals.stop
 
     def reload(self) -> bool:
-        """Reload the config; returns whether to tick now ("look now": the operator may have
-        fixed what the probe was failing on), which is at most once per interval."""
-        self.reload_requested = False
+        """Reload the config (SIGHUP); returns whether to tick now ("look now": the operator
+        may have fixed what the probe was failing on), which is at most once per interval."""
+        self.signals.reload = False
         self.notifier.reloading()
         now = self.monotonic()
         look = self._looked_at is None or now - self._looked_at >= self.config.interval
         then = "probing now" if look else "probing on the next tick (a reload just probed)"
         path, required = self.config_file
+        cfg: config.Config | None = None
         try:
             cfg = self._load_for_reload(path, required)
         except (config.ConfigError, AlreadyRunning) as e:
@@ -263,20 +226,15 @@ class Daemon:
                 f"reload failed, keeping the old config: {e}; {then}",
             )
         else:
-            if cfg.state_file != self.config.state_file:
-                # Nothing updates the old file any more: it would read as a hung agent.
-                with contextlib.suppress(OSError):
-                    os.unlink(self.config.state_file)
             self.config = cfg
-            self.agent.configure(cfg)
-            self.textfile.configure(cfg.textfile)
+            self.publisher.configure(cfg.state_file, cfg.textfile)
             setup(cfg.log_level)
             self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}; {then}")
             self._warn(cfg)
-        self.agent.backoff.expedite()
+        report = self.agent.configure(cfg)
         if look:
             self._looked_at = now
-        self.notifier.ready(self.agent.status_line())
+        self.notifier.ready(report.status)
         return look
 
     def _warn(self, cfg: config.Config) -> None:
@@ -294,25 +252,13 @@ class Daemon:
         return cfg
 
     def finish(self, reason: str) -> int:
-        """Stop: STOPPING=1 and a line when ``reason`` is ``signal``; kill a stuck probe, remove
-        the metrics, write the final state with ``exit`` and release the lock.  Returns the
-        exit status, 0."""
+        """End the run (``reason``: ``ticks`` or ``signal``): the textfile goes, the state
+        file says the agent stopped, the lock is released.  Returns 0."""
         if reason == "signal":
             self.notifier.stopping()
             self.log(logging.INFO, Event.STOPPING, "stopping on signal")
-        self.agent.prober.runner.kill_stuck()
-        self.textfile.remove()
-        snapshot = self.agent.snapshot()
-        snapshot["exit"] = {"reason": reason, "at": snapshot["updated_at"]}
-        with contextlib.suppress(OSError):
-            state.write(self.agent.config.state_file, snapshot)
+        self.runner.kill_stuck()
+        if self.report is not None:
+            self.publisher.finish(self.report, reason, time.time())
         self.lock.release()
         return 0
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except BlockingIOError:
-        pass

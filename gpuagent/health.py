@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
 
 __all__ = [
     "ACTIONS",
@@ -22,14 +22,35 @@ __all__ = [
     "UNKNOWN",
     "WARNING",
     "Finding",
+    "Health",
     "Problem",
+    "Severity",
     "Tracker",
     "worst",
 ]
 
-OK, WARNING, CRITICAL, UNKNOWN = "ok", "warning", "critical", "unknown"
-SEVERITIES = (WARNING, CRITICAL)
-HEALTH = (OK, WARNING, CRITICAL, UNKNOWN)
+
+class Severity(StrEnum):
+    """How bad a problem is: a warning opens a ticket, a critical problem pages."""
+
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class Health(StrEnum):
+    """A GPU's health: its worst problem's severity, ``ok``, or ``unknown`` while nothing
+    fresh is known about it."""
+
+    OK = "ok"
+    WARNING = "warning"
+    CRITICAL = "critical"
+    UNKNOWN = "unknown"
+
+
+WARNING, CRITICAL = Severity.WARNING, Severity.CRITICAL
+OK, UNKNOWN = Health.OK, Health.UNKNOWN
+SEVERITIES = tuple(Severity)
+HEALTH = tuple(Health)
 # What an operator should do about a problem, mildest first.
 ACTIONS = (
     "none",
@@ -77,12 +98,12 @@ class Finding:
         return self.kind, self.extra
 
 
-def worst(findings: Iterable[Finding]) -> str:
+def worst(findings: Iterable[Finding]) -> Health:
     """The health of a GPU with ``findings``: ``critical``, ``warning`` or ``ok`` (none)."""
     severities = {f.severity for f in findings}
     if CRITICAL in severities:
-        return CRITICAL
-    return WARNING if WARNING in severities else OK
+        return Health.CRITICAL
+    return Health.WARNING if WARNING in severities else Health.OK
 
 
 @dataclass(frozen=True)
@@ -93,18 +114,6 @@ class Problem:
     slot: str
     finding: Finding
     since: float
-
-    def as_dict(self) -> dict[str, Any]:
-        """The state file's form: kind, severity, action, message, since and the extra fields."""
-        f = self.finding
-        return {
-            "kind": f.kind,
-            "severity": f.severity,
-            "action": f.action,
-            "message": f.message,
-            "since": self.since,
-            **dict(f.extra),
-        }
 
 
 class Tracker:

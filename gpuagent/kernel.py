@@ -1,7 +1,7 @@
 """The kernel driver as a source of facts: this boot's Xid, SXid and RmInitAdapter records.
 
 Glue between the journal (:class:`~gpuagent.kernlog.KernelLog`), the counter
-(:class:`~gpuagent.xid.XidCounter`) and the agent: each tick, whatever the probe's gates
+(:class:`~gpuagent.xidcount.XidCounter`) and the agent: each tick, whatever the probe's gates
 say, :meth:`KernelSource.poll` takes what the journal has that is new and returns each GPU's
 problems of kind ``xid`` and ``init_failed`` for the health tracker.  It logs what the health
 model does not: a journal that cannot be read (once, and once when it can again) and the
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
+from .condition import Condition, Edge
 from .health import Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
-from .xid import XidCounter
+from .views import KernelView
+from .xidcount import XidCounter
 
 __all__ = ["KernelSource"]
 
@@ -38,8 +39,12 @@ class KernelSource:
         self._open_log = open_log
         self.journal = open_log(directory)
         self.xids = XidCounter()
-        # Why the journal cannot be read, while it cannot (the state's problems["journal"]).
-        self.error: str | None = None
+        self._trouble: Condition[str] = Condition()
+
+    @property
+    def error(self) -> str | None:
+        """Why the journal cannot be read, while it cannot (the state's ``problems["journal"]``)."""
+        return self._trouble.value
 
     def configure(self, directory: str) -> None:
         """Read the journal in ``directory`` from now on; a new one is counted from its boot's
@@ -68,7 +73,8 @@ class KernelSource:
         return self.xids.findings(slots)
 
     def _note(self, error: str | None) -> None:
-        if error is not None and self.error is None:
+        edge = self._trouble.update(error)
+        if edge is Edge.STARTED:
             self.log(
                 logging.WARNING,
                 Event.JOURNAL_UNREADABLE,
@@ -76,45 +82,18 @@ class KernelSource:
                 "seen until it can be read; sampling goes on",
                 journal_directory=self.journal.directory or None,
             )
-        elif error is None and self.error is not None:
+        elif edge is Edge.ENDED:
             self.log(
                 logging.INFO,
                 Event.JOURNAL_READABLE,
                 f"{self.journal.where} can be read again; reading the kernel's records",
                 journal_directory=self.journal.directory or None,
             )
-        self.error = error
 
-    def gpu_xids(self, slots: list[str]) -> dict[str, list[dict[str, Any]]]:
-        """The state's per-GPU Xid counts this boot, by slot, ordered by code: ``xid``,
-        ``count``, ``first`` and ``last`` (Unix time, s), ``name``, ``severity`` (``none``,
-        ``warning``, ``critical``) and ``action``."""
-        out: dict[str, list[dict[str, Any]]] = {}
-        for (slot, code), c in sorted(self.xids.counts(slots).items()):
-            out.setdefault(slot, []).append(
-                {
-                    "xid": code,
-                    "count": c.count,
-                    "first": c.first,
-                    "last": c.last,
-                    "name": c.info.name,
-                    "severity": c.info.severity,
-                    "action": c.info.action,
-                }
-            )
-        return out
-
-    def sxids(self) -> list[dict[str, Any]]:
-        """The state's NVSwitch SXid counts this boot: ``pci_slot`` (the NVSwitch's, or
-        ``nvswitchN``), ``sxid``, ``count``, ``first``, ``last`` (Unix time, s), ``fatal``."""
-        return [
-            {
-                "pci_slot": slot,
-                "sxid": code,
-                "count": c.count,
-                "first": c.first,
-                "last": c.last,
-                "fatal": c.fatal,
-            }
-            for (slot, code), c in sorted(self.xids.sxid_counts().items())
-        ]
+    def view(self, slots: list[str]) -> KernelView:
+        """This boot's counts as the report needs them; ``slots`` are the GPUs on the bus."""
+        return KernelView(
+            self.xids.counts(slots),
+            self.xids.sxid_counts(),
+            self.xids.uuids(slots),
+        )

@@ -1,4 +1,4 @@
-"""Prometheus metrics: the state snapshot as series, written for node_exporter's textfile collector.
+"""Prometheus metrics: one tick's state as series, for node_exporter's textfile collector.
 
 Only the daemon imports this module: ``gpuagent status`` must not load prometheus_client.
 
@@ -16,21 +16,17 @@ and ``uuid``.  The kernel driver's Xids of this boot are counters per GPU and co
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import re
-import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .logs import Event, EventLog
+from .report import GpuEntry, ProblemEntry, State
+from .views import ProbeState
 
-__all__ = ["GPU_VALUES", "Textfile", "families", "render"]
+__all__ = ["GPU_VALUES", "Snapshot", "families", "registry", "render"]
 
 _MIB = 1048576
 GPU_LABELS = ("pci_slot", "uuid")
@@ -108,7 +104,7 @@ def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> GaugeMe
     return family
 
 
-def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
+def _gpu_families(gpus: list[GpuEntry]) -> list[Metric]:
     info = GaugeMetricFamily(
         "gpuagent_gpu_info",
         "A GPU nvidia-smi reports, with its name and driver version; always 1.",
@@ -132,15 +128,15 @@ def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
         labels=GPU_LABELS,
     )
     for gpu in gpus:
-        fields: Mapping[str, object] = gpu.get("fields") or {}
-        labels = [str(gpu.get("pci_slot", "")), _text(fields.get("uuid"))]
-        healthy.add_metric(labels, 1.0 if gpu.get("health") == "ok" else 0.0)
+        fields = gpu["fields"]
+        labels = [gpu["pci_slot"], _text(fields.get("uuid"))]
+        healthy.add_metric(labels, 1.0 if gpu["health"] == "ok" else 0.0)
         if not fields:
             continue
         info.add_metric(
             [*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0
         )
-        if gpu.get("stale"):
+        if gpu["stale"]:
             continue
         for name, field, convert, _ in GPU_VALUES:
             number = _number(fields.get(field))
@@ -154,23 +150,20 @@ def _gpu_families(gpus: list[Mapping[str, Any]]) -> list[Metric]:
     return [info, healthy, *values.values(), pstate, mig]
 
 
-def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
+def _problems(state: State) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "gpuagent_gpu_problem",
         "A problem holding on a GPU (empty pci_slot and uuid: on the host), with its kind, "
         "severity (warning, critical) and the action to take; always 1.",
         labels=[*GPU_LABELS, "kind", "severity", "action"],
     )
-    owners: list[tuple[str, str, list[Any]]] = [("", "", list(snapshot.get("host_problems") or []))]
-    for gpu in snapshot.get("gpus") or []:
-        fields: Mapping[str, object] = gpu.get("fields") or {}
-        owners.append(
-            (str(gpu.get("pci_slot", "")), _text(fields.get("uuid")), gpu.get("problems") or [])
-        )
+    owners: list[tuple[str, str, list[ProblemEntry]]] = [("", "", state["host_problems"])]
+    for gpu in state["gpus"]:
+        owners.append((gpu["pci_slot"], _text(gpu["fields"].get("uuid")), gpu["problems"]))
     seen: set[tuple[str, ...]] = set()
     for slot, uuid, problems in owners:
         for p in problems:
-            labels = (slot, uuid, str(p.get("kind")), str(p.get("severity")), str(p.get("action")))
+            labels = (slot, uuid, p["kind"], p["severity"], p["action"])
             # Two Xids of one kind on a GPU are one series.
             if labels not in seen:
                 seen.add(labels)
@@ -178,7 +171,7 @@ def _problems(snapshot: Mapping[str, Any]) -> GaugeMetricFamily:
     return family
 
 
-def _xids(snapshot: Mapping[str, Any]) -> list[Metric]:
+def _xids(state: State) -> list[Metric]:
     errors = CounterMetricFamily(
         "gpuagent_gpu_xid_errors",
         "Xid records the NVIDIA driver logged for the GPU this boot, by code.",
@@ -190,50 +183,50 @@ def _xids(snapshot: Mapping[str, Any]) -> list[Metric]:
         "the GPU stays healthy) and the action; always 1.",
         labels=[*GPU_LABELS, "xid", "name", "severity", "action"],
     )
-    for gpu in snapshot.get("gpus") or []:
-        slot, uuid = str(gpu.get("pci_slot", "")), _text(gpu.get("uuid"))
-        for c in gpu.get("xids") or []:
-            code = str(c.get("xid"))
-            errors.add_metric([slot, uuid, code], float(c.get("count") or 0))
-            meaning = [str(c.get(k)) for k in ("name", "severity", "action")]
+    for gpu in state["gpus"]:
+        slot, uuid = gpu["pci_slot"], _text(gpu["uuid"])
+        for c in gpu["xids"]:
+            code = str(c["xid"])
+            errors.add_metric([slot, uuid, code], float(c["count"]))
+            meaning = [c["name"], c["severity"], c["action"]]
             info.add_metric([slot, uuid, code, *meaning], 1.0)
     sxids = CounterMetricFamily(
         "gpuagent_nvswitch_sxid_errors",
         "SXid records the NVIDIA driver logged for the NVSwitch this boot, by code.",
         labels=["pci_slot", "sxid"],
     )
-    for c in snapshot.get("sxids") or []:
-        sxids.add_metric([str(c.get("pci_slot")), str(c.get("sxid"))], float(c.get("count") or 0))
+    for s in state["sxids"]:
+        sxids.add_metric([s["pci_slot"], str(s["sxid"])], float(s["count"]))
     return [errors, info, sxids]
 
 
-def families(snapshot: Mapping[str, Any]) -> list[Metric]:
-    """The series for one state snapshot (:meth:`gpuagent.agent.Agent.snapshot`)."""
-    probe: Mapping[str, Any] = snapshot.get("probe") or {}
-    state = probe.get("state")
+def families(state: State) -> list[Metric]:
+    """The series for one tick's state (:class:`gpuagent.report.State`)."""
+    probe = state["probe"]
+    probe_state = probe["state"]
     out: list[Metric] = [
         _labelled(
             "gpuagent_info",
             "The running gpuagent's version; always 1.",
             "version",
-            [str(snapshot.get("version", ""))],
+            [state["version"]],
         ),
         _gauge(
             "gpuagent_probe_up",
             "1 when the last nvidia-smi probe succeeded, else 0 (failing, stuck, gated, idle).",
-            1.0 if state == "ok" else 0.0,
+            1.0 if probe_state == ProbeState.OK else 0.0,
         ),
         _gauge(
             "gpuagent_probe_consecutive_failures",
             "nvidia-smi probes failed in a row.",
-            float(probe.get("consecutive_failures") or 0),
+            float(probe["consecutive_failures"]),
         ),
         _labelled(
             "gpuagent_probe_failure_info",
             "Present while nvidia-smi is failing: the failure class; always 1.",
             "class",
             [probe["failure_class"]]
-            if state in ("failing", "stuck") and probe.get("failure_class")
+            if probe_state in (ProbeState.FAILING, ProbeState.STUCK) and probe["failure_class"]
             else [],
         ),
         _labelled(
@@ -241,141 +234,76 @@ def families(snapshot: Mapping[str, Any]) -> list[Metric]:
             "Present while the agent does not probe: why (no_gpu, nvidia_smi_missing, "
             "driver_not_loaded); always 1.",
             "reason",
-            [probe["gate"]] if probe.get("gate") else [],
+            [probe["gate"]] if probe["gate"] else [],
         ),
         CounterMetricFamily(
             "gpuagent_probe_spawns_total",
             "nvidia-smi processes started since the agent started.",
-            value=float(probe.get("spawns_total") or 0),
+            value=float(probe["spawns_total"]),
         ),
         _gauge(
             "gpuagent_pci_gpus",
             "NVIDIA GPUs on the PCI bus, whatever driver they are bound to.",
-            float(len(snapshot.get("pci") or [])),
+            float(len(state["pci"])),
         ),
         _labelled(
             "gpuagent_gpu_missing",
             "A GPU bound to nvidia on the PCI bus that nvidia-smi does not report; always 1.",
             "pci_slot",
-            [str(s) for s in snapshot.get("missing") or []],
+            state["missing"],
         ),
         _gauge(
             "gpuagent_interval_seconds",
             "Seconds between ticks.",
-            float(snapshot.get("interval") or 0),
+            float(state["interval"]),
         ),
         _gauge(
             "gpuagent_last_update_timestamp_seconds",
             "When the agent last wrote its state (Unix time); it does so every tick.",
-            float(snapshot.get("updated_at") or 0),
+            float(state["updated_at"]),
         ),
     ]
     # Only once the probe has run (answered): no series rather than a made-up 0.
-    for name, key, doc in (
-        ("gpuagent_probe_duration_seconds", "duration", "How long the last nvidia-smi run took."),
+    for name, value, doc in (
+        (
+            "gpuagent_probe_duration_seconds",
+            probe["duration"],
+            "How long the last nvidia-smi run took.",
+        ),
         (
             "gpuagent_probe_last_success_timestamp_seconds",
-            "last_success_at",
+            probe["last_success_at"],
             "When nvidia-smi last answered (Unix time).",
         ),
     ):
-        if probe.get(key) is not None:
-            out.append(_gauge(name, doc, float(probe[key])))
-    out.extend(_gpu_families(list(snapshot.get("gpus") or [])))
-    out.append(_problems(snapshot))
-    out.extend(_xids(snapshot))
+        if value is not None:
+            out.append(_gauge(name, doc, float(value)))
+    out.extend(_gpu_families(state["gpus"]))
+    out.append(_problems(state))
+    out.extend(_xids(state))
     return [f for f in out if f.samples]
 
 
-class _Snapshot(Collector):
+class Snapshot(Collector):
+    """The one collector of a textfile's registry: the series of :attr:`state`."""
+
     def __init__(self) -> None:
-        self.snapshot: Mapping[str, Any] = {}
+        self.state: State | None = None
 
     def collect(self) -> Iterable[Metric]:
-        return families(self.snapshot)
+        return [] if self.state is None else families(self.state)
 
 
-def _registry() -> tuple[CollectorRegistry, _Snapshot]:
-    registry = CollectorRegistry(auto_describe=False)
-    collector = _Snapshot()
-    registry.register(collector)
-    return registry, collector
+def registry() -> tuple[CollectorRegistry, Snapshot]:
+    """A registry whose one collector renders the state it is given."""
+    out = CollectorRegistry(auto_describe=False)
+    collector = Snapshot()
+    out.register(collector)
+    return out, collector
 
 
-def render(snapshot: Mapping[str, Any]) -> str:
-    """The exposition text of one snapshot (what the textfile holds)."""
-    registry, collector = _registry()
-    collector.snapshot = snapshot
-    return generate_latest(registry).decode()
-
-
-class Textfile:
-    """Writes each tick's snapshot to ``path`` for node_exporter; owns its "log once".
-
-    ``path`` may be a symlink (the package links node_exporter's directory to
-    ``/run/gpuagent``): it is resolved first, since the write goes to a temporary file beside
-    the target and is renamed over it.  A directory that does not exist is one info line
-    (no node_exporter here), other errors one error line per episode; ``problem`` says what is
-    wrong while it is.
-    """
-
-    def __init__(self, path: str, log: EventLog) -> None:
-        self.path = path
-        self.log = log
-        self.problem: str | None = None
-        self._absent: str | None = None
-        self._registry, self._collector = _registry()
-
-    def configure(self, path: str) -> None:
-        """Use ``path`` from now on (``""``: write nothing); the old file is removed."""
-        if path != self.path:
-            self.remove()
-            self.path = path
-            self.problem = None
-            self._absent = None
-
-    def write(self, snapshot: Mapping[str, Any]) -> None:
-        """Replace the file with ``snapshot``'s series; never raises for I/O errors."""
-        if not self.path:
-            return
-        target = os.path.realpath(self.path)
-        directory = os.path.dirname(target)
-        if not os.path.isdir(directory):
-            if self._absent != directory:
-                self.log(
-                    logging.INFO,
-                    None,
-                    f"not writing Prometheus metrics to {self._name(target)}: {directory} "
-                    "does not exist (is prometheus-node-exporter installed?)",
-                )
-                self._absent = directory
-            return
-        self._collector.snapshot = snapshot
-        try:
-            write_to_textfile(target, self._registry)
-        except OSError as e:
-            # prometheus_client 0.16 leaves its temporary file behind on an error.
-            with contextlib.suppress(OSError):
-                os.unlink(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
-            reason = f"{self._name(target)}: {e.strerror or e}"
-            if reason != self.problem:
-                self.log(
-                    logging.ERROR,
-                    Event.METRICS_WRITE_FAILED,
-                    f"cannot write Prometheus metrics to {reason}; sampling goes on",
-                )
-            self.problem = reason
-            return
-        if self.problem is not None or self._absent is not None:
-            self.log(logging.INFO, None, f"Prometheus metrics written to {self._name(target)}")
-        self.problem = None
-        self._absent = None
-
-    def remove(self) -> None:
-        """Remove the file (at exit: a stopped agent's numbers must not look live)."""
-        if self.path:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.realpath(self.path))
-
-    def _name(self, target: str) -> str:
-        return self.path if target == self.path else f"{self.path} (-> {target})"
+def render(state: State) -> str:
+    """The exposition text of one tick's state (what the textfile holds)."""
+    out, collector = registry()
+    collector.state = state
+    return generate_latest(out).decode()

@@ -85,6 +85,10 @@ class Prober:
         self.fields = FIELDS
         self._tried_fallbacks: set[str] = set()
 
+    def configure(self, timeout: float) -> None:
+        """Give each probe ``timeout`` seconds from now on."""
+        self.runner.timeout = timeout
+
     def busy(self) -> bool:
         """Whether an abandoned probe is still alive (no new probe may start)."""
         return self.runner.busy()

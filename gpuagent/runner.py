@@ -63,16 +63,20 @@ class Runner:
         kill_grace: float = 1.0,
         max_output: int = 1 << 20,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat: Callable[[], None] = lambda: None,
+        heartbeat_every: float = 1.0,
+        wake_fd: int | None = None,
+        interrupted: Callable[[], bool] = lambda: False,
     ) -> None:
         self.timeout = timeout
         self.kill_grace = kill_grace
         self.max_output = max_output
         self.clock = clock
         self.stuck: subprocess.Popen[bytes] | None = None
-        self.heartbeat: Callable[[], None] = lambda: None
-        self.heartbeat_every = 1.0
-        self.wake_fd: int | None = None
-        self.interrupted: Callable[[], bool] = lambda: False
+        self.heartbeat = heartbeat
+        self.heartbeat_every = heartbeat_every
+        self.wake_fd = wake_fd
+        self.interrupted = interrupted
 
     def busy(self) -> bool:
         """Whether an abandoned child is still alive; reaps it once it has exited."""

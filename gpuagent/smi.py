@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from dataclasses import field as dc_field
 from enum import StrEnum
 
+from .pciaddr import is_bus_id, sysfs_slot
+
 __all__ = [
     "FALLBACKS",
     "FIELDS",
@@ -28,7 +30,6 @@ __all__ = [
     "invalid_field",
     "parse",
     "parse_output",
-    "sysfs_slot",
 ]
 
 Value = int | float | str | None
@@ -99,7 +100,6 @@ _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 _QUOTE = '"\u201c\u201d'
 _INVALID_FIELD = re.compile(rf"Field [{_QUOTE}]([^{_QUOTE}]+)[{_QUOTE}] is not a valid field")
 _WARNING = re.compile(r"^WARNING: ")
-_BUS_ID = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<rest>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 _INDEX_DIGITS = 6
 # What nvidia-smi prints for each field of a GPU that needs a reset (NVML_ERROR_RESET_REQUIRED).
 REQUIRES_RESET = "[GPU requires reset]"
@@ -142,21 +142,10 @@ def command(binary: str, fields: tuple[str, ...]) -> list[str]:
     return [binary, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
 
 
-def sysfs_slot(bus_id: str) -> str:
-    """nvidia-smi's ``pci.bus_id`` (``00000000:41:00.0``) in sysfs form (``0000:41:00.0``).
-
-    A bus id without a domain (``41:00.0``) is returned lower-cased as it is.
-    """
-    m = _BUS_ID.fullmatch(bus_id.strip().lower())
-    if m is None or m["domain"] is None:
-        return bus_id.strip().lower()
-    return f"{int(m['domain'], 16):04x}:{m['rest']}"
-
-
 def _value(field: str, text: str) -> Value:
     if text in _MISSING or (text.startswith("[") and text.endswith("]")):
         return None
-    if field == "pci.bus_id" and not _BUS_ID.fullmatch(text.lower()):
+    if field == "pci.bus_id" and not is_bus_id(text.lower()):
         raise ValueError(text)
     if field in _TEXT:
         return text

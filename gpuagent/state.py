@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["SCHEMA", "StateError", "read", "write"]
@@ -19,7 +20,7 @@ class StateError(Exception):
     """A state file that is missing, unreadable or not a gpuagent state."""
 
 
-def write(path: str, state: dict[str, Any]) -> None:
+def write(path: str, state: Mapping[str, object]) -> None:
     """Replace ``path`` with ``state`` as JSON, atomically (temp file + rename, same directory).
 
     The file is mode 0644: every user may run ``gpuagent status``.  Raises ``OSError``

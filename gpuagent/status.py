@@ -1,7 +1,9 @@
 """``gpuagent status``: judge a state file and render it for a person (pure, light imports).
 
 The exit status follows the monitoring-plugins convention: 0 ok, 1 warning, 2 critical,
-3 unknown, from the worst problem on the host (see :func:`judge`).
+3 unknown, from the worst problem on the host (see :func:`judge`).  The state is read as the
+agent's report wrote it (:class:`gpuagent.report.State`), once :func:`malformed` has found
+nothing wrong with it.
 """
 
 from __future__ import annotations
@@ -9,26 +11,32 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, TypeGuard
+from collections.abc import Mapping
+from enum import IntEnum
+from typing import Any, TypeGuard, cast
 
-from .health import HEALTH, SEVERITIES
+from .health import HEALTH, SEVERITIES, Health, Severity
+from .report import GpuEntry, ProblemEntry, State
+from .views import ProbeState
 
-__all__ = [
-    "CRITICAL",
-    "DEGRADED",
-    "HEALTHY",
-    "NAMES",
-    "UNKNOWN",
-    "clean",
-    "judge",
-    "malformed",
-    "render",
-]
+__all__ = ["ExitCode", "checked", "clean", "judge", "malformed", "render"]
 
-HEALTHY, DEGRADED, CRITICAL, UNKNOWN = 0, 1, 2, 3
-# The health word of each exit status (``--json``'s "health").
-NAMES = {HEALTHY: "ok", DEGRADED: "warning", CRITICAL: "critical", UNKNOWN: "unknown"}
-_CODE = {"warning": DEGRADED, "critical": CRITICAL}
+
+class ExitCode(IntEnum):
+    """``gpuagent status``'s exit status (the monitoring-plugins convention)."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+    @property
+    def health(self) -> Health:
+        """The health word of the exit status (``--json``'s ``health``)."""
+        return Health(self.name.lower())
+
+
+_CODE = {Severity.WARNING: ExitCode.WARNING, Severity.CRITICAL: ExitCode.CRITICAL}
 # A running daemon rewrites the state every tick; this many intervals without it is a hang.
 SILENT_INTERVALS = 3
 # ...but never less than this, so that a tick stretched by a probe timeout is not a hang.
@@ -83,7 +91,7 @@ def _gpu_ok(g: object) -> bool:
     )
 
 
-def malformed(st: dict[str, Any]) -> str | None:
+def malformed(st: Mapping[str, Any]) -> str | None:
     """The first key of ``st`` that is not what the agent writes, or None if it is sound.
 
     A state file edited by hand (or by anything else) must give a clear exit 3, not a
@@ -126,6 +134,14 @@ def malformed(st: dict[str, Any]) -> str | None:
     return None
 
 
+def checked(st: dict[str, Any]) -> State | str:
+    """``st`` as the agent's state, or the first key that is not what the agent writes."""
+    bad = malformed(st)
+    if bad is not None:
+        return bad
+    return cast(State, st)  # malformed() has checked every key
+
+
 def _pid_alive(pid: object) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
@@ -138,7 +154,7 @@ def _pid_alive(pid: object) -> bool:
     return True
 
 
-def judge(st: dict[str, Any], now: float) -> tuple[int, str]:
+def judge(st: State, now: float) -> tuple[ExitCode, str]:
     """Exit status and a one-line reason for state ``st`` read at wall time ``now`` (s).
 
     3 (unknown) when the agent is not running or has hung; else the worst of each GPU's
@@ -150,42 +166,41 @@ def judge(st: dict[str, Any], now: float) -> tuple[int, str]:
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
         if exit_info is not None:
-            return UNKNOWN, f"gpuagent is stopped since {_since(exit_info.get('at'), now)}"
-        if not _pid_alive(st.get("pid")):
-            return UNKNOWN, f"gpuagent (pid {st.get('pid')}) died without finishing"
-        interval = float(st.get("interval") or 10)
-        age = now - float(st.get("updated_at") or 0)
-        if age > max(SILENT_INTERVALS * interval, SILENT_MIN):
-            return UNKNOWN, f"gpuagent has not updated its state for {age:.0f} s"
+            return ExitCode.UNKNOWN, f"gpuagent is stopped since {_since(exit_info['at'], now)}"
+        if not _pid_alive(st["pid"]):
+            return ExitCode.UNKNOWN, f"gpuagent (pid {st['pid']}) died without finishing"
+        age = now - st["updated_at"]
+        if age > max(SILENT_INTERVALS * st["interval"], SILENT_MIN):
+            return ExitCode.UNKNOWN, f"gpuagent has not updated its state for {age:.0f} s"
     found = _conditions(st)
     if not found:
-        return HEALTHY, st.get("status") or "ok"
+        return ExitCode.OK, st["status"] or "ok"
     code = max(c for c, _ in found)
     return code, "; ".join(reason for c, reason in found if c == code)
 
 
-def _conditions(st: dict[str, Any]) -> list[tuple[int, str]]:
-    probe = st.get("probe") or {}
-    gpus = st.get("gpus") or []
-    found: list[tuple[int, str]] = []
+def _conditions(st: State) -> list[tuple[ExitCode, str]]:
+    probe = st["probe"]
+    gpus = st["gpus"]
+    found: list[tuple[ExitCode, str]] = []
     sick = set()
-    for owner, problems in [("host", st.get("host_problems") or [])] + [
-        (g["pci_slot"], g["problems"]) for g in gpus
-    ]:
+    owners: list[tuple[str, list[ProblemEntry]]] = [("host", st["host_problems"])]
+    for owner, problems in owners + [(g["pci_slot"], g["problems"]) for g in gpus]:
         for p in problems:
             sick.add(owner)
-            found.append((_CODE[p["severity"]], f"{owner} {p['kind']}: {p['action']}"))
-    if probe.get("state") in ("failing", "stuck") and st.get("pci"):
-        found.append((CRITICAL, st.get("status") or "probe failing"))
-    if probe.get("state") == "gated" and st.get("pci"):
-        found.append((DEGRADED, st.get("status") or "probe gated"))
-    silent = [s for s in st.get("missing") or [] if s not in sick]
+            found.append((_CODE[Severity(p["severity"])], f"{owner} {p['kind']}: {p['action']}"))
+    if probe["state"] in (ProbeState.FAILING, ProbeState.STUCK) and st["pci"]:
+        found.append((ExitCode.CRITICAL, st["status"] or "probe failing"))
+    if probe["state"] == ProbeState.GATED and st["pci"]:
+        found.append((ExitCode.WARNING, st["status"] or "probe gated"))
+    silent = [s for s in st["missing"] if s not in sick]
     if silent:
-        found.append((CRITICAL, f"GPU missing from nvidia-smi: {', '.join(silent)}"))
-    if any(g.get("stale") and g["pci_slot"] not in sick for g in gpus):
-        found.append((DEGRADED, "samples are stale"))
-    if st.get("problems"):
-        found.append((DEGRADED, "; ".join(f"{k}: {v}" for k, v in sorted(st["problems"].items()))))
+        found.append((ExitCode.CRITICAL, f"GPU missing from nvidia-smi: {', '.join(silent)}"))
+    if any(g["stale"] and g["pci_slot"] not in sick for g in gpus):
+        found.append((ExitCode.WARNING, "samples are stale"))
+    if st["problems"]:
+        trouble = "; ".join(f"{k}: {v}" for k, v in sorted(st["problems"].items()))
+        found.append((ExitCode.WARNING, trouble))
     return found
 
 
@@ -238,12 +253,12 @@ def _pair(used: object, total: object, unit: str) -> str:
     return f"{_num(used, '')}/{_num(total, '')} {unit}"
 
 
-def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
+def render(st: State, now: float, code: int, reason: str) -> str:
     """Human text in the spirit of ``systemctl status``: header, probe line, one row a GPU.
 
     ``st`` must have passed :func:`malformed`.
     """
-    dot = "\u25cb" if code == UNKNOWN else "\u25cf"
+    dot = "\u25cb" if code == ExitCode.UNKNOWN else "\u25cf"
     probe = st["probe"]
     exit_info = st["exit"]
     if exit_info is None:
@@ -253,7 +268,7 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
         ran = _ago(st["updated_at"] - st["started_at"])
         life = f"finished {_ago(now - st['updated_at'])} ago after {ran}"
     # A stopped agent's last status line is history: the header says it stopped.
-    title = reason if exit_info is not None and code == UNKNOWN else st["status"]
+    title = reason if exit_info is not None and code == ExitCode.UNKNOWN else st["status"]
     lines = [
         f"{dot} gpuagent - {clean(title)}",
         f"    pid {st['pid']}, {life}, {st['ticks']} ticks every {st['interval']:g} s, "
@@ -275,7 +290,7 @@ def render(st: dict[str, Any], now: float, code: int, reason: str) -> str:
     lines.append(probe_line)
     if probe.get("last_error"):
         lines.append(f"    last error: {clean(probe['last_error'])}")
-    if code != HEALTHY and reason not in (st["status"], title):
+    if code != ExitCode.OK and reason not in (st["status"], title):
         lines.append(f"    {clean(reason)}")
     for p in st["host_problems"]:
         lines.append(f"    host: {_problem(p, now)}")
@@ -300,19 +315,19 @@ def _clock(at: float) -> str:
         return "?"
 
 
-def _count(name: str, c: dict[str, Any]) -> str:
+def _count(name: str, c: Mapping[str, Any]) -> str:
     """``Xid 79`` times its count and the last one's local time of day."""
     return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
 
 
-def _problem(p: dict[str, Any], now: float) -> str:
+def _problem(p: ProblemEntry, now: float) -> str:
     return (
         f"{clean(p['severity'])} {clean(p['kind'])}: {clean(p['message'])} "
         f"(action: {clean(p['action'])}, since {_ago(now - p['since'])} ago)"
     )
 
 
-def _gpu_lines(g: dict[str, Any], now: float, missing: bool) -> list[str]:
+def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
     f = g["fields"]
     age = "-" if g["sampled_at"] is None else _ago(now - g["sampled_at"])
     index = f.get("index")

@@ -1,7 +1,6 @@
-"""The health verdict: every source's findings merged, each problem logged once, and the
-state's one entry per GPU.
+"""The health verdict: every source's findings merged and each problem logged once (no I/O).
 
-Sources report into :attr:`Verdict.tracker` (``smi`` from the probe, ``xid`` from the kernel
+Sources report with :meth:`Verdict.report` (``smi`` from the probe, ``xid`` from the kernel
 log); :meth:`Verdict.judge` adds the PCI bus's and the host's findings, settles them and logs
 each problem's start (warning, error when critical), a change of its severity or action, and
 its end (info), each with the event of its kind.
@@ -10,15 +9,12 @@ its end (info), each with the event of its kind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
 
-from . import pci, rules
-from .health import CRITICAL, OK, UNKNOWN, Problem, Tracker, worst
+from . import rules
+from .health import CRITICAL, Finding, Problem, Tracker
 from .logs import Event, EventLog
-
-if TYPE_CHECKING:
-    from .agent import Sample
+from .views import BusView
 
 __all__ = ["Verdict"]
 
@@ -33,23 +29,16 @@ class Verdict:
         self.log = log
         self.tracker = Tracker()
 
-    def judge(
-        self,
-        now: float,
-        gpus: list[pci.PciGpu],
-        seen_on_bus: set[str],
-        *,
-        bus_listed: bool,
-        sysfs_root: str,
-        expected_gpus: int | None,
-    ) -> None:
-        """Settle the sources at wall time ``now`` (s) with the bus as scanned (``gpus``;
-        ``bus_listed`` False: sysfs could not be listed) and log what started and ended."""
-        # A bus that could not be listed at all says nothing about GPUs leaving it.
-        if gpus or bus_listed:
-            unbound = any(g.driver is None for g in gpus)
-            loaded = unbound and pci.module_loaded(sysfs_root)
-            self.tracker.report("pci", rules.bus_findings(gpus, seen_on_bus, module_loaded=loaded))
+    def judge(self, now: float, bus: BusView, expected_gpus: int | None) -> None:
+        """Settle the sources at wall time ``now`` (s) with the bus as scanned and log what
+        started, changed and ended."""
+        gpus = list(bus.gpus)
+        # A bus that sysfs could not list says nothing about GPUs leaving it.
+        if gpus or not bus.problems:
+            loaded = any(g.driver is None for g in gpus) and bus.module_loaded
+            self.tracker.report(
+                "pci", rules.bus_findings(gpus, set(bus.seen), module_loaded=loaded)
+            )
         self.tracker.report("host", {"": rules.count_findings(len(gpus), expected_gpus)})
         exempt = [g.slot for g in gpus if not g.probeable]
         started, ended = self.tracker.settle(now, exempt)
@@ -81,42 +70,10 @@ class Verdict:
         text = f"{where}: {kind}{now}{f.severity}: {f.message}; action: {f.action}"
         self.log(level, event, text, **fields)
 
-    def entries(
-        self,
-        gpus: list[pci.PciGpu],
-        seen_on_bus: set[str],
-        samples: Mapping[str, Sample],
-        *,
-        fresh: set[str],
-        xids: Mapping[str, list[dict[str, Any]]],
-        uuids: Mapping[str, str],
-    ) -> list[dict[str, Any]]:
-        """One state entry per GPU known: on the bus now, seen on it before, named by
-        nvidia-smi or by the kernel.  ``fresh``: the slots with a current sample; ``xids``
-        and ``uuids``: the kernel's Xid counts and GPU UUIDs, by slot."""
-        on_bus = {g.slot: g for g in gpus}
-        slots = (seen_on_bus | set(samples) | self.tracker.slots() | set(xids)) - {""}
-        out = []
-        for slot in sorted(slots):
-            s = samples.get(slot)
-            problems = self.tracker.problems(slot)
-            gpu = on_bus.get(slot)
-            health = worst(p.finding for p in problems)
-            # Bound to another driver on purpose: ok; else ok only with a fresh sample.
-            if health == OK and (gpu is None or gpu.probeable):
-                health = OK if slot in fresh else UNKNOWN
-            fields = s.fields if s else {}
-            smi_uuid = fields.get("uuid")
-            out.append(
-                {
-                    "pci_slot": slot,
-                    "uuid": uuids.get(slot) or (smi_uuid if isinstance(smi_uuid, str) else None),
-                    "fields": fields,
-                    "sampled_at": s.sampled_at if s else None,
-                    "stale": s is not None and slot not in fresh,
-                    "health": health,
-                    "problems": [p.as_dict() for p in problems],
-                    "xids": xids.get(slot, []),
-                }
-            )
-        return out
+    def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
+        """Replace everything ``source`` (``smi``, ``xid``) found with ``findings`` (by slot)."""
+        self.tracker.report(source, findings)
+
+    def problems(self) -> dict[str, list[Problem]]:
+        """The problems holding, worst first, by slot (``""``: the host); only slots with one."""
+        return {slot: self.tracker.problems(slot) for slot in sorted(self.tracker.slots())}

@@ -14,7 +14,7 @@ events, anchored on the driver's own line prefixes:
 * ``NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>``: the UUID of the GPU in that slot.
 
 A line that merely mentions an Xid ("caused by previous Xid 149", "critical error 79") is not
-one.  :class:`XidCounter` counts what the records of one boot say, per GPU and code.
+one.  :mod:`gpuagent.xidcount` counts what the records of one boot say, per GPU and code.
 """
 
 from __future__ import annotations
@@ -22,24 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.xidcatalog import NONE, RECOVERY_ACTIONS, XidInfo, lookup
+from .health import CRITICAL, WARNING
+from .pciaddr import DEVICE, SLOT, parse_device, slot_of
+from .xidcatalog import NONE, RECOVERY_ACTIONS, XidInfo, lookup
 
-__all__ = [
-    "First",
-    "GpuUuid",
-    "InitFailure",
-    "SXid",
-    "SXidCount",
-    "Xid",
-    "XidCount",
-    "XidCounter",
-    "assess",
-    "parse",
-]
+__all__ = ["XID_FELL_OFF", "Event", "GpuUuid", "InitFailure", "SXid", "Xid", "assess", "parse"]
 
-_DEVICE = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-_SLOT = _DEVICE + r"\.[0-7]"
 # Each pattern starts a line of the MESSAGE: the driver's prefix, never a word inside a line.
 _XID = re.compile(
     r"^[ \t]*NVRM: Xid \((?:PCI:)?(?P<where>[^)\s]*)"
@@ -48,17 +36,17 @@ _XID = re.compile(
     re.MULTILINE,
 )
 _COMPANION = re.compile(
-    rf"^[ \t]*NVRM: GPU (?P<slot>{_SLOT}): GPU has fallen off the bus\.", re.MULTILINE
+    rf"^[ \t]*NVRM: GPU (?P<slot>{SLOT}): GPU has fallen off the bus\.", re.MULTILINE
 )
 # One printk with embedded newlines; rsyslog and dmesg show it as three lines.
 _PROBE = re.compile(
-    rf"^[ \t]*NVRM: The NVIDIA GPU (?P<slot>{_SLOT})\s+(?:NVRM:\s+)?"
+    rf"^[ \t]*NVRM: The NVIDIA GPU (?P<slot>{SLOT})\s+(?:NVRM:\s+)?"
     r"\(PCI ID: [0-9a-fA-F]{4}:[0-9a-fA-F]{4}\) installed in this system has\s+(?:NVRM:\s+)?"
     r"fallen off the bus",
     re.MULTILINE,
 )
 _INIT = re.compile(
-    rf"^[ \t]*NVRM: GPU (?P<slot>{_SLOT}): RmInitAdapter failed!(?: \((?P<detail>[^)\n]*)\))?",
+    rf"^[ \t]*NVRM: GPU (?P<slot>{SLOT}): RmInitAdapter failed!(?: \((?P<detail>[^)\n]*)\))?",
     re.MULTILINE,
 )
 _SXID = re.compile(
@@ -67,10 +55,9 @@ _SXID = re.compile(
     re.MULTILINE,
 )
 _UUID = re.compile(
-    rf"^[ \t]*NVRM: GPU at PCI:(?P<device>{_DEVICE}): (?P<uuid>GPU-[0-9a-fA-F-]{{36}})\s*$",
+    rf"^[ \t]*NVRM: GPU at PCI:(?P<device>{DEVICE}): (?P<uuid>GPU-[0-9a-fA-F-]{{36}})\s*$",
     re.MULTILINE,
 )
-_WHERE = re.compile(rf"(?P<device>{_DEVICE})(?:\.(?P<function>[0-7]))?")
 _RECOVERY = re.compile(r"\bto 0x(?P<value>[0-9a-fA-F]{1,8})(?: \((?P<label>[^)\n]*)\))?")
 _FATAL = re.compile(r"\bFatal\b")
 _NONFATAL = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
@@ -137,20 +124,6 @@ class GpuUuid:
 Event = Xid | SXid | InitFailure | GpuUuid
 
 
-def _device(text: str) -> tuple[str, int | None] | None:
-    m = _WHERE.fullmatch(text)
-    if m is None:
-        return None
-    domain, bus, dev = m.group("device").lower().split(":")
-    function = m.group("function")
-    return f"{int(domain, 16):04x}:{bus}:{dev}", None if function is None else int(function)
-
-
-def _slot(text: str) -> str:
-    device, function = _device(text) or (text.lower(), 0)
-    return f"{device}.{function or 0}"
-
-
 def _small(text: str | None) -> int | None:
     return None if text is None else int(text)
 
@@ -161,7 +134,7 @@ def parse(message: str) -> list[Event]:
         return []
     events: list[Event] = []
     for m in _XID.finditer(message):
-        where = _device(m.group("where"))
+        where = parse_device(m.group("where"))
         events.append(
             Xid(
                 where[0] if where else None,
@@ -174,18 +147,18 @@ def parse(message: str) -> list[Event]:
         )
     for pattern, origin in ((_COMPANION, "companion"), (_PROBE, "probe")):
         for m in pattern.finditer(message):
-            device, function = _device(m.group("slot")) or ("", None)
+            device, function = parse_device(m.group("slot")) or ("", None)
             events.append(Xid(device, XID_FELL_OFF, "GPU has fallen off the bus", origin, function))
     for m in _INIT.finditer(message):
-        events.append(InitFailure(_slot(m.group("slot")), m.group("detail") or ""))
+        events.append(InitFailure(slot_of(m.group("slot")), m.group("detail") or ""))
     for m in _SXID.finditer(message):
-        where = _device(m.group("where"))
+        where = parse_device(m.group("where"))
         slot = f"{where[0]}.{where[1] or 0}" if where else None
         events.append(
             SXid(slot, int(m.group("switch")), int(m.group("code")), m.group("text") or "")
         )
     for m in _UUID.finditer(message):
-        named = _device(m.group("device"))
+        named = parse_device(m.group("device"))
         if named:
             # As nvidia-smi prints it, so that the two sources give one metric label.
             events.append(GpuUuid(named[0], "GPU-" + m.group("uuid")[4:].lower()))
@@ -224,244 +197,3 @@ def assess(xid: Xid) -> XidInfo:
             return replace(info, severity=NONE, action=action, advice=f"now {label}")
         return replace(info, action=action, advice=f"the driver says: {label}")
     return info
-
-
-_RANK = {NONE: 0, WARNING: 1, CRITICAL: 2}
-
-
-@dataclass
-class XidCount:
-    """One (GPU, Xid code) of this boot: ``count`` records, the ``first`` and ``last`` one's
-    time (s since the epoch), what it means (``info``: the worst seen; for 154 the latest)
-    and the last record's words (``text``)."""
-
-    code: int
-    count: int
-    first: float
-    last: float
-    info: XidInfo
-    text: str
-
-    def finding(self) -> Finding | None:
-        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only)."""
-        if self.info.severity == NONE:
-            return None
-        return Finding(
-            "xid",
-            self.info.severity,
-            self.info.action,
-            f"Xid {self.code} ({self.info.name}): {self.info.advice}",
-            (("xid", self.code),),
-        )
-
-
-@dataclass
-class SXidCount:
-    """One (NVSwitch, SXid code) of this boot: records, first and last time (s since the
-    epoch), and whether any of its lines called it fatal."""
-
-    code: int
-    count: int
-    first: float
-    last: float
-    fatal: bool = False
-
-
-@dataclass
-class InitCount:
-    """``RmInitAdapter failed!`` records for one GPU this boot and the last one's detail."""
-
-    count: int
-    first: float
-    last: float
-    detail: str
-
-    def finding(self) -> Finding:
-        """The GPU's problem of kind ``init_failed``."""
-        detail = f" ({self.detail})" if self.detail else ""
-        return Finding(
-            "init_failed",
-            CRITICAL,
-            "reboot",
-            f"the driver could not initialise the GPU (RmInitAdapter failed{detail}); "
-            "reboot the host, and if it repeats check the GPU's power and seating",
-        )
-
-
-@dataclass(frozen=True)
-class First:
-    """The first record this boot of a (GPU or NVSwitch, code): ``kind`` is ``xid``,
-    ``sxid`` or ``init_failed``; ``code`` is 0 for ``init_failed``; ``finding`` is the health
-    problem it starts (``None``: counted only, or an NVSwitch); ``message`` is one line for the
-    journal.  Where ``finding`` is set, the health problem's start line should be this line."""
-
-    slot: str
-    kind: str
-    code: int
-    time: float
-    message: str
-    finding: Finding | None
-
-
-class XidCounter:
-    """Counts one boot's kernel records by (GPU, code), (NVSwitch, SXid) and init failures.
-
-    Feed it every kernel record of the boot in order with :meth:`add`.  One record counts once
-    per (GPU, code) it names; a GPU falling off the bus counts as one Xid 79 however many
-    records tell of it (the Xid line, its companion, the probe-time record).
-
-    Xid lines give a GPU's ``domain:bus:device`` only; the queries take the PCI slots the
-    agent scanned (``0000:3b:00.0``) and report each GPU under its own slot (``.0`` where the
-    GPU is not on the bus any more and no record named its function).
-    """
-
-    def __init__(self) -> None:
-        self._xids: dict[tuple[str, int], XidCount] = {}
-        self._sxids: dict[tuple[str, int], SXidCount] = {}
-        self._init: dict[str, InitCount] = {}
-        self._functions: dict[str, int] = {}
-        self._uuids: dict[str, str] = {}
-        self._new: list[tuple[str, str, int]] = []
-        # Xids whose record named no readable slot (a redacted "PCI:..."), by code.
-        self.unattributed: dict[int, int] = {}
-        # Records that told of any driver event (an Xid, an SXid, a UUID line …).
-        self.records = 0
-
-    def add(self, time: float, message: str) -> None:
-        """Count one kernel record logged at ``time`` (s since the epoch)."""
-        events = parse(message)
-        if not events:
-            return
-        self.records += 1
-        seen: set[tuple[str, str, int]] = set()
-        for event in events:
-            if isinstance(event, Xid):
-                self._add_xid(time, event, seen)
-            elif isinstance(event, SXid):
-                self._add_sxid(time, event, seen)
-            elif isinstance(event, InitFailure):
-                self._add_init(time, event)
-            else:
-                self._uuids[event.device] = event.uuid
-
-    def _add_xid(self, time: float, xid: Xid, seen: set[tuple[str, str, int]]) -> None:
-        if xid.device is None:
-            self.unattributed[xid.code] = self.unattributed.get(xid.code, 0) + 1
-            return
-        if xid.function is not None:
-            self._functions.setdefault(xid.device, xid.function)
-        key = (xid.device, xid.code)
-        if ("xid", *key) in seen:
-            return
-        seen.add(("xid", *key))
-        if xid.origin != "xid" and key in self._xids:
-            return  # the fall-off is already counted (its Xid line or another telling of it)
-        info = assess(xid)
-        old = self._xids.get(key)
-        if old is None:
-            self._xids[key] = XidCount(xid.code, 1, time, time, info, xid.text)
-            self._new.append(("xid", xid.device, xid.code))
-            return
-        old.count += 1
-        old.last = max(old.last, time)
-        old.text = xid.text
-        if xid.code == 154 or _RANK[info.severity] >= _RANK[old.info.severity]:
-            old.info = info
-
-    def _add_sxid(self, time: float, sxid: SXid, seen: set[tuple[str, str, int]]) -> None:
-        slot = sxid.slot or f"nvswitch{sxid.switch}"
-        fatal = sxid.fatal is True
-        if ("sxid", slot, sxid.code) in seen:
-            return
-        seen.add(("sxid", slot, sxid.code))
-        old = self._sxids.get((slot, sxid.code))
-        if old is None:
-            self._sxids[slot, sxid.code] = SXidCount(sxid.code, 1, time, time, fatal)
-            self._new.append(("sxid", slot, sxid.code))
-            return
-        old.count += 1
-        old.last = max(old.last, time)
-        old.fatal = old.fatal or fatal
-
-    def _add_init(self, time: float, failure: InitFailure) -> None:
-        device, _, function = failure.slot.rpartition(".")
-        self._functions.setdefault(device, int(function))
-        old = self._init.get(device)
-        if old is None:
-            self._init[device] = InitCount(1, time, time, failure.detail)
-            self._new.append(("init_failed", device, 0))
-            return
-        old.count += 1
-        old.last = max(old.last, time)
-        old.detail = failure.detail
-
-    def _slotter(self, slots: list[str]) -> dict[str, str]:
-        by_device: dict[str, str] = {}
-        for slot in sorted(slots):
-            by_device.setdefault(slot.rpartition(".")[0], slot)
-        return by_device
-
-    def _slot(self, device: str, by_device: dict[str, str]) -> str:
-        slot = by_device.get(device)
-        if slot is not None:
-            return slot
-        return f"{device}.{self._functions.get(device, 0)}"
-
-    def counts(self, slots: list[str]) -> dict[tuple[str, int], XidCount]:
-        """Every (GPU slot, Xid code) seen this boot; ``slots`` are the scanned PCI slots."""
-        by_device = self._slotter(slots)
-        return {(self._slot(d, by_device), code): c for (d, code), c in self._xids.items()}
-
-    def sxid_counts(self) -> dict[tuple[str, int], SXidCount]:
-        """Every (NVSwitch slot, SXid code) seen this boot (``nvswitchN`` where no slot)."""
-        return dict(self._sxids)
-
-    def init_failures(self, slots: list[str]) -> dict[str, InitCount]:
-        """``RmInitAdapter failed!`` records this boot, by GPU slot."""
-        by_device = self._slotter(slots)
-        return {self._slot(d, by_device): c for d, c in self._init.items()}
-
-    def uuids(self, slots: list[str]) -> dict[str, str]:
-        """GPU UUIDs the driver printed (``GPU-`` and lower-case hex, as nvidia-smi prints
-        them), by GPU slot."""
-        by_device = self._slotter(slots)
-        return {self._slot(d, by_device): uuid for d, uuid in self._uuids.items()}
-
-    def findings(self, slots: list[str]) -> dict[str, list[Finding]]:
-        """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code."""
-        by_device = self._slotter(slots)
-        out: dict[str, list[Finding]] = {}
-        for (device, _), count in sorted(self._xids.items()):
-            finding = count.finding()
-            if finding is not None:
-                out.setdefault(self._slot(device, by_device), []).append(finding)
-        for device, failure in sorted(self._init.items()):
-            out.setdefault(self._slot(device, by_device), []).append(failure.finding())
-        return out
-
-    def take_new(self, slots: list[str]) -> list[First]:
-        """The (GPU or NVSwitch, code) pairs first seen since the last call, oldest first."""
-        by_device = self._slotter(slots)
-        new, self._new = self._new, []
-        out: list[First] = []
-        for kind, where, code in new:
-            if kind == "xid":
-                c = self._xids[where, code]
-                slot = self._slot(where, by_device)
-                finding = c.finding()
-                message = (
-                    f"Xid {code} on GPU {slot}: {c.info.name}; {c.info.advice}"
-                    f" (action: {c.info.action})"
-                )
-                out.append(First(slot, kind, code, c.first, message, finding))
-            elif kind == "sxid":
-                s = self._sxids[where, code]
-                fatal = "fatal " if s.fatal else ""
-                message = f"SXid {code} on NVSwitch {where}: {fatal}NVSwitch error"
-                out.append(First(where, kind, code, s.first, message, None))
-            else:
-                f = self._init[where]
-                slot = self._slot(where, by_device)
-                found = f.finding()
-                out.append(First(slot, kind, 0, f.first, f"GPU {slot}: {found.message}", found))
-        return out

@@ -14,6 +14,7 @@ from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.logs import Event, EventLog
 from gpuagent.probe import Prober
+from gpuagent.report import ProbeEntry, Report, State
 from gpuagent.runner import Runner
 from tests import fakehost
 from tests.fakehost import FakeHost
@@ -38,11 +39,14 @@ class Clock:
 
 @dataclass
 class Host(FakeHost):
-    """A fake host with an agent driven tick by tick on a fake monotonic clock."""
+    """A fake host with an agent driven tick by tick on a fake monotonic clock; ``report``
+    is the last tick's."""
 
     logs: ListHandler = field(default_factory=ListHandler)
     clock: Clock = field(default_factory=Clock)
     agent: Agent | None = None
+    runner: Runner | None = None
+    report: Report | None = None
 
     def config(self, **overrides: Any) -> Config:
         base = Config(
@@ -62,16 +66,29 @@ class Host(FakeHost):
         logger.propagate = False
         logger.handlers[:] = [self.logs]
         cfg = self.config(**overrides)
-        runner = Runner(timeout=cfg.probe_timeout, kill_grace=0.3)
-        self.agent = Agent(cfg, Prober(runner), EventLog(logger), monotonic=self.clock)
+        self.runner = Runner(timeout=cfg.probe_timeout, kill_grace=0.3)
+        self.agent = Agent(cfg, Prober(self.runner), EventLog(logger), monotonic=self.clock)
         return self.agent
 
-    def tick(self, n: int = 1) -> Agent:
+    def tick(self, n: int = 1) -> Report:
+        """Run ``n`` ticks, an interval apart on the fake clock; returns the last report."""
         assert self.agent is not None
         for _ in range(n):
-            self.agent.tick()
+            self.report = self.agent.tick()
             self.clock.now += self.agent.config.interval
-        return self.agent
+        assert self.report is not None
+        return self.report
+
+    @property
+    def state(self) -> State:
+        """The last tick's state."""
+        assert self.report is not None
+        return self.report.state
+
+    @property
+    def probe(self) -> ProbeEntry:
+        """The last tick's probe."""
+        return self.state["probe"]
 
     def events(self, event: Event) -> list[logging.LogRecord]:
         return [r for r in self.logs.records if getattr(r, "MESSAGE_ID", None) == event.value]
@@ -85,8 +102,16 @@ def host(tmp_path: str) -> Iterator[Host]:
     made = fakehost.create(str(tmp_path))
     h = Host(**{f.name: getattr(made, f.name) for f in fields(FakeHost)})
     yield h
-    if h.agent is not None:
-        stuck = h.agent.prober.runner.stuck
+    if h.runner is not None:
+        stuck = h.runner.stuck
         if stuck is not None:
             stuck.kill()
             stuck.wait()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The booted-systemd tests build root file systems and boot containers: they get
+    pyproject's per-test timeout six times over."""
+    for item in items:
+        if item.get_closest_marker("system") is not None:
+            item.add_marker(pytest.mark.timeout(1800))

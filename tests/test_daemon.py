@@ -157,8 +157,6 @@ def test_pings_continue_while_a_probe_hangs_and_sigterm_kills_it(
     fake_host: FakeHost, notify: Notify
 ) -> None:
     fake_host.scenario(hang=60, ignore_term=True)
-    with open(fake_host.conf, "a") as f:
-        f.write("")
     proc = start(fake_host, notify, WATCHDOG_USEC="600000")
     try:
         notify.wait_for("READY=1", 15)

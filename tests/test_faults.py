@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -19,7 +19,9 @@ from gpuagent import state
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
+from gpuagent.report import State
 from gpuagent.smi import FIELDS, parse_output
+from gpuagent.views import BusView
 from tests import fakesysfs, replay
 from tests.conftest import Host, ListHandler
 from tests.fakehost import FAKE_SMI, H200_LOAD
@@ -301,16 +303,15 @@ def test_every_error_capture_is_a_row() -> None:
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_fault(host: Host, fault: Fault) -> None:
     fault.setup(host)
-    agent = host.make_agent(probe_timeout=fault.timeout)
-    host.tick(fault.ticks)
-    snap = agent.snapshot()
+    host.make_agent(probe_timeout=fault.timeout)
+    snap = host.tick(fault.ticks).state
     assert snap["probe"]["state"] == fault.state
     assert snap["probe"]["failure_class"] == fault.failure
     assert snap["status"] == fault.status
     loud = [r.getMessage() for r in host.logs.records if r.levelno >= logging.INFO]
     assert len(loud) == fault.lines, loud
     assert all("Traceback" not in line and "\n" not in line for line in loud)
-    assert not agent.prober.busy()
+    assert host.runner is not None and not host.runner.busy()
     # More ticks of the same fault add no line: at most one per episode.
     host.tick(20)
     assert len([r for r in host.logs.records if r.levelno >= logging.INFO]) == fault.lines
@@ -322,48 +323,52 @@ def test_stuck_child_blocks_new_probes_until_reaped(
     # Without root nothing can be put in D state; a killpg that reaches nobody looks the same.
     monkeypatch.setattr(runner_mod, "_killpg", lambda pgid, sig: None)
     host.scenario(hang=60)
-    agent = host.make_agent(probe_timeout=0.2)
+    host.make_agent(probe_timeout=0.2)
     host.tick()
-    assert agent.probe_state == "stuck"
+    assert host.probe["state"] == "stuck"
     assert len(host.events(Event.PROBE_STUCK)) == 1
     spawns = host.spawns
-    host.tick(10)
+    report = host.tick(10)
     assert host.spawns == spawns
-    assert agent.snapshot()["probe"]["state"] == "stuck"
-    assert agent.status_line() == "8 GPUs, nvidia-smi stuck in the driver; not probing"
-    stuck = agent.prober.runner.stuck
+    assert report.state["probe"]["state"] == "stuck"
+    assert report.status == "8 GPUs, nvidia-smi stuck in the driver; not probing"
+    assert host.runner is not None
+    stuck = host.runner.stuck
     assert stuck is not None
     stuck.kill()
     stuck.wait()
     monkeypatch.undo()
     host.healthy()
-    while agent.probe_state != "ok":
-        host.tick()
+    for _ in range(10):  # the backoff's cap is 6 ticks
+        if host.tick().state["probe"]["state"] == "ok":
+            break
+    else:
+        pytest.fail(f"the probe is not ok 10 ticks after the stuck child was reaped: {host.probe}")
     assert host.spawns == spawns + 1
 
 
 def test_nvidia_smi_removed_and_reinstalled(host: Host) -> None:
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(2)
     os.unlink(host.smi)
     host.tick(5)
-    assert agent.gate == "nvidia_smi_missing"
+    assert host.probe["gate"] == "nvidia_smi_missing"
     os.symlink(FAKE_SMI, host.smi)
     host.tick()
-    assert agent.probe_state == "ok"
+    assert host.probe["state"] == "ok"
     assert len(host.events(Event.NVIDIA_SMI_MISSING)) == 1
     assert len(host.events(Event.NVIDIA_SMI_FOUND)) == 1
 
 
 def test_module_disappearing_and_returning_twice(host: Host) -> None:
-    agent = host.make_agent()
+    host.make_agent()
     for _ in range(2):
         fakesysfs.set_module(host.root, False)
         host.tick(4)
-        assert agent.gate == "driver_not_loaded"
+        assert host.probe["gate"] == "driver_not_loaded"
         fakesysfs.set_module(host.root, True)
         host.tick()
-        assert agent.probe_state == "ok"
+        assert host.probe["state"] == "ok"
     assert len(host.events(Event.DRIVER_UNLOADED)) == 2
     assert len(host.events(Event.DRIVER_LOADED)) == 2
 
@@ -387,26 +392,40 @@ def daemon_on(host: Host, state_file: str) -> tuple[Daemon, ListHandler]:
     return Daemon(cfg, ("/nonexistent.toml", False), log=EventLog(logger)), logs
 
 
+def handed_to_textfile(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> list[State]:
+    """The states the daemon hands to its textfile from now on: the agent's whole trouble,
+    also the state file's own write failure, which the state file cannot carry."""
+    handed: list[State] = []
+    textfile = daemon.publisher.textfile
+    real = textfile.write
+
+    def write(st: State) -> None:
+        handed.append(st)
+        real(st)
+
+    monkeypatch.setattr(textfile, "write", write)
+    return handed
+
+
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS, errno.EACCES])
 def test_state_write_fault_episode(host: Host, monkeypatch: pytest.MonkeyPatch, err: int) -> None:
     path = os.path.join(host.dir, "run", "state.json")
     os.makedirs(os.path.dirname(path))
     daemon, logs = daemon_on(host, path)
+    handed = handed_to_textfile(daemon, monkeypatch)
     real_write = state.write
 
-    def failing_write(p: str, data: dict[str, object]) -> None:
+    def failing_write(p: str, data: State) -> None:
         raise OSError(err, os.strerror(err), p)
 
     for _ in range(2):
         monkeypatch.setattr(state, "write", failing_write)
         for _ in range(5):
-            daemon.agent.tick()
-            daemon._publish()
-        assert daemon.agent.probe_state == "ok"  # sampling goes on
-        assert os.strerror(err) in daemon.agent.snapshot()["problems"]["state_file"]
+            report = daemon.step()
+        assert report.state["probe"]["state"] == "ok"  # sampling goes on
+        assert os.strerror(err) in handed[-1]["problems"]["state_file"]
         monkeypatch.setattr(state, "write", real_write)
-        daemon.agent.tick()
-        daemon._publish()
+        daemon.step()
         assert "state_file" not in state.read(path)["problems"]
     failed = [
         r for r in logs.records if getattr(r, "MESSAGE_ID", "") == Event.STATE_WRITE_FAILED.value
@@ -418,17 +437,17 @@ def test_state_write_fault_episode(host: Host, monkeypatch: pytest.MonkeyPatch, 
     assert len(back) == 2
 
 
-def test_state_directory_that_is_a_file(host: Host) -> None:
+def test_state_directory_that_is_a_file(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = os.path.join(host.dir, "blocker")
     with open(blocker, "w") as f:
         f.write("")
     daemon, logs = daemon_on(host, os.path.join(blocker, "state.json"))
+    handed = handed_to_textfile(daemon, monkeypatch)
     for _ in range(10):
-        daemon.agent.tick()
-        daemon._publish()
-    assert daemon.agent.probe_state == "ok"
+        report = daemon.step()
+    assert report.state["probe"]["state"] == "ok"
     assert len([r for r in logs.records if r.levelno >= logging.ERROR]) == 1
-    assert "Not a directory" in daemon.agent.snapshot()["problems"]["state_file"]
+    assert "Not a directory" in handed[-1]["problems"]["state_file"]
 
 
 def test_state_write_failing_on_and_off_never_kills_the_daemon(
@@ -439,7 +458,7 @@ def test_state_write_failing_on_and_off_never_kills_the_daemon(
     real_write = state.write
     calls = {"n": 0}
 
-    def flaky(p: str, data: dict[str, object]) -> None:
+    def flaky(p: str, data: State) -> None:
         calls["n"] += 1
         if calls["n"] % 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), p)
@@ -447,9 +466,8 @@ def test_state_write_failing_on_and_off_never_kills_the_daemon(
 
     monkeypatch.setattr(state, "write", flaky)
     for _ in range(20):
-        daemon.agent.tick()
-        daemon._publish()
-    assert daemon.agent.probe_state == "ok"
+        report = daemon.step()
+    assert report.state["probe"]["state"] == "ok"
 
 
 def test_an_unexpected_error_in_a_tick_is_logged_once_and_survived(
@@ -457,19 +475,17 @@ def test_an_unexpected_error_in_a_tick_is_logged_once_and_survived(
 ) -> None:
     daemon, logs = daemon_on(host, os.path.join(host.dir, "state.json"))
 
-    def broken() -> None:
+    def broken() -> BusView:
         raise KeyError("surprise")
 
-    monkeypatch.setattr(daemon.agent, "tick", broken)
+    monkeypatch.setattr(daemon.agent.bus, "scan", broken)
     for _ in range(5):
-        daemon._tick()
-        daemon._publish()
+        daemon.step()
     errors = [r.getMessage() for r in logs.records if r.levelno >= logging.ERROR]
     assert errors == ["internal error in a tick, carrying on: KeyError: 'surprise'"]
     assert "internal" in state.read(os.path.join(host.dir, "state.json"))["problems"]
     monkeypatch.undo()
-    daemon._tick()
-    daemon._publish()
+    daemon.step()
     assert "internal" not in state.read(os.path.join(host.dir, "state.json"))["problems"]
 
 
@@ -479,21 +495,19 @@ def test_an_unexpected_error_writing_the_outputs_is_logged_once_and_survived(
     path = os.path.join(host.dir, "state.json")
     daemon, logs = daemon_on(host, path)
 
-    def broken(snapshot: Mapping[str, object]) -> None:
+    def broken(st: State) -> None:
         raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
 
-    monkeypatch.setattr(daemon.textfile, "write", broken)
+    monkeypatch.setattr(daemon.publisher.textfile, "write", broken)
     for _ in range(5):
-        daemon._tick()
-        daemon._publish()  # does not raise: the loop goes on, the watchdog is fed
+        daemon.step()  # does not raise: the loop goes on, the watchdog is fed
     errors = [r.getMessage() for r in logs.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1
     assert errors[0].startswith("internal error writing the state and metrics, carrying on: ")
     assert "UnicodeEncodeError" in errors[0]
     assert "internal_publish" in state.read(path)["problems"]  # written before the metrics
     monkeypatch.undo()
-    daemon._tick()
-    daemon._publish()
+    daemon.step()
     assert "internal_publish" not in state.read(path)["problems"]
     assert len([r for r in logs.records if r.levelno >= logging.ERROR]) == 1
 
@@ -505,10 +519,9 @@ def test_ready_is_sent_even_when_the_first_scan_fails(
     sent: list[str] = []
     monkeypatch.setattr(daemon.notifier, "ready", lambda status=None: sent.append("READY"))
 
-    def broken() -> tuple[list[object], list[str]]:
+    def broken() -> BusView:
         raise OSError("sysfs went away")
 
-    monkeypatch.setattr(daemon.agent.scanner, "scan", broken)
-    daemon.agent.on_scanned = lambda: daemon.notifier.ready("x")
-    daemon._tick()
+    monkeypatch.setattr(daemon.agent.bus, "scan", broken)
+    daemon.step()
     assert sent == ["READY"]

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuagent.health import ACTIONS, CRITICAL, OK, WARNING, Finding, Tracker, worst
+from gpuagent.health import ACTIONS, CRITICAL, OK, WARNING, Finding, Health, Tracker, worst
+from tests import states
 
 
 def test_worst_of_none_is_ok() -> None:
@@ -12,8 +13,8 @@ def test_worst_of_none_is_ok() -> None:
 def test_worst_picks_critical_over_warning() -> None:
     w = Finding("throttled", WARNING, "check_host", "slowed")
     c = Finding("lost", CRITICAL, "reboot", "gone")
-    assert worst([w]) == WARNING
-    assert worst([w, c]) == CRITICAL
+    assert worst([w]) == Health.WARNING
+    assert worst([w, c]) == Health.CRITICAL
 
 
 def test_bad_severity_or_action_is_refused() -> None:
@@ -58,7 +59,9 @@ def test_tracker_merges_sources_and_keeps_since_across_a_new_message() -> None:
     assert sorted(p.finding.kind for p in started) == ["throttled", "xid"]
     # Worst first.
     assert [p.finding.kind for p in t.problems("a")] == ["xid", "throttled"]
-    assert t.problems("a")[0].as_dict() == {
+    # As the state file holds it.
+    (entry, _) = states.gpu(states.state(bus=(), problems={"a": t.problems("a")}), "a")["problems"]
+    assert entry == {
         "kind": "xid",
         "severity": "critical",
         "action": "reset_gpu",

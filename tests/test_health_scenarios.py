@@ -17,7 +17,8 @@ import pytest
 
 from gpuagent import rules
 from gpuagent.logs import Event
-from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, judge
+from gpuagent.report import GpuEntry, State
+from gpuagent.status import ExitCode, judge
 from tests import fakesysfs
 from tests.conftest import Host
 
@@ -25,13 +26,13 @@ NVIDIA, H200, CLASS_3D = 0x10DE, 0x2335, 0x030200
 RESET = "[GPU requires reset]"
 
 
-def gpu(agent_snapshot: dict[str, Any], slot: str) -> dict[str, Any]:
-    entries: list[dict[str, Any]] = [g for g in agent_snapshot["gpus"] if g["pci_slot"] == slot]
+def gpu(state: State, slot: str) -> GpuEntry:
+    entries = [g for g in state["gpus"] if g["pci_slot"] == slot]
     assert len(entries) == 1
     return entries[0]
 
 
-def verdicts(entry: dict[str, Any]) -> list[tuple[str, str, str]]:
+def verdicts(entry: GpuEntry) -> list[tuple[str, str, str]]:
     """A GPU entry's problems as (kind, severity, action)."""
     return [(p["kind"], p["severity"], p["action"]) for p in entry["problems"]]
 
@@ -40,18 +41,14 @@ def loud(host: Host) -> list[logging.LogRecord]:
     return [r for r in host.logs.records if r.levelno >= logging.INFO]
 
 
-def code(host: Host) -> int:
-    assert host.agent is not None
-    snap = host.agent.snapshot()
+def code(host: Host) -> ExitCode:
     # judge() checks the pid and the age: this process, written just now.
-    return judge(snap, time.time())[0]
+    return judge(host.state, time.time())[0]
 
 
 def others_fresh(host: Host, sick: str) -> None:
     """Every GPU but ``sick`` has fresh values: temperature, utilization, power."""
-    assert host.agent is not None
-    snap = host.agent.snapshot()
-    for g in snap["gpus"]:
+    for g in host.state["gpus"]:
         if g["pci_slot"] == sick:
             continue
         assert (g["health"], g["stale"], g["problems"]) == ("ok", False, []), g["pci_slot"]
@@ -84,9 +81,9 @@ def test_one_gpu_lost_the_others_fine(host: Host) -> None:
     lost = "0000:07:00.0"  # the slot the captured line names (no space after "GPU")
     fakesysfs.add_device(host.root, lost, NVIDIA, H200, CLASS_3D, "nvidia")
     host.healthy(prepend="device-handle-unknown-error-no-space-synology.txt", exit=255)
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(5)
-    snap = agent.snapshot()
+    snap = host.state
     assert snap["probe"]["state"] == "ok"
     others_fresh(host, lost)
     entry = gpu(snap, lost)
@@ -95,7 +92,7 @@ def test_one_gpu_lost_the_others_fine(host: Host) -> None:
     assert "Unknown Error" in entry["problems"][0]["message"]
     assert snap["missing"] == [lost]
     assert snap["status"] == f"9 GPUs, 1 needs attention: {lost} lost"
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
     one_start(host, "lost", lost, logging.ERROR)
     assert host.events(Event.GPU_MISSING) == []  # one line for one fault
     assert len(loud(host)) == 1
@@ -103,7 +100,7 @@ def test_one_gpu_lost_the_others_fine(host: Host) -> None:
     host.tick()
     one_end(host, "lost", lost)
     assert host.events(Event.GPU_BACK) == []
-    assert code(host) == HEALTHY
+    assert code(host) == ExitCode.OK
     assert len(loud(host)) == 2
 
 
@@ -112,20 +109,20 @@ def test_gpu_the_driver_failed_to_initialise(host: Host) -> None:
     sick = host.slots[2]
     fakesysfs.bind(host.root, sick, None)
     host.healthy(slots=[s for s in host.slots if s != sick])
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(5)
-    snap = agent.snapshot()
+    snap = host.state
     others_fresh(host, sick)
     entry = gpu(snap, sick)
     assert verdicts(entry) == [("no_driver", "critical", "reboot")]
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
     one_start(host, "no_driver", sick, logging.ERROR)
     assert len(loud(host)) == 1
     fakesysfs.bind(host.root, sick, "nvidia")
     host.healthy()
     host.tick()
     one_end(host, "no_driver", sick)
-    assert code(host) == HEALTHY
+    assert code(host) == ExitCode.OK
 
 
 def test_inforom_corrupted(host: Host) -> None:
@@ -134,21 +131,21 @@ def test_inforom_corrupted(host: Host) -> None:
     fakesysfs.add_device(host.root, sick, NVIDIA, H200, CLASS_3D, "nvidia")
     slots = [sick, *host.slots]
     host.healthy(slots=slots, prepend="inforom-corrupted-warning-exit14.txt", exit=14)
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(5)
-    snap = agent.snapshot()
+    snap = host.state
     assert snap["probe"]["state"] == "ok"
     others_fresh(host, sick)
     entry = gpu(snap, sick)
     assert entry["fields"]["temperature.gpu"] == 52  # the sick GPU keeps its samples
     assert verdicts(entry) == [("inforom", "warning", "drain_and_rma")]
-    assert code(host) == DEGRADED
+    assert code(host) == ExitCode.WARNING
     one_start(host, "inforom", sick, logging.WARNING)
     assert len(loud(host)) == 1
     host.healthy(slots=slots)
     host.tick()
     one_end(host, "inforom", sick)
-    assert code(host) == HEALTHY
+    assert code(host) == ExitCode.OK
 
 
 def test_gpu_requires_reset_in_its_values(host: Host) -> None:
@@ -156,15 +153,15 @@ def test_gpu_requires_reset_in_its_values(host: Host) -> None:
     sick = host.slots[5]
     cells = {"pstate": RESET, "temperature.gpu": RESET, "utilization.gpu": RESET}
     host.healthy(override={sick: cells})
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(5)
-    snap = agent.snapshot()
+    snap = host.state
     others_fresh(host, sick)
     entry = gpu(snap, sick)
     assert entry["fields"]["temperature.gpu"] is None
     assert entry["fields"]["memory.used"] == 32362  # what it still reports is kept
     assert verdicts(entry) == [("requires_reset", "critical", "reset_gpu")]
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
     one_start(host, "requires_reset", sick, logging.ERROR)
     host.healthy()
     host.tick()
@@ -175,13 +172,13 @@ def test_gpu_recovery_action_reset(host: Host) -> None:
     """DCGM#263: gpu_recovery_action is Reset."""
     sick = host.slots[0]
     host.healthy(override={sick: {"gpu_recovery_action": "Reset"}})
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(5)
-    snap = agent.snapshot()
+    snap = host.state
     others_fresh(host, sick)
     entry = gpu(snap, sick)
     assert verdicts(entry) == [("recovery_action", "critical", "reset_gpu")]
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
     one_start(host, "recovery_action", sick, logging.ERROR)
     host.healthy()
     host.tick()
@@ -208,41 +205,41 @@ ROW_FAULTS: dict[str, tuple[dict[str, str], str]] = {
 def test_row_kind_appears_and_clears(host: Host, kind: str) -> None:
     cells, severity = ROW_FAULTS[kind]
     sick = host.slots[3]
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
     host.healthy(override={sick: cells})
     host.tick(20)  # a burst: the same problem on every tick
-    entry = gpu(agent.snapshot(), sick)
+    entry = gpu(host.state, sick)
     assert [(p["kind"], p["severity"]) for p in entry["problems"]] == [(kind, severity)]
     assert entry["health"] == severity
-    assert code(host) == (CRITICAL if severity == "critical" else DEGRADED)
+    assert code(host) == (ExitCode.CRITICAL if severity == "critical" else ExitCode.WARNING)
     one_start(host, kind, sick, logging.ERROR if severity == "critical" else logging.WARNING)
     host.healthy()
     host.tick(5)
     one_end(host, kind, sick)
     assert len(loud(host)) == 2
-    assert code(host) == HEALTHY
+    assert code(host) == ExitCode.OK
 
 
 def test_gone_from_bus_and_back(host: Host) -> None:
     sick = host.slots[4]
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
     fakesysfs.remove_device(host.root, sick)
     host.healthy(slots=[s for s in host.slots if s != sick])
     host.tick(10)
-    snap = agent.snapshot()
+    snap = host.state
     entry = gpu(snap, sick)
     assert [(p["kind"], p["action"]) for p in entry["problems"]] == [("gone_from_bus", "reboot")]
     assert entry["stale"] is True  # its last sample is kept, for its UUID, never as current
     assert snap["missing"] == []
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
     one_start(host, "gone_from_bus", sick, logging.ERROR)
     fakesysfs.add_device(host.root, sick, NVIDIA, H200, CLASS_3D, "nvidia")
     host.healthy()
     host.tick()
     one_end(host, "gone_from_bus", sick)
-    assert gpu(agent.snapshot(), sick)["health"] == "ok"
+    assert gpu(host.state, sick)["health"] == "ok"
     assert len(loud(host)) == 2
 
 
@@ -257,24 +254,24 @@ def test_gpu_missing_from_nvidia_smi_then_leaving_the_bus_is_not_back(host: Host
     host.tick(3)
     assert host.events(Event.GPU_BACK) == []
     one_start(host, "gone_from_bus", sick, logging.ERROR)
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
 
 
 def test_gpu_count_below_expected(host: Host) -> None:
     host.make_agent(expected_gpus=9)
     host.tick(5)
     assert host.agent is not None
-    snap = host.agent.snapshot()
+    snap = host.state
     assert [(p["kind"], p["severity"], p["action"]) for p in snap["host_problems"]] == [
         ("gpu_count", "critical", "check_host")
     ]
     assert snap["status"] == "8 GPUs, 1 needs attention: host gpu_count"
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
     one_start_host = host.events(Event.PROBLEM_GPU_COUNT)
     assert len(one_start_host) == 1 and not hasattr(one_start_host[0], "PCI_SLOT")
     host.agent.configure(replace(host.agent.config, expected_gpus=8))
     host.tick()
-    assert host.agent.snapshot()["host_problems"] == []
+    assert host.state["host_problems"] == []
     assert len(host.events(Event.PROBLEM_CLEARED)) == 1
 
 
@@ -286,7 +283,7 @@ def test_lost_by_a_gpu_is_lost_line(host: Host) -> None:
     host.make_agent()
     host.tick(3)
     one_start(host, "lost", lost, logging.ERROR)
-    assert code(host) == CRITICAL
+    assert code(host) == ExitCode.CRITICAL
 
 
 def test_every_kind_has_a_scenario() -> None:
@@ -305,29 +302,29 @@ def test_vfio_gpu_is_ok_without_problems(host: Host) -> None:
     vm = host.slots[1]
     fakesysfs.bind(host.root, vm, "vfio-pci")
     host.healthy(slots=[s for s in host.slots if s != vm])
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(3)
-    assert gpu(agent.snapshot(), vm)["health"] == "ok"
-    assert code(host) == HEALTHY
+    assert gpu(host.state, vm)["health"] == "ok"
+    assert code(host) == ExitCode.OK
     assert loud(host) == []
 
 
 def test_a_gpu_handed_to_a_vm_while_sampled_is_ok_not_stale(host: Host) -> None:
     vm = host.slots[1]
     host.healthy()
-    agent = host.make_agent()
+    host.make_agent()
     host.tick(2)
     fakesysfs.bind(host.root, vm, "vfio-pci")
     host.healthy(slots=[s for s in host.slots if s != vm])
     host.tick(5)
-    entry = gpu(agent.snapshot(), vm)
+    entry = gpu(host.state, vm)
     assert (entry["health"], entry["stale"], entry["problems"]) == ("ok", False, [])
-    assert code(host) == HEALTHY
+    assert code(host) == ExitCode.OK
     fakesysfs.bind(host.root, vm, "nvidia")
     host.healthy()
     host.tick()
-    assert gpu(agent.snapshot(), vm)["fields"]["uuid"]
-    assert code(host) == HEALTHY
+    assert gpu(host.state, vm)["fields"]["uuid"]
+    assert code(host) == ExitCode.OK
 
 
 def test_gpus_appearing_on_a_reload_log_one_line(host: Host, tmp_path: Any) -> None:
@@ -335,27 +332,28 @@ def test_gpus_appearing_on_a_reload_log_one_line(host: Host, tmp_path: Any) -> N
     os.makedirs(os.path.join(empty, "bus", "pci", "devices"))
     fakesysfs.set_module(empty, True)
     agent = host.make_agent(sysfs_root=empty)
-    host.tick(3)
-    assert agent.status_line() == "no NVIDIA GPU on the PCI bus"
+    assert host.tick(3).status == "no NVIDIA GPU on the PCI bus"
     agent.configure(replace(agent.config, sysfs_root=host.root))
-    host.tick(3)
+    report = host.tick(3)
     lines = [r.getMessage() for r in loud(host)]
     assert lines == [
         f"8 NVIDIA GPUs appeared on the PCI bus ({', '.join(host.slots)}); 8 on it now"
     ]
-    assert agent.status_line() == "8 GPUs, sampling"
+    assert report.status == "8 GPUs, sampling"
 
 
 def test_persistence_mode_hint_once_when_probes_are_slow(host: Host) -> None:
     host.healthy(override={s: {"persistence_mode": "Disabled"} for s in host.slots})
     # A probe takes longer than 5 ms, half this probe_timeout; the runner may take longer.
-    agent = host.make_agent(probe_timeout=0.01)
-    agent.prober.runner.timeout = 30.0
+    host.make_agent(probe_timeout=0.01)
+    assert host.runner is not None
+    host.runner.timeout = 30.0
     host.tick(5)
     hints = [r.getMessage() for r in loud(host) if "nvidia-persistenced" in r.getMessage()]
     assert len(hints) == 1
     assert "re-initialises the GPUs" in hints[0]
-    assert agent.snapshot()["probe"]["duration"] > 0
+    duration = host.probe["duration"]
+    assert duration is not None and duration > 0
 
 
 def test_a_bus_that_cannot_be_listed_is_not_every_gpu_gone(host: Host) -> None:
@@ -368,4 +366,4 @@ def test_a_bus_that_cannot_be_listed_is_not_every_gpu_gone(host: Host) -> None:
     assert len(host.events(Event.SYSFS_PROBLEM)) == 1
     os.rename(devices + ".away", devices)
     host.tick()
-    assert code(host) == HEALTHY
+    assert code(host) == ExitCode.OK

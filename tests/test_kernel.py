@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from gpuagent import metrics, status
-from gpuagent.agent import Agent
 from gpuagent.logs import Event
+from gpuagent.report import GpuEntry, State
 from tests import test_kernlog
 from tests.conftest import Host
 from tests.test_kernlog import append, corpus_text, export
@@ -30,23 +30,23 @@ def xid_lines(host: Host, event: Event) -> list[logging.LogRecord]:
     return host.events(event)
 
 
-def entry(agent: Agent, slot: str) -> dict[str, Any]:
-    return next(g for g in agent.snapshot()["gpus"] if g["pci_slot"] == slot)
+def entry(state: State, slot: str) -> GpuEntry:
+    return next(g for g in state["gpus"] if g["pci_slot"] == slot)
 
 
 def test_xids_from_the_journal_on_every_surface(host: Host, make: Any) -> None:
     journal = make(FELL_OFF + APP + SXID + FORGED)
     agent = host.make_agent(journal_directory=journal)
-    host.tick()
+    snap = host.tick().state
     fell, app, forged = host.slots[0], host.slots[1], host.slots[2]
-    sick = entry(agent, fell)
+    sick = entry(snap, fell)
     assert sick["health"] == "critical"
     assert [(p["kind"], p["xid"], p["action"]) for p in sick["problems"]] == [("xid", 79, "reboot")]
     assert [(c["xid"], c["count"], c["severity"]) for c in sick["xids"]] == [(79, 1, "critical")]
     assert sick["uuid"] == UUID
-    assert [(c["xid"], c["count"]) for c in entry(agent, app)["xids"]] == [(13, 2)]
-    assert entry(agent, app)["health"] == "ok"
-    assert entry(agent, forged)["xids"] == []
+    assert [(c["xid"], c["count"]) for c in entry(snap, app)["xids"]] == [(13, 2)]
+    assert entry(snap, app)["health"] == "ok"
+    assert entry(snap, forged)["xids"] == []
     # One line for the fault, with its own event and fields; none of the generic kind.
     (line,) = xid_lines(host, Event.XID_PROBLEM)
     assert line.levelno == logging.ERROR
@@ -57,14 +57,13 @@ def test_xids_from_the_journal_on_every_surface(host: Host, make: Any) -> None:
     assert len(xid_lines(host, Event.SXID)) == 1
     assert host.events(Event.JOURNAL_UNREADABLE) == []
     # Surfaces: status exit 2 with the counts, Prometheus counters and info.
-    snap = agent.snapshot()
-    assert status.judge(snap, agent.wall())[0] == status.CRITICAL
-    text = status.render(snap, agent.wall(), status.CRITICAL, "")
+    assert status.judge(snap, agent.wall())[0] == status.ExitCode.CRITICAL
+    text = status.render(snap, agent.wall(), status.ExitCode.CRITICAL, "")
     assert "Xid 79 \u00d71, last " in text
     assert "NVSwitch 0000:04:00.0: SXid 22013 \u00d73" in text
     prom = metrics.render(snap)
-    smi_uuid = entry(agent, app)["uuid"]
-    assert smi_uuid.startswith("GPU-")
+    smi_uuid = entry(snap, app)["uuid"]
+    assert smi_uuid is not None and smi_uuid.startswith("GPU-")
     assert f'xid_errors_total{{pci_slot="{app}",uuid="{smi_uuid}",xid="13"}} 2.0' in prom
     assert f'gpuagent_gpu_xid_errors_total{{pci_slot="{fell}",uuid="{UUID}",xid="79"}} 1.0' in prom
     assert 'gpuagent_nvswitch_sxid_errors_total{pci_slot="0000:04:00.0",sxid="22013"} 3.0' in prom
@@ -74,25 +73,25 @@ def test_xids_from_the_journal_on_every_surface(host: Host, make: Any) -> None:
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
     assert len(xid_lines(host, Event.XID_COUNTED)) == 1
     # A restart reads the boot again to the same counts and says each code once more.
-    again = host.make_agent(journal_directory=journal)
+    host.make_agent(journal_directory=journal)
     host.tick()
-    assert entry(again, fell)["xids"] == sick["xids"]
+    assert entry(host.state, fell)["xids"] == sick["xids"]
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 2
 
 
 def test_xids_are_read_whatever_the_gates_say(host: Host, make: Any) -> None:
-    agent = host.make_agent(journal_directory=make(FELL_OFF), nvidia_smi="/nonexistent/nvidia-smi")
+    host.make_agent(journal_directory=make(FELL_OFF), nvidia_smi="/nonexistent/nvidia-smi")
     host.tick()
-    assert agent.gate == "nvidia_smi_missing"
-    assert entry(agent, host.slots[0])["health"] == "critical"
+    assert host.probe["gate"] == "nvidia_smi_missing"
+    assert entry(host.state, host.slots[0])["health"] == "critical"
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
 
 
 def test_a_gpu_gone_from_the_bus_keeps_its_xids(host: Host, make: Any) -> None:
     text = FELL_OFF.replace("0000:18:00", "0000:c1:00")
-    agent = host.make_agent(journal_directory=make(text))
+    host.make_agent(journal_directory=make(text))
     host.tick()
-    gone = entry(agent, "0000:c1:00.0")
+    gone = entry(host.state, "0000:c1:00.0")
     assert gone["health"] == "critical"
     assert [c["xid"] for c in gone["xids"]] == [79]
 
@@ -105,47 +104,47 @@ def test_an_unreadable_journal_is_one_warning_and_a_problem(host: Host, make: An
     assert line.levelno == logging.WARNING
     assert line.getMessage().startswith(f"{missing}: cannot read: ")
     assert missing == line.JOURNAL_DIRECTORY  # type: ignore[attr-defined]
-    assert agent.problems["journal"].startswith(f"{missing}: cannot read")
-    assert agent.probe_state == "ok"  # sampling goes on
-    assert status.judge(agent.snapshot(), agent.wall())[0] == status.DEGRADED
+    assert host.state["problems"]["journal"].startswith(f"{missing}: cannot read")
+    assert host.probe["state"] == "ok"  # sampling goes on
+    assert status.judge(host.state, agent.wall())[0] == status.ExitCode.WARNING
     # The journal appears (journald started): one info line, the Xids come.
     made = make(FELL_OFF, "other")
     os.rename(made, missing)
     host.tick()
     assert len(host.events(Event.JOURNAL_READABLE)) == 1
-    assert "journal" not in agent.problems
-    assert entry(agent, host.slots[0])["health"] == "critical"
+    assert "journal" not in host.state["problems"]
+    assert entry(host.state, host.slots[0])["health"] == "critical"
 
 
 def test_a_reload_to_another_journal_counts_it_instead(host: Host, make: Any) -> None:
     agent = host.make_agent(journal_directory=make(FELL_OFF))
     host.tick()
     agent.configure(host.config(journal_directory=make(APP, "app")))
-    host.tick()
-    assert entry(agent, host.slots[0])["xids"] == []
-    assert entry(agent, host.slots[0])["health"] == "ok"
+    snap = host.tick().state
+    assert entry(snap, host.slots[0])["xids"] == []
+    assert entry(snap, host.slots[0])["health"] == "ok"
     assert len(host.events(Event.PROBLEM_CLEARED)) == 1
-    assert [c["xid"] for c in entry(agent, host.slots[1])["xids"]] == [13]
+    assert [c["xid"] for c in entry(snap, host.slots[1])["xids"]] == [13]
 
 
 def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: Any) -> None:
     slot = host.slots[0]
     nonfatal = "NVRM: Xid (PCI:0000:18:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (0x0)\n"
     journal = make(nonfatal)
-    agent = host.make_agent(journal_directory=journal)
+    host.make_agent(journal_directory=journal)
     host.tick()
     (first,) = xid_lines(host, Event.XID_PROBLEM)
     assert first.levelno == logging.WARNING
-    assert entry(agent, slot)["health"] == "warning"
+    assert entry(host.state, slot)["health"] == "warning"
     append(journal, export(make(nonfatal.replace("Nonfatal", "Fatal"), "fatal")))
     deadline = time.monotonic() + 20
-    while entry(agent, slot)["health"] != "critical" and time.monotonic() < deadline:
+    while entry(host.state, slot)["health"] != "critical" and time.monotonic() < deadline:
         host.tick()
-    assert entry(agent, slot)["health"] == "critical"
+    assert entry(host.state, slot)["health"] == "critical"
     lines = xid_lines(host, Event.XID_PROBLEM)
     assert [r.levelno for r in lines] == [logging.WARNING, logging.ERROR]
     assert "is now critical" in lines[1].getMessage()
-    assert [c["count"] for c in entry(agent, slot)["xids"]] == [2]
+    assert [c["count"] for c in entry(host.state, slot)["xids"]] == [2]
     host.tick(2)
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 2
 
@@ -157,9 +156,9 @@ def test_a_recovery_action_back_to_none_clears_the_problem(host: Host, make: Any
         "(GPU Reset Required)\n"
     )
     journal = make(asked)
-    agent = host.make_agent(journal_directory=journal)
+    host.make_agent(journal_directory=journal)
     host.tick()
-    (problem,) = entry(agent, slot)["problems"]
+    (problem,) = entry(host.state, slot)["problems"]
     assert (problem["kind"], problem["xid"], problem["action"]) == ("xid", 154, "reset_gpu")
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 1
     # The driver states that the GPU needs no recovery any more: "to 0x0 (None)".
@@ -168,11 +167,12 @@ def test_a_recovery_action_back_to_none_clears_the_problem(host: Host, make: Any
     )
     append(journal, export(make(done, "done")))
     deadline = time.monotonic() + 20
-    while entry(agent, slot)["health"] != "ok" and time.monotonic() < deadline:
+    while entry(host.state, slot)["health"] != "ok" and time.monotonic() < deadline:
         host.tick()
-    assert entry(agent, slot)["health"] == "ok"
-    assert entry(agent, slot)["problems"] == []
-    assert [(c["xid"], c["count"]) for c in entry(agent, slot)["xids"]] == [(154, 2)]
+    snap = host.state
+    assert entry(snap, slot)["health"] == "ok"
+    assert entry(snap, slot)["problems"] == []
+    assert [(c["xid"], c["count"]) for c in entry(snap, slot)["xids"]] == [(154, 2)]
     (cleared,) = host.events(Event.PROBLEM_CLEARED)
     assert slot in cleared.getMessage()
     host.tick(2)
@@ -183,9 +183,9 @@ def test_a_recovery_action_back_to_none_clears_the_problem(host: Host, make: Any
 def test_a_gpu_the_driver_could_not_initialise(host: Host, make: Any) -> None:
     text = corpus_text("rminitadapter-failed-gsp-driver550").replace("0000:98:00", "0000:5d:00")
     slot = host.slots[3]
-    agent = host.make_agent(journal_directory=make(text))
+    host.make_agent(journal_directory=make(text))
     host.tick(3)
-    (problem,) = entry(agent, slot)["problems"]
+    (problem,) = entry(host.state, slot)["problems"]
     assert (problem["kind"], problem["severity"], problem["action"]) == (
         "init_failed",
         "critical",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpuagent.kernlog import KernelLog
-from gpuagent.xid import XidCounter
+from gpuagent.xidcount import XidCounter
 from tests import xidcorpus
 from tests.tools import need, tool
 

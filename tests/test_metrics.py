@@ -7,6 +7,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,12 +15,15 @@ from prometheus_client import parser
 from prometheus_client.metrics_core import Metric
 
 from gpuagent import metrics
-from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
-from gpuagent.smi import FIELDS, parse, sysfs_slot
-from tests import fakesysfs, replay
+from gpuagent.pciaddr import sysfs_slot
+from gpuagent.publish import Textfile
+from gpuagent.report import State
+from gpuagent.smi import FIELDS, Row, parse
+from gpuagent.views import Gate, ProbeState, ProbeView
+from tests import fakesysfs, replay, states
 from tests.conftest import Host, ListHandler
 from tests.fakehost import H200_LOAD
 from tests.test_smi import MISSING_TEXTS, QUERY_CAPTURES
@@ -76,46 +80,33 @@ def one(all_series: Series, name: str, **labels: str) -> float | None:
     return all_series.get((name, frozenset(labels.items())))
 
 
-def snapshot(gpus: list[dict[str, Any]], **probe: Any) -> dict[str, Any]:
-    """A state snapshot shaped like :meth:`Agent.snapshot` (checked against it below)."""
-    return {
-        "schema": 1,
-        "version": "0.1.0",
-        "pid": 1,
-        "started_at": 1_800_000_000.0,
-        "updated_at": 1_800_000_100.0,
-        "ticks": 10,
-        "interval": 10.0,
-        "exit": None,
-        "status": "",
-        "pci": [],
-        "probe": {
-            "state": "ok",
-            "gate": None,
-            "failure_class": None,
-            "consecutive_failures": 0,
-            "next_probe_in_ticks": 1,
-            "spawns_total": 10,
-            "last_error": None,
-            "last_success_at": 1_800_000_100.0,
-            "fields": list(FIELDS),
-            "duration": 0.25,
-            **probe,
-        },
-        "gpus": gpus,
-        "host_problems": [],
-        "missing": [],
-        "problems": {},
-        "sxids": [],
-    }
+def snapshot(samples: Mapping[str, Row], **probe: Any) -> State:
+    """The state of a host with these GPUs (their samples, by slot), each fresh and healthy,
+    and a probe that answered 100 s after the start, changed by ``probe``."""
+    answered = ProbeView(
+        state=ProbeState.OK,
+        spawns_total=10,
+        last_success_at=1_800_000_100.0,
+        duration=0.25,
+        fields=tuple(FIELDS),
+    )
+    return states.state(
+        now=1_800_000_100.0,
+        started_at=1_800_000_000.0,
+        ticks=10,
+        bus=[states.nvidia(slot) for slot in samples],
+        samples={slot: states.sample(row, 0.0) for slot, row in samples.items()},
+        probe=replace(answered, **probe),
+    )
 
 
 def test_the_test_snapshot_has_the_agents_shape(host: Host) -> None:
     host.make_agent()
-    real = host.tick().snapshot()
-    fake = snapshot([])
+    real = host.tick().state
+    fake = snapshot({"0000:18:00.0": {}})
     assert set(real) == set(fake)
     assert set(real["probe"]) == set(fake["probe"])
+    assert set(real["gpus"][0]) == set(fake["gpus"][0])
     assert set(real["gpus"][0]) == {
         "pci_slot",
         "fields",
@@ -147,20 +138,10 @@ def test_every_capture_renders_to_its_values_in_base_units(name: str) -> None:
     fields = tuple(f for f in FIELDS if replay.canonical(f) in cap.fields)
     stdout, _ = replay.answer(cap, list(fields), "csv,noheader,nounits")
     rows = parse(stdout, fields)
-    gpus: list[dict[str, Any]] = []
+    gpus: dict[str, Row] = {}
     for i, row in enumerate(rows):
         bus_id = row.get("pci.bus_id")
-        slot = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"row:{i}"
-        gpus.append(
-            {
-                "pci_slot": slot,
-                "fields": row,
-                "sampled_at": 0.0,
-                "stale": False,
-                "health": "ok",
-                "problems": [],
-            }
-        )
+        gpus[sysfs_slot(bus_id) if isinstance(bus_id, str) else f"row:{i}"] = row
     got = series(metrics.render(snapshot(gpus)))
 
     expected: Series = {}
@@ -195,7 +176,7 @@ def test_a_capture_with_nulls_has_no_series_for_them() -> None:
     stdout, _ = replay.answer(cap, list(FIELDS), "csv,noheader,nounits")
     (row,) = parse(stdout, FIELDS)
     assert row["fan.speed"] is None
-    got = series(metrics.render(snapshot([{"pci_slot": "0000:18:00.0", "fields": row}])))
+    got = series(metrics.render(snapshot({"0000:18:00.0": row})))
     assert named(got, "gpuagent_gpu_fan_speed_ratio") == {}
     assert len(named(got, "gpuagent_gpu_temperature_celsius")) == 1
 
@@ -203,14 +184,20 @@ def test_a_capture_with_nulls_has_no_series_for_them() -> None:
 # Through the agent on a fake 8-GPU host --------------------------------------------------
 
 
-def render(agent: Agent) -> Series:
-    return series(metrics.render(agent.snapshot()))
+def render(host: Host) -> Series:
+    """The series of the last tick's state."""
+    return series(metrics.render(host.state))
+
+
+def stale(host: Host) -> set[str]:
+    """The GPUs whose samples the last tick's state calls stale."""
+    return {g["pci_slot"] for g in host.state["gpus"] if g["stale"]}
 
 
 def test_eight_gpus_labelled_by_slot_and_uuid(host: Host) -> None:
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
-    got = render(agent)
+    got = render(host)
     info = named(got, "gpuagent_gpu_info")
     assert len(info) == 8
     slots = sorted(dict(labels)["pci_slot"] for labels in info)
@@ -229,8 +216,10 @@ def test_eight_gpus_labelled_by_slot_and_uuid(host: Host) -> None:
     assert one(got, "gpuagent_pci_gpus") == 8.0
     assert one(got, "gpuagent_probe_consecutive_failures") == 0.0
     assert one(got, "gpuagent_probe_spawns_total") == float(host.spawns)
-    assert one(got, "gpuagent_probe_last_success_timestamp_seconds") == agent.last_success_at
-    assert one(got, "gpuagent_info", version=agent.snapshot()["version"]) == 1.0
+    assert (
+        one(got, "gpuagent_probe_last_success_timestamp_seconds") == host.probe["last_success_at"]
+    )
+    assert one(got, "gpuagent_info", version=host.state["version"]) == 1.0
     assert one(got, "gpuagent_interval_seconds") == 10.0
     assert named(got, "gpuagent_probe_failure_info") == {}
     assert named(got, "gpuagent_probe_gated") == {}
@@ -238,16 +227,16 @@ def test_eight_gpus_labelled_by_slot_and_uuid(host: Host) -> None:
 
 
 def test_spawns_is_a_counter_without_created() -> None:
-    text = metrics.render(snapshot([]))
+    text = metrics.render(snapshot({}))
     assert "# TYPE gpuagent_probe_spawns_total counter" in text
     assert "_created" not in text
 
 
 def test_mig_capture(host: Host) -> None:
     host.scenario(capture=MIG_LOAD, slots=host.slots)
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
-    got = render(agent)
+    got = render(host)
     assert set(named(got, "gpuagent_gpu_mig_enabled").values()) == {1.0}
     # Utilization is [N/A] in MIG mode: no series, the rest is there.
     assert named(got, "gpuagent_gpu_utilization_ratio") == {}
@@ -258,9 +247,9 @@ def test_mig_capture(host: Host) -> None:
 
 def test_no_success_yet_means_no_last_success_series(host: Host) -> None:
     host.failing()
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
-    got = render(agent)
+    got = render(host)
     assert one(got, "gpuagent_probe_up") == 0.0
     assert one(got, "gpuagent_probe_consecutive_failures") == 1.0
     assert one(got, "gpuagent_probe_failure_info", **{"class": "version_mismatch"}) == 1.0
@@ -272,15 +261,15 @@ def test_no_success_yet_means_no_last_success_series(host: Host) -> None:
 
 
 def test_stale_gpus_keep_only_their_info(host: Host) -> None:
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
     host.failing()
     host.tick()
     # One failed probe, the sample one interval old: still current.
-    assert len(named(render(agent), "gpuagent_gpu_temperature_celsius")) == 8
+    assert len(named(render(host), "gpuagent_gpu_temperature_celsius")) == 8
     host.tick(2)
-    assert agent.stale == set(host.slots)
-    got = render(agent)
+    assert stale(host) == set(host.slots)
+    got = render(host)
     assert len(named(got, "gpuagent_gpu_info")) == 8
     assert {n for n, _ in got if n.startswith("gpuagent_gpu_")} == {
         "gpuagent_gpu_info",
@@ -290,47 +279,49 @@ def test_stale_gpus_keep_only_their_info(host: Host) -> None:
     assert one(got, "gpuagent_probe_up") == 0.0
     assert one(got, "gpuagent_probe_consecutive_failures") == 3.0
     assert one(got, "gpuagent_probe_failure_info", **{"class": "version_mismatch"}) == 1.0
-    assert one(got, "gpuagent_probe_last_success_timestamp_seconds") == agent.last_success_at
+    assert (
+        one(got, "gpuagent_probe_last_success_timestamp_seconds") == host.probe["last_success_at"]
+    )
     host.healthy()
     host.tick(3)  # past the backoff
-    got = render(agent)
+    got = render(host)
     assert len(named(got, "gpuagent_gpu_temperature_celsius")) == 8
     assert named(got, "gpuagent_probe_failure_info") == {}
 
 
 def test_gpu_missing_from_nvidia_smi(host: Host) -> None:
-    agent = host.make_agent()
+    host.make_agent()
     host.healthy(slots=host.slots[:7])
     host.tick()
-    got = render(agent)
+    got = render(host)
     assert named(got, "gpuagent_gpu_missing") == {frozenset({("pci_slot", host.slots[7])}): 1.0}
     # Never reported: no info (no UUID to give), known to be unhealthy.
     assert len(named(got, "gpuagent_gpu_info")) == 7
     assert one(got, "gpuagent_gpu_healthy", pci_slot=host.slots[7], uuid="") == 0.0
     host.healthy()
     host.tick()
-    assert named(render(agent), "gpuagent_gpu_missing") == {}
+    assert named(render(host), "gpuagent_gpu_missing") == {}
 
 
 def test_gated_probe_says_why(host: Host) -> None:
-    agent = host.make_agent()
+    host.make_agent()
     fakesysfs.set_module(host.root, False)
     host.tick()
-    got = render(agent)
+    got = render(host)
     assert one(got, "gpuagent_probe_gated", reason="driver_not_loaded") == 1.0
     assert one(got, "gpuagent_probe_up") == 0.0
     assert named(got, "gpuagent_probe_failure_info") == {}
     fakesysfs.set_module(host.root, True)
     os.unlink(host.smi)
     host.tick()
-    got = render(agent)
+    got = render(host)
     assert named(got, "gpuagent_probe_gated") == {
         frozenset({("reason", "nvidia_smi_missing")}): 1.0
     }
     for slot in host.slots:
         fakesysfs.bind(host.root, slot, "vfio-pci")
     host.tick()
-    got = render(agent)
+    got = render(host)
     assert named(got, "gpuagent_probe_gated") == {frozenset({("reason", "no_gpu")}): 1.0}
     assert one(got, "gpuagent_pci_gpus") == 8.0
 
@@ -356,7 +347,7 @@ def read(path: str) -> Series:
         return series(f.read())
 
 
-SNAP = snapshot([{"pci_slot": "0000:18:00.0", "fields": {"uuid": "GPU-1", "temperature.gpu": 40}}])
+SNAP = snapshot({"0000:18:00.0": {"uuid": "GPU-1", "temperature.gpu": 40}})
 
 
 def test_written_through_a_symlink_into_the_agents_directory(tmp_path: str) -> None:
@@ -367,7 +358,7 @@ def test_written_through_a_symlink_into_the_agents_directory(tmp_path: str) -> N
     link = os.path.join(textfiles, "gpuagent.prom")
     os.symlink(os.path.join(run, "gpuagent.prom"), link)
     log, logs = recorder()
-    textfile = metrics.Textfile(link, log)
+    textfile = Textfile(link, log)
     textfile.write(SNAP)
     assert os.path.islink(link)
     assert os.listdir(run) == ["gpuagent.prom"]
@@ -385,7 +376,7 @@ def test_missing_directory_is_one_info_line(tmp_path: str) -> None:
     directory = os.path.join(tmp_path, "node-exporter")
     path = os.path.join(directory, "gpuagent.prom")
     log, logs = recorder()
-    textfile = metrics.Textfile(path, log)
+    textfile = Textfile(path, log)
     for _ in range(5):
         textfile.write(SNAP)
     assert [(r.levelno, getattr(r, "MESSAGE_ID", None)) for r in logs.records] == [
@@ -405,7 +396,7 @@ def test_missing_directory_is_one_info_line(tmp_path: str) -> None:
 def test_write_error_is_one_line_per_episode_and_leaves_no_temp_file(tmp_path: str) -> None:
     path = os.path.join(tmp_path, "gpuagent.prom")
     log, logs = recorder()
-    textfile = metrics.Textfile(path, log)
+    textfile = Textfile(path, log)
     for _ in range(2):
         os.mkdir(path)  # rename(2) onto a directory fails, also for root
         for _ in range(5):
@@ -427,7 +418,7 @@ def test_write_error_is_one_line_per_episode_and_leaves_no_temp_file(tmp_path: s
 
 def test_empty_path_writes_nothing(tmp_path: str) -> None:
     log, logs = recorder()
-    textfile = metrics.Textfile("", log)
+    textfile = Textfile("", log)
     textfile.write(SNAP)
     textfile.remove()
     assert logs.records == []
@@ -438,7 +429,7 @@ def test_configure_moves_the_file(tmp_path: str) -> None:
     first = os.path.join(tmp_path, "a.prom")
     second = os.path.join(tmp_path, "b.prom")
     log, _ = recorder()
-    textfile = metrics.Textfile(first, log)
+    textfile = Textfile(first, log)
     textfile.write(SNAP)
     textfile.configure(second)
     assert not os.path.exists(first)
@@ -462,21 +453,19 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
         textfile=path,
     )
     daemon = Daemon(cfg, ("/nonexistent.toml", False), log=log)
-    daemon.agent.tick()
-    daemon._publish()
+    daemon.step()
     got = read(path)
     assert len(named(got, "gpuagent_gpu_temperature_celsius")) == 8
     assert one(got, "gpuagent_probe_spawns_total") == 1.0
     os.unlink(path)
     os.mkdir(path)
-    daemon.agent.tick()
-    daemon._publish()
-    assert "textfile" in daemon.agent.snapshot()["problems"]
+    daemon.step()
+    problem = daemon.publisher.textfile.problem  # the next state's problems["textfile"]
+    assert problem is not None and path in problem
     assert len(with_id(logs, Event.METRICS_WRITE_FAILED)) == 1
     os.rmdir(path)
-    daemon.agent.tick()
-    daemon._publish()
-    assert "textfile" not in daemon.agent.snapshot()["problems"]
+    daemon.step()
+    assert daemon.publisher.textfile.problem is None
     assert one(read(path), "gpuagent_probe_spawns_total") == 3.0
 
     moved = os.path.join(tmp_path, "elsewhere.prom")
@@ -488,8 +477,7 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
         )
     daemon.config_file = (conf, True)
     daemon.reload()
-    daemon.agent.tick()
-    daemon._publish()
+    daemon.step()
     assert not os.path.exists(path)
     assert os.path.exists(moved)
     daemon.finish("ticks")
@@ -497,8 +485,8 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
 
 
 def test_families_of_an_idle_host_are_only_health() -> None:
-    snap: Mapping[str, Any] = snapshot(
-        [], state="idle", gate="no_gpu", last_success_at=None, duration=None
+    snap = snapshot(
+        {}, state=ProbeState.IDLE, gate=Gate.NO_GPU, last_success_at=None, duration=None
     )
     got = series(metrics.render(snap))
     assert {n for n, _ in got} == {
@@ -516,10 +504,10 @@ def test_families_of_an_idle_host_are_only_health() -> None:
 def test_a_gpu_with_a_problem_keeps_its_values(host: Host) -> None:
     sick = host.slots[2]
     host.healthy(override={sick: {"clocks_event_reasons.active": "0x0000000000000080"}})
-    agent = host.make_agent()
+    host.make_agent()
     host.tick()
-    got = render(agent)
-    uuid = agent.samples[sick].fields["uuid"]
+    got = render(host)
+    uuid = states.gpu(host.state, sick)["fields"]["uuid"]
     assert isinstance(uuid, str)
     labels = {"pci_slot": sick, "uuid": uuid}
     assert one(got, "gpuagent_gpu_temperature_celsius", **labels) == 52.0
@@ -527,4 +515,4 @@ def test_a_gpu_with_a_problem_keeps_its_values(host: Host) -> None:
     problem = {**labels, "kind": "throttled", "severity": "warning", "action": "check_host"}
     assert named(got, "gpuagent_gpu_problem") == {frozenset(problem.items()): 1.0}
     assert sum(named(got, "gpuagent_gpu_healthy").values()) == 7.0
-    assert one(got, "gpuagent_probe_duration_seconds") == agent.probe_duration
+    assert one(got, "gpuagent_probe_duration_seconds") == host.probe["duration"]

@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 import pytest
 
 from gpuagent import __version__
-from gpuagent.smi import FIELDS, parse, sysfs_slot
+from gpuagent.pciaddr import sysfs_slot
+from gpuagent.smi import FIELDS, parse
 from tests import fakehost, replay
 from tests.fakehost import H200_LOAD
 from tests.test_metrics import EXPECTED_VALUES

@@ -188,15 +188,13 @@ def test_unkillable_child_is_abandoned_then_reaped(monkeypatch: pytest.MonkeyPat
 
 def test_interrupt_ends_the_run_at_once() -> None:
     rfd, wfd = os.pipe2(os.O_NONBLOCK)
-    r = Runner(timeout=30, kill_grace=0.5)
-    r.wake_fd = rfd
     asked: list[int] = []
 
     def interrupted() -> bool:
         asked.append(1)
         return True
 
-    r.interrupted = interrupted
+    r = Runner(timeout=30, kill_grace=0.5, wake_fd=rfd, interrupted=interrupted)
     proc = subprocess.Popen(["/bin/sh", "-c", "sleep 0.2; echo x"], stdout=wfd)
     start = time.monotonic()
     res = r.run(["/bin/sleep", "30"], ENV)
@@ -210,9 +208,12 @@ def test_interrupt_ends_the_run_at_once() -> None:
 
 def test_heartbeat_keeps_beating_during_a_hang() -> None:
     beats: list[float] = []
-    r = Runner(timeout=2, kill_grace=0.1)
-    r.heartbeat = lambda: beats.append(time.monotonic())
-    r.heartbeat_every = 0.1
+    r = Runner(
+        timeout=2,
+        kill_grace=0.1,
+        heartbeat=lambda: beats.append(time.monotonic()),
+        heartbeat_every=0.1,
+    )
     start = time.monotonic()
     r.run(["/bin/sleep", "30"], ENV)
     # Beats all through the hang, never a gap anywhere near the 2 s the hang lasts.

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,167 +16,133 @@ from click.testing import CliRunner
 
 from gpuagent import state, unitstate
 from gpuagent.cli import main
-from gpuagent.status import CRITICAL, DEGRADED, HEALTHY, UNKNOWN, judge, malformed, render
+from gpuagent.report import State
+from gpuagent.smi import Failure
+from gpuagent.status import ExitCode, judge, malformed, render
+from gpuagent.views import Gate, KernelView, ProbeState, ProbeView
+from gpuagent.xidcatalog import lookup
+from gpuagent.xidcount import XidCount
+from tests import states
+from tests.states import NOW, SLOT
 
-NOW = 1_800_000_000.0
-
-
-def base(**over: Any) -> dict[str, Any]:
-    st: dict[str, Any] = {
-        "schema": state.SCHEMA,
-        "version": "0.1.0",
-        "pid": os.getpid(),
-        "started_at": NOW - 3600,
-        "updated_at": NOW - 1,
-        "ticks": 360,
-        "interval": 10.0,
-        "exit": None,
-        "status": "1 GPU, sampling",
-        "pci": [
-            {"slot": "0000:18:00.0", "device_id": "0x2335", "class": "0x030200", "driver": "nvidia"}
-        ],
-        "probe": {
-            "state": "ok",
-            "gate": None,
-            "failure_class": None,
-            "consecutive_failures": 0,
-            "next_probe_in_ticks": 1,
-            "spawns_total": 360,
-            "last_error": None,
-            "last_success_at": NOW - 1,
-        },
-        "gpus": [
-            {
-                "pci_slot": "0000:18:00.0",
-                "sampled_at": NOW - 1,
-                "stale": False,
-                "health": "ok",
-                "problems": [],
-                "fields": {
-                    "name": "NVIDIA H200",
-                    "temperature.gpu": 52,
-                    "utilization.gpu": 100,
-                    "memory.used": 32362,
-                    "memory.total": 143771,
-                    "power.draw": 627.4,
-                    "power.limit": 700.0,
-                },
-            }
-        ],
-        "host_problems": [],
-        "missing": [],
-        "problems": {},
-    }
-    st.update(over)
-    return st
+STRAY = 2**22 + 7  # a pid no process has (above pid_max's 2**22)
+ABSENT = "0000:2a:00.0"
 
 
-def sick(severity: str, kind: str = "lost", action: str = "reboot") -> dict[str, Any]:
-    """The base state with one problem on its GPU."""
-    problem = {"kind": kind, "severity": severity, "action": action, "message": "m", "since": NOW}
-    gpu = dict(base()["gpus"][0], health=severity, problems=[problem])
-    return base(gpus=[gpu])
+def base(at: float = NOW, **facts: Any) -> State:
+    """A healthy one-H200 host as the agent writes it one second before ``at``."""
+    return states.state(now=at - 1, **facts)
 
 
-def probe(**over: Any) -> dict[str, Any]:
-    p = dict(base()["probe"])
-    p.update(over)
-    return p
+def probe(at: float = NOW, **over: Any) -> ProbeView:
+    """The base state's probe (answering every tick, last a second before ``at``), changed by
+    ``over``."""
+    return replace(ProbeView(state=ProbeState.OK, spawns_total=360, last_success_at=at - 1), **over)
 
 
-CASES = [
-    ("ok", base(), HEALTHY),
+def failing(failure: Failure = Failure.VERSION_MISMATCH, at: float = NOW, **over: Any) -> ProbeView:
+    """The base state's probe, failing at its last try."""
+    return probe(at, state=ProbeState.FAILING, failure=failure, **over)
+
+
+HOST_PROBLEM = states.problem("gpu_count", "critical", "check_host", slot="")
+
+# Each case's state as written for a judge at ``at``.
+CASES: list[tuple[str, Callable[[float], State], ExitCode]] = [
+    ("ok", base, ExitCode.OK),
     (
         "idle no gpu",
-        base(
-            pci=[],
-            gpus=[],
-            status="no NVIDIA GPU on the PCI bus",
-            probe=probe(state="idle", gate="no_gpu", next_probe_in_ticks=None),
-        ),
-        HEALTHY,
+        lambda at: base(at, bus=(), probe=probe(at, state=ProbeState.IDLE, gate=Gate.NO_GPU)),
+        ExitCode.OK,
+    ),
+    ("failing", lambda at: base(at, probe=failing(at=at, failures=5)), ExitCode.CRITICAL),
+    (
+        "stuck",
+        lambda at: base(at, probe=probe(at, state=ProbeState.STUCK, failure=Failure.TIMEOUT)),
+        ExitCode.CRITICAL,
     ),
     (
-        "failing",
-        base(
-            probe=probe(state="failing", failure_class="version_mismatch", consecutive_failures=5)
-        ),
-        CRITICAL,
+        "gated driver",
+        lambda at: base(at, probe=probe(at, state=ProbeState.GATED, gate=Gate.DRIVER_NOT_LOADED)),
+        ExitCode.WARNING,
     ),
-    ("stuck", base(probe=probe(state="stuck", failure_class="timeout")), CRITICAL),
-    ("gated driver", base(probe=probe(state="gated", gate="driver_not_loaded")), DEGRADED),
-    ("gated smi", base(probe=probe(state="gated", gate="nvidia_smi_missing")), DEGRADED),
-    ("stale", base(gpus=[dict(base()["gpus"][0], stale=True)]), DEGRADED),
-    ("missing", base(missing=["0000:2a:00.0"]), CRITICAL),
-    ("critical problem", sick("critical"), CRITICAL),
-    ("warning problem", sick("warning", "throttled", "check_host"), DEGRADED),
     (
-        "host problem",
-        base(
-            host_problems=[
-                {
-                    "kind": "gpu_count",
-                    "severity": "critical",
-                    "action": "check_host",
-                    "message": "m",
-                    "since": NOW,
-                }
-            ]
-        ),
-        CRITICAL,
+        "gated smi",
+        lambda at: base(at, probe=probe(at, state=ProbeState.GATED, gate=Gate.NVIDIA_SMI_MISSING)),
+        ExitCode.WARNING,
     ),
-    ("state problem", base(problems={"state_file": "ENOSPC"}), DEGRADED),
+    ("stale", lambda at: base(at, stale=[SLOT]), ExitCode.WARNING),
+    (
+        "missing",
+        lambda at: base(at, bus=(states.nvidia(), states.nvidia(ABSENT)), missing=[ABSENT]),
+        ExitCode.CRITICAL,
+    ),
+    (
+        "critical problem",
+        lambda at: base(at, problems={SLOT: [states.problem("lost", "critical", "reboot")]}),
+        ExitCode.CRITICAL,
+    ),
+    (
+        "warning problem",
+        lambda at: base(
+            at, problems={SLOT: [states.problem("throttled", "warning", "check_host")]}
+        ),
+        ExitCode.WARNING,
+    ),
+    ("host problem", lambda at: base(at, problems={"": [HOST_PROBLEM]}), ExitCode.CRITICAL),
+    (
+        "state problem",
+        lambda at: base(at, trouble={"state_file": "ENOSPC"}),
+        ExitCode.WARNING,
+    ),
     (
         "finished run --ticks",
-        base(pid=2**22 + 7, updated_at=NOW - 9999, exit={"reason": "ticks", "at": NOW - 9999}),
-        HEALTHY,
+        lambda at: base(at, pid=STRAY, ended=("ticks", at - 9999)),
+        ExitCode.OK,
     ),
     (
         "finished run --ticks failing",
-        base(pid=2**22 + 7, exit={"reason": "ticks", "at": NOW}, probe=probe(state="failing")),
-        CRITICAL,
+        lambda at: base(at, pid=STRAY, ended=("ticks", at), probe=failing(at=at)),
+        ExitCode.CRITICAL,
     ),
-    ("stopped", base(exit={"reason": "signal", "at": NOW}), UNKNOWN),
-    ("died", base(pid=2**22 + 7), UNKNOWN),
-    ("silent", base(updated_at=NOW - 31), UNKNOWN),
+    ("stopped", lambda at: base(at, ended=("signal", at)), ExitCode.UNKNOWN),
+    ("died", lambda at: base(at, pid=STRAY), ExitCode.UNKNOWN),
+    ("silent", lambda at: states.state(now=at - 31), ExitCode.UNKNOWN),
 ]
+IDS = [c[0] for c in CASES]
 
 
-@pytest.mark.parametrize(("name", "st", "code"), CASES, ids=[c[0] for c in CASES])
-def test_judge(name: str, st: dict[str, Any], code: int) -> None:
-    got, reason = judge(st, NOW)
+@pytest.mark.parametrize(("name", "made", "code"), CASES, ids=IDS)
+def test_judge(name: str, made: Callable[[float], State], code: ExitCode) -> None:
+    got, reason = judge(made(NOW), NOW)
     assert got == code
     assert reason and "\n" not in reason
 
 
 def test_render_rows_and_stale() -> None:
-    absent: dict[str, Any] = {
-        "pci_slot": "0000:2a:00.0",
-        "fields": {},
-        "sampled_at": None,
-        "stale": False,
-        "health": "unknown",
-        "problems": [],
+    facts: dict[str, Any] = {
+        "bus": (states.nvidia(), states.nvidia(ABSENT)),
+        "samples": {SLOT: states.sample(at=NOW - 45)},
+        "stale": [SLOT],
+        "missing": [ABSENT],
     }
-    st = base(
-        gpus=[dict(base()["gpus"][0], stale=True, sampled_at=NOW - 45), absent],
-        missing=["0000:2a:00.0"],
-    )
+    st = base(**facts)
+    assert st["status"] == "2 GPUs, sampling, 1 missing from nvidia-smi"
     text = render(st, NOW, *judge(st, NOW))
-    assert text.splitlines()[0] == "\u25cf gpuagent - 1 GPU, sampling"
+    assert text.splitlines()[0] == "\u25cf gpuagent - 2 GPUs, sampling, 1 missing from nvidia-smi"
     assert "NVIDIA H200" in text
     assert "52C" in text
     assert "32362/143771 MiB" in text
     assert "627/700 W" in text
     assert "STALE 45s" in text
     assert "last took" not in text
-    st["probe"]["duration"] = 1.234
+    st = base(probe=probe(duration=1.234), **facts)
     assert ", last took 1.23 s" in render(st, NOW, *judge(st, NOW))
     assert "\n      - on the PCI bus, not reported by nvidia-smi" in text
     assert "0000:2a:00.0    - -" in text
 
 
-def write_state(tmp_path: str, st: dict[str, Any]) -> str:
+def write_state(tmp_path: str, st: Mapping[str, object]) -> str:
     path = os.path.join(tmp_path, "state.json")
     state.write(path, st)
     conf = os.path.join(tmp_path, "c.toml")
@@ -183,10 +151,11 @@ def write_state(tmp_path: str, st: dict[str, Any]) -> str:
     return conf
 
 
-@pytest.mark.parametrize(("name", "st", "code"), CASES, ids=[c[0] for c in CASES])
-def test_cli_exit_codes(tmp_path: str, name: str, st: dict[str, Any], code: int) -> None:
-    st = dict(st, updated_at=time.time() - (NOW - st["updated_at"]))
-    conf = write_state(tmp_path, st)
+@pytest.mark.parametrize(("name", "made", "code"), CASES, ids=IDS)
+def test_cli_exit_codes(
+    tmp_path: str, name: str, made: Callable[[float], State], code: ExitCode
+) -> None:
+    conf = write_state(tmp_path, made(time.time()))
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
     assert res.exit_code == code, res.output
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
@@ -208,7 +177,7 @@ def test_no_readable_state_is_3(
     with open(conf, "w") as f:
         f.write(f'state_file = "{path}"\n')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert res.exit_code == UNKNOWN
+    assert res.exit_code == ExitCode.UNKNOWN
     assert res.stderr.startswith("gpuagent: ")
     assert len(res.stderr.strip().splitlines()) == 1
     assert "Traceback" not in res.output
@@ -232,7 +201,7 @@ def test_bad_config_is_78_one_line(tmp_path: str) -> None:
 
 
 def test_status_imports_stay_light(tmp_path: str) -> None:
-    conf = write_state(tmp_path, base(updated_at=time.time()))
+    conf = write_state(tmp_path, base(time.time()))
     code = (
         "import sys\n"
         "from gpuagent.cli import main\n"
@@ -270,8 +239,8 @@ MALFORMED = [
 @pytest.mark.parametrize(("key", "value"), MALFORMED, ids=[f"{k}={v!r}"[:40] for k, v in MALFORMED])
 def test_hand_edited_state_is_3_with_one_line(tmp_path: str, key: str, value: object) -> None:
     path = os.path.join(tmp_path, "state.json")
-    st = base(updated_at=time.time())
-    st[key] = value
+    st: dict[str, object] = dict(base(time.time()))
+    st[key] = value  # the hand edit
     with open(path, "w") as f:
         # Python's json writes 10**400 as digits, as a hand edit would.
         json.dump(st, f)
@@ -280,44 +249,47 @@ def test_hand_edited_state_is_3_with_one_line(tmp_path: str, key: str, value: ob
         f.write(f'state_file = "{path}"\ntextfile = ""\n')
     for args in (["status"], ["status", "--json"]):
         res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, *args])
-        assert res.exit_code == UNKNOWN, res.output
+        assert res.exit_code == ExitCode.UNKNOWN, res.output
         assert res.stderr.strip() == f"gpuagent: {path}: not a gpuagent state file: bad {key!r}"
 
 
 def test_finished_run_is_not_up() -> None:
-    st = base(updated_at=NOW - 600, started_at=NOW - 660, exit={"reason": "ticks", "at": NOW})
+    st = states.state(now=NOW - 600, started_at=NOW - 660, ended=("ticks", NOW - 600))
     text = render(st, NOW, *judge(st, NOW))
     assert "finished 10m ago after 60s" in text
     assert "up " not in text
 
 
 def test_terminal_control_characters_are_not_printed() -> None:
-    gpu = dict(base()["gpus"][0], fields={"name": "evil\x1b[2J\x00name"})
-    st = base(gpus=[gpu], probe=probe(state="failing", last_error="exit 1: \x1b]0;pwned\x07"))
+    st = base(
+        samples={SLOT: states.sample({"name": "evil\x1b[2J\x00name"})},
+        probe=failing(last_error="exit 1: \x1b]0;pwned\x07"),
+    )
     text = render(st, NOW, *judge(st, NOW))
     assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
     assert "evil?[2J?name" in text
 
 
 def test_unencodable_and_full_stdout_keep_the_exit_status(tmp_path: str) -> None:
-    conf = write_state(tmp_path, base(updated_at=time.time(), probe=probe(state="failing")))
+    now = time.time()
+    conf = write_state(tmp_path, base(now, probe=failing(at=now)))
     env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
     argv = [sys.executable, "-m", "gpuagent", "--config", conf, "status"]
     latin = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=30)
-    assert latin.returncode == CRITICAL
+    assert latin.returncode == ExitCode.CRITICAL
     assert b"Traceback" not in latin.stderr
     with open("/dev/full", "w") as full:
         res = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, check=False, timeout=30)
-    assert res.returncode == CRITICAL
+    assert res.returncode == ExitCode.CRITICAL
     assert b"Traceback" not in res.stderr and b"Exception" not in res.stderr
 
 
 def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_path: str) -> None:
-    conf = write_state(tmp_path, base(updated_at=time.time()))
+    conf = write_state(tmp_path, base(time.time()))
     with open(conf, "a") as f:
         f.write("intervall = 5\n")  # the typo of the issue, beside a valid state_file
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert res.exit_code == HEALTHY, res.output
+    assert res.exit_code == ExitCode.OK, res.output
     assert res.stderr == (
         f"gpuagent: warning: {conf}: unknown key 'intervall' (known: interval, probe_timeout, "
         "backoff_after, retry_max, nvidia_smi, sysfs_root, state_file, load_driver, log_level, "
@@ -326,23 +298,25 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
     with open(conf, "w") as f:
         f.write("interval = [\n")  # not TOML at all: the default state file
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert res.exit_code == UNKNOWN
+    assert res.exit_code == ExitCode.UNKNOWN
     assert res.stderr.splitlines()[0].startswith(f"gpuagent: warning: {conf}: not valid TOML")
 
 
 def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
-    st = base(updated_at=time.time(), probe=probe(state="failing"), status="1 GPU, failing")
+    now = time.time()
+    st = base(now, probe=failing(at=now))
+    failing_line = "1 GPU, nvidia-smi failing (version_mismatch), next try in 10 s"
+    assert st["status"] == failing_line
     conf = write_state(tmp_path, st)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert res.exit_code == CRITICAL
-    assert (res.stdout.count("1 GPU, failing"), res.stderr) == (1, "")
+    assert res.exit_code == ExitCode.CRITICAL
+    assert (res.stdout.count(failing_line), res.stderr) == (1, "")
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
-    assert res.stderr == "gpuagent: 1 GPU, failing\n"  # the JSON does not say why
+    assert res.stderr == f"gpuagent: {failing_line}\n"  # the JSON does not say why
 
 
 def test_next_try_is_in_seconds() -> None:
-    p = probe(state="failing", failure_class="timeout", consecutive_failures=4)
-    st = base(probe={**p, "next_probe_in_ticks": 2}, interval=10.0)
+    st = base(probe=failing(Failure.TIMEOUT, failures=4, next_in_ticks=2), interval=10.0)
     text = render(st, NOW, *judge(st, NOW))
     assert "(timeout, 4 failures, next try in 20 s)" in text
     assert "ticks)" not in text
@@ -350,10 +324,10 @@ def test_next_try_is_in_seconds() -> None:
 
 def test_a_stopped_agent_says_since_when() -> None:
     at = NOW - 300
-    st = base(updated_at=at, exit={"reason": "signal", "at": at})
+    st = states.state(now=at, ended=("signal", at))
     code, reason = judge(st, NOW)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
-    assert (code, reason) == (UNKNOWN, f"gpuagent is stopped since {stamp} (5m ago)")
+    assert (code, reason) == (ExitCode.UNKNOWN, f"gpuagent is stopped since {stamp} (5m ago)")
     lines = render(st, NOW, code, reason).splitlines()
     assert lines[0] == f"\u25cb gpuagent - {reason}"
     assert sum(reason in line for line in lines) == 1
@@ -406,10 +380,10 @@ def test_without_a_state_file_status_asks_systemd(
     with open(conf, "w") as f:
         f.write(f'state_file = "{tmp_path}/state.json"\n')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert (res.exit_code, res.stderr) == (UNKNOWN, "")
+    assert (res.exit_code, res.stderr) == (ExitCode.UNKNOWN, "")
     assert res.stdout == "\u25cb gpuagent - gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
-    assert res.exit_code == UNKNOWN
+    assert res.exit_code == ExitCode.UNKNOWN
     assert json.loads(res.stdout) == {
         "health": "unknown",
         "health_reason": "gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC",
@@ -424,11 +398,11 @@ def test_json_without_a_state_to_judge_is_still_json(tmp_path: str) -> None:
     with open(os.path.join(tmp_path, "state.json"), "w") as f:
         f.write('{"schema": 1, "pid": "x"}')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
-    assert res.exit_code == UNKNOWN
+    assert res.exit_code == ExitCode.UNKNOWN
     out = json.loads(res.stdout)
     assert out["health"] == "unknown" and "bad 'pid'" in out["health_reason"]
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
-    assert (res.exit_code, res.stdout) == (UNKNOWN, "")
+    assert (res.exit_code, res.stdout) == (ExitCode.UNKNOWN, "")
     assert "bad 'pid'" in res.stderr
 
 
@@ -444,19 +418,19 @@ def test_systemctl_show_is_parsed(tmp_path: str, monkeypatch: pytest.MonkeyPatch
 
 
 def test_render_shows_each_gpus_health_and_problems() -> None:
-    st = sick("critical")
-    st["gpus"][0]["fields"].update(index=3, uuid="GPU-5c1e0d4a-0000-0000-0000-000000000000")
-    st["host_problems"] = [
-        {
-            "kind": "gpu_count",
-            "severity": "critical",
-            "action": "check_host",
-            "message": "7 NVIDIA GPUs on the PCI bus where expected_gpus is 8",
-            "since": NOW - 300,
-        }
-    ]
+    fields = {**states.H200, "index": 3, "uuid": "GPU-5c1e0d4a-0000-0000-0000-000000000000"}
+    count = states.problem(
+        "gpu_count",
+        "critical",
+        "check_host",
+        slot="",
+        message="7 NVIDIA GPUs on the PCI bus where expected_gpus is 8",
+        since=NOW - 300,
+    )
+    lost = states.problem("lost", "critical", "reboot")
+    st = base(samples={SLOT: states.sample(fields)}, problems={"": [count], SLOT: [lost]})
     code, reason = judge(st, NOW)
-    assert code == CRITICAL
+    assert code == ExitCode.CRITICAL
     assert reason == "host gpu_count: check_host; 0000:18:00.0 lost: reboot"
     lines = render(st, NOW, code, reason).splitlines()
     assert (
@@ -469,14 +443,15 @@ def test_render_shows_each_gpus_health_and_problems() -> None:
 
 
 def test_a_gpu_with_bad_xid_counts_is_malformed() -> None:
-    gpu = base()["gpus"][0]
-    st = base(gpus=[{**gpu, "xids": [{"xid": 79, "count": "1", "last": NOW}]}])
-    assert malformed(st) == "gpus"
-    st = base(gpus=[{**gpu, "xids": [{"xid": 79, "count": 1, "last": NOW}]}])
+    kernel = KernelView({(SLOT, 79): XidCount(79, 1, NOW, NOW, lookup(79), "m")}, {}, {})
+    st = base(kernel=kernel)
+    assert states.gpu(st)["xids"][0]["count"] == 1
     assert malformed(st) is None
+    gpu = {**states.gpu(st), "xids": [{**states.gpu(st)["xids"][0], "count": "1"}]}
+    assert malformed({**st, "gpus": [gpu]}) == "gpus"
 
 
 def test_one_failure_and_one_spawn_are_singular() -> None:
-    p = probe(state="failing", failure_class="timeout", consecutive_failures=1, spawns_total=1)
-    st = base(probe={**p, "next_probe_in_ticks": 1}, interval=10.0)
+    p = failing(Failure.TIMEOUT, failures=1, spawns_total=1, next_in_ticks=1)
+    st = base(probe=p, interval=10.0)
     assert "(timeout, 1 failure, next try in 10 s), 1 spawn," in render(st, NOW, *judge(st, NOW))

@@ -36,8 +36,7 @@ cfg = Config(
 )
 agent = Agent(cfg, Prober(Runner(timeout=1)), EventLog())
 while True:
-    agent.tick()
-    state.write(cfg.state_file, agent.snapshot())
+    state.write(cfg.state_file, agent.tick().state)
     time.sleep(0.001)
 """
 

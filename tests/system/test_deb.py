@@ -456,8 +456,10 @@ def bad_config(c: Container) -> None:
         assert res.stderr.startswith(f"gpuagent: warning: {config}: {typo}"), res.stderr
 
     assert c.run("systemctl", "restart", "gpuagent", check=False).returncode != 0
-    time.sleep(3)  # longer than RestartSec=2
-    assert (c.prop("ActiveState"), c.prop("ExecMainStatus")) == ("failed", "78")
+    # A restart systemd schedules shows as activating/auto-restart, never as failed: once
+    # failed, RestartPreventExitStatus=78 has kept it from restarting.
+    assert wait_for("the failed start", lambda: c.prop("ActiveState") == "failed", 30)
+    assert (c.prop("SubState"), c.prop("ExecMainStatus")) == ("failed", "78")
     assert c.prop("NRestarts") == "0"  # (a manual restart resets the count)
     # Once for the reload, once for the restart (ExecStopPost, ExecStartPre and the failed
     # start's ExecStopPost say nothing about it).

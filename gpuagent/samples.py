@@ -1,0 +1,112 @@
+"""What nvidia-smi last answered for each GPU: its sample, whether it is stale, and the GPUs
+bound to nvidia that it does not report.
+
+A GPU nvidia-smi no longer answers for keeps its last sample, stale, under its slot; one that
+is handed to another driver (vfio-pci for a VM) loses it, since it is not nvidia-smi's to
+answer for.  A GPU missing from nvidia-smi is one warning when it goes missing and one line
+when it is reported again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from . import rules
+from .condition import ConditionSet
+from .health import Finding
+from .logs import Event, EventLog
+from .pci import PciGpu
+from .pciaddr import sysfs_slot
+from .probe import ProbeResult
+from .smi import Row
+from .views import Sample, SamplesView
+
+__all__ = ["STALE_AFTER_INTERVALS", "Samples"]
+
+# Samples older than this many intervals are stale (never shown as current); the extra half
+# keeps a sample taken two grid points ago from flapping on timer jitter.
+STALE_AFTER_INTERVALS = 2.5
+
+
+class Samples:
+    """Keeps each GPU's last sample and logs the GPUs nvidia-smi stops or starts reporting."""
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        monotonic: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self.log = log
+        self.monotonic = monotonic
+        self.wall = wall
+        self._samples: dict[str, Sample] = {}
+        self._reported: set[str] = set()
+        self._missing: list[str] = []
+        self._stale: set[str] = set()
+        self._silent = ConditionSet()
+
+    def take(self, answer: ProbeResult, gpus: tuple[PciGpu, ...]) -> dict[str, list[Finding]]:
+        """Keep a probe's rows (``answer.rows`` must be set), cross-check them against the bus
+        and return everything the answer says about each GPU's health, by slot."""
+        now, mono = self.wall(), self.monotonic()
+        by_slot: dict[str, Row] = {}
+        for row in answer.rows or []:
+            bus_id = row.get("pci.bus_id")
+            key = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
+            by_slot[key] = row
+            self._samples[key] = Sample(row, now, mono)
+        self._reported = set(by_slot)
+        self._cross_check(gpus, set(answer.gpu_errors))
+        return rules.smi_findings(by_slot, answer.requires_reset, answer.gpu_errors, answer.inforom)
+
+    def forget(self) -> None:
+        """nvidia-smi cannot be asked (a gate holds): no sample is current any more."""
+        self._reported = set()
+
+    def _cross_check(self, gpus: tuple[PciGpu, ...], lost: set[str]) -> None:
+        # A lost GPU is missing too, but its one journal line is the "lost" problem's.
+        bound = [g.slot for g in gpus if g.driver == "nvidia"]
+        self._missing = [slot for slot in bound if slot not in self._reported]
+        started, ended = self._silent.update(set(self._missing) - lost)
+        for slot in started:
+            self.log(
+                logging.WARNING,
+                Event.GPU_MISSING,
+                f"GPU {slot} is bound to nvidia on the PCI bus but nvidia-smi does not report it",
+                pci_slot=slot,
+            )
+        # One that left the bus instead is not "back": its gone_from_bus problem says so.
+        for slot in ended:
+            if slot in self._reported:
+                self.log(
+                    logging.INFO,
+                    Event.GPU_BACK,
+                    f"GPU {slot} is reported by nvidia-smi again",
+                    pci_slot=slot,
+                )
+
+    def mark_stale(self, gpus: tuple[PciGpu, ...], interval: float) -> SamplesView:
+        """Judge each sample's age at the end of a tick of ``interval`` s; returns the view."""
+        for gpu in gpus:
+            if not gpu.probeable:
+                self._samples.pop(gpu.slot, None)
+        limit = STALE_AFTER_INTERVALS * interval
+        mono = self.monotonic()
+        self._stale = {
+            slot
+            for slot, s in self._samples.items()
+            if mono - s.sampled_mono > limit or slot not in self._reported
+        }
+        return self.view
+
+    @property
+    def view(self) -> SamplesView:
+        """The samples as of the last :meth:`mark_stale`."""
+        return SamplesView(
+            dict(self._samples),
+            frozenset(self._reported - self._stale),
+            tuple(self._missing),
+        )

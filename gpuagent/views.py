@@ -1,0 +1,118 @@
+"""What each source hands to the report each tick, and the vocabulary they share (pure).
+
+The views are frozen: the report (:mod:`gpuagent.report`) is drawn from them and nothing
+changes them after the tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .pci import PciGpu
+from .smi import Failure, Row
+from .xidcount import SXidCount, XidCount
+
+__all__ = [
+    "BusView",
+    "Gate",
+    "KernelView",
+    "ProbeState",
+    "ProbeView",
+    "Sample",
+    "SamplesView",
+    "plural",
+]
+
+
+def plural(n: int, word: str) -> str:
+    """``1 GPU``, ``2 GPUs``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass(frozen=True)
+class BusView:
+    """One scan: ``gpus`` on the bus now (sorted by slot), ``seen`` every slot seen on it since
+    the agent started (or since ``sysfs_root`` changed), ``problems`` one line per sysfs file
+    that could not be read, and whether the ``nvidia`` kernel module is loaded."""
+
+    gpus: tuple[PciGpu, ...] = ()
+    seen: frozenset[str] = frozenset()
+    problems: tuple[str, ...] = ()
+    module_loaded: bool = False
+
+    @property
+    def slots(self) -> list[str]:
+        """The PCI slots of the GPUs on the bus now."""
+        return [g.slot for g in self.gpus]
+
+    @property
+    def probeable(self) -> list[PciGpu]:
+        """The GPUs nvidia-smi could answer for (not handed to another driver on purpose)."""
+        return [g for g in self.gpus if g.probeable]
+
+
+class ProbeState(StrEnum):
+    """The probe's state: ``idle`` (no GPU to probe), ``gated`` (a gate holds), ``ok`` (the
+    last probe answered), ``failing`` (it did not), ``stuck`` (a child will not exit)."""
+
+    IDLE = "idle"
+    GATED = "gated"
+    OK = "ok"
+    FAILING = "failing"
+    STUCK = "stuck"
+
+
+class Gate(StrEnum):
+    """Why the agent does not probe."""
+
+    NO_GPU = "no_gpu"
+    NVIDIA_SMI_MISSING = "nvidia_smi_missing"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+
+
+@dataclass(frozen=True)
+class ProbeView:
+    """The probe as of the last tick.  Times: ``last_success_at`` wall s; ``duration`` s of
+    the last run; ``next_in_ticks`` ticks until the next probe (1: the next tick)."""
+
+    state: ProbeState = ProbeState.IDLE
+    gate: Gate | None = None
+    failure: Failure | None = None
+    failures: int = 0
+    next_in_ticks: int = 1
+    spawns_total: int = 0
+    last_error: str | None = None
+    last_success_at: float | None = None
+    duration: float | None = None
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One GPU's row from one probe: ``fields`` by query field name, both clocks' times (s)."""
+
+    fields: Row
+    sampled_at: float
+    sampled_mono: float
+
+
+@dataclass(frozen=True)
+class SamplesView:
+    """``samples`` by slot; ``fresh`` the slots whose sample is current; ``missing`` the slots
+    bound to nvidia that the last answer did not report, in bus order."""
+
+    samples: Mapping[str, Sample]
+    fresh: frozenset[str]
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KernelView:
+    """This boot's kernel records as counted: Xids by (GPU slot, code), SXids by (NVSwitch
+    slot or ``nvswitchN``, code), and the GPU UUIDs the driver printed, by slot."""
+
+    xids: Mapping[tuple[str, int], XidCount]
+    sxids: Mapping[tuple[str, int], SXidCount]
+    uuids: Mapping[str, str]
