@@ -20,10 +20,11 @@ one.  :class:`XidCounter` counts what the records of one boot say, per GPU and c
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.xidcatalog import NONE, RECOVERY_ACTIONS, XidInfo, lookup
+from gpuagent.xidcatalog import NONE, RECOVERY_ACTIONS, Override, XidInfo, lookup, override
 
 __all__ = [
     "First",
@@ -192,10 +193,14 @@ def parse(message: str) -> list[Event]:
     return events
 
 
-def assess(xid: Xid) -> XidInfo:
+def assess(xid: Xid, overrides: Mapping[int, Override] | None = None) -> XidInfo:
     """What ``xid`` means for its GPU: the catalog's entry, with the severity or action the
     line itself states for 94/95 (containment, ``RST:``/``D-RST:``), 144-150 (``Fatal`` /
-    ``Nonfatal``) and 154 (the new recovery action)."""
+    ``Nonfatal``; a Nonfatal 145 is the job's to restart, as NVIDIA's workflow says where no
+    Xid 154 asks for more) and 154 (the new recovery action).  ``overrides``, the site's
+    ``[xid]`` table by code (``Config.xid``), has the last word."""
+    if overrides and xid.code in overrides:
+        return override(assess(xid), overrides[xid.code])
     info = lookup(xid.code)
     text = xid.text
     if xid.code in (94, 95):
@@ -210,7 +215,8 @@ def assess(xid: Xid) -> XidInfo:
         return info
     if 144 <= xid.code <= 150:
         if _NONFATAL.search(text):
-            return replace(info, severity=WARNING, action="none", advice="a non-fatal link error")
+            link = "restart_app" if xid.code == 145 else "none"
+            return replace(info, severity=WARNING, action=link, advice="a non-fatal link error")
         if _FATAL.search(text):
             return replace(info, severity=CRITICAL, action="reset_gpu", advice="a fatal link error")
         return info
@@ -242,9 +248,21 @@ class XidCount:
     info: XidInfo
     text: str
 
-    def finding(self) -> Finding | None:
-        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only)."""
+    def finding(self, now: float | None = None, hold: float | None = None) -> Finding | None:
+        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only).
+
+        A warning no longer holds once ``hold`` seconds (``Config.xid_warning_hold``) have
+        passed since the code's last record without a recurrence: ``now`` is wall time in
+        seconds since the epoch, the clock of :attr:`last`.  Without ``now`` and ``hold`` it
+        holds until the next boot; a critical one always does."""
         if self.info.severity == NONE:
+            return None
+        if (
+            self.info.severity == WARNING
+            and now is not None
+            and hold is not None
+            and now - self.last >= hold
+        ):
             return None
         return Finding(
             "xid",
