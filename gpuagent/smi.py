@@ -44,11 +44,13 @@ _HEALTH_TEXT = (
     "retired_pages.pending",
     "fabric.state",
     "fabric.status",
+    "mig.mode.pending",
 )
 # The query, in nvidia-smi's own field names; nounits values: temperature.gpu °C,
 # temperature.gpu.tlimit °C left below the GPU's maximum operating temperature (recent drivers
 # only; an older one rejects it and it is dropped), utilization.* %, memory.* MiB, power.* W,
-# clocks.* MHz, fan.speed %, pcie.link.width.* lanes.  The fields from
+# clocks.* MHz, fan.speed %, pcie.link.width.* lanes, pcie.link.gen.* the PCIe generation
+# (1 to 6; .max is the highest both the GPU and its root port support).  The fields from
 # clocks_event_reasons.active on feed the health rules (gpuagent.rules).
 # remapped_rows.histogram.* is never asked for: it floods the kernel log of vGPU guests.
 FIELDS: tuple[str, ...] = (
@@ -74,11 +76,19 @@ FIELDS: tuple[str, ...] = (
     "clocks_event_reasons.active",
     "pcie.link.width.current",
     "pcie.link.width.max",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
     *_HEALTH_TEXT,
 )
 
 # Older drivers know a field by another name: asked for when the first is rejected.
-FALLBACKS: dict[str, str] = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+# Drivers 590 and later also call pcie.link.gen.current pcie.link.gen.gpucurrent; every driver
+# of the corpus (465.27 to 610.57.04) knows the first name, so the second is only asked for
+# by a driver that drops it.
+FALLBACKS: dict[str, str] = {
+    "clocks_event_reasons.active": "clocks_throttle_reasons.active",
+    "pcie.link.gen.current": "pcie.link.gen.gpucurrent",
+}
 
 _TEXT = frozenset(
     {
