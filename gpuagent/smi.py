@@ -140,11 +140,20 @@ class Failure(StrEnum):
 
 
 class ParseError(Exception):
-    """Output that is not the CSV asked for; ``line`` is the offending line."""
+    """Output that is not the CSV asked for; ``line`` is the offending line, ``columns`` its
+    cell count where that was what was wrong (``20 columns where 30 were asked for``)."""
 
-    def __init__(self, reason: str, line: str) -> None:
+    def __init__(self, reason: str, line: str, columns: int | None = None) -> None:
         super().__init__(reason)
         self.line = line
+        self.columns = columns
+
+    @property
+    def csv(self) -> bool:
+        """Whether the offending line is CSV of the wrong shape (two cells or more), not an
+        error message: then no word in it (a ``[GPU requires reset]`` cell, ``GPU is lost``)
+        says why the probe failed."""
+        return self.columns is not None and self.columns > 1
 
 
 def command(binary: str, fields: tuple[str, ...]) -> list[str]:
@@ -265,7 +274,9 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
         except csv.Error as e:
             raise ParseError(f"not CSV: {e}", line[:300]) from None
         if len(cells) != len(fields):
-            raise ParseError(f"{len(cells)} columns where {len(fields)} were asked for", line)
+            raise ParseError(
+                f"{len(cells)} columns where {len(fields)} were asked for", line, len(cells)
+            )
         row: Row = {}
         for field, cell in zip(fields, cells, strict=True):
             try:
