@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from .health import ACTIONS
+from .xidcatalog import OVERRIDE_SEVERITIES, Override
 
 __all__ = [
     "DEFAULT_PATH",
@@ -57,9 +61,32 @@ class Config:
     # NVIDIA GPUs this host should have on its PCI bus; fewer is a gpu_count problem.  Unset
     # (None, the default): no check.
     expected_gpus: int | None = None
+    # How long GPUs may wait for the nvidia module before it is a no_driver_module problem: a
+    # driver upgrade unloads it for about 80 s.
+    driver_absent_grace: float = 600.0
+    # The NVML library whose file name carries the installed driver's version
+    # (libnvidia-ml.so.1 -> libnvidia-ml.so.<version>): a name looked up in the system's
+    # library directories, or an absolute path.
+    nvml_library: str = "libnvidia-ml.so.1"
+    # A warning-class Xid problem (a Nonfatal NVLink 145, an ECC 63) ends this long after
+    # its last record.
+    xid_warning_hold: float = 3600.0
+    # A GPU is throttled when the hardware slows it down in at least this fraction of the
+    # samples of the last throttle_window seconds.
+    throttle_fraction: float = 0.1
+    throttle_window: float = 600.0
+    # The site's own severity and action of Xid codes ([xid] 94 = { severity = "none" }).
+    xid: Mapping[int, Override] = field(default_factory=dict)
 
 
-_DURATIONS = {"interval", "probe_timeout", "retry_max"}
+_DURATIONS = {
+    "interval",
+    "probe_timeout",
+    "retry_max",
+    "driver_absent_grace",
+    "xid_warning_hold",
+    "throttle_window",
+}
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
 _MAX_SIZE = 64 * 1024
 # Below a millisecond the loop would spend its time scheduling; a day is beyond any use.
@@ -216,6 +243,15 @@ def _check(source: str, key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
             raise ConfigError(f"{where}: expected an integer from 0 to 1024, got {_show(value)}")
         return value
+    if key == "throttle_fraction":
+        # A chained comparison is false for NaN.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise ConfigError(
+                f"{where}: expected a fraction above 0 and at most 1, got {_show(value)}"
+            )
+        return float(value)
+    if key == "xid":
+        return _xid_table(where, value)
     if key == "load_driver":
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
@@ -246,6 +282,44 @@ def _check(source: str, key: str, value: Any) -> Any:
         return value
     if not isinstance(value, str) or not value or "\0" in value:
         raise ConfigError(f"{where}: expected a non-empty string, got {_show(value)}")
+    if key == "nvml_library" and "/" in value and not value.startswith("/"):
+        raise ConfigError(
+            f"{where}: expected a library name (libnvidia-ml.so.1) or an absolute path, "
+            f"got {_show(value)}"
+        )
     if key in {"sysfs_root", "state_file"} and not value.startswith("/"):
         raise ConfigError(f"{where}: expected an absolute path, got {_show(value)}")
     return value
+
+
+# Xid codes are printed with up to six digits (gpuagent.xid).
+_MAX_XID = 999_999
+
+
+def _xid_table(where: str, value: Any) -> dict[int, Override]:
+    """``[xid]``: one inline table per code, ``94 = { severity = "none" }``."""
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f'{where}: expected a table of Xid codes ([xid] 94 = {{ severity = "none" }}), '
+            f"got {_show(value)}"
+        )
+    out: dict[int, Override] = {}
+    for code, entry in value.items():
+        here = f"{where}.{code}"
+        if not (code.isascii() and code.isdigit() and len(code) <= 6 and int(code) > 0):
+            raise ConfigError(f"{where}: expected Xid codes (1 to {_MAX_XID}), got {_show(code)}")
+        if not isinstance(entry, dict) or not entry:
+            raise ConfigError(
+                f"{here}: expected an inline table of severity and action "
+                f'({{ severity = "none" }}), got {_show(entry)}'
+            )
+        for name, setting in entry.items():
+            allowed = {"severity": OVERRIDE_SEVERITIES, "action": ACTIONS}.get(name)
+            if allowed is None:
+                raise ConfigError(f"{here}: unknown key {name!r} (known: severity, action)")
+            if setting not in allowed:
+                raise ConfigError(
+                    f"{here}.{name}: expected one of {', '.join(allowed)}, got {_show(setting)}"
+                )
+        out[int(code)] = Override(entry.get("severity"), entry.get("action"))
+    return out

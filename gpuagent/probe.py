@@ -159,6 +159,13 @@ class Prober:
         try:
             out = parse_output(stdout, self.fields)
         except ParseError as e:
+            if e.csv:
+                # Rows of the wrong shape, whatever the exit code and whatever a cell says.
+                return ProbeResult(
+                    failure=Failure.UNPARSEABLE,
+                    error=f"exit {code}: {e}",
+                    detail=e.line[:_ERROR_CHARS],
+                )
             if code not in (0, 14):
                 return failed
             failure = classify(code or 0, stdout)

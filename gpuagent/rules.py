@@ -13,17 +13,23 @@ from .pci import PciGpu
 from .smi import Row
 
 __all__ = [
+    "BUSY_UTILIZATION",
+    "DISPLAY_DRIVERS",
     "KINDS",
     "THROTTLE_BITS",
     "bus_findings",
     "count_findings",
+    "deliberate",
     "error_finding",
     "inforom_warning",
     "row_findings",
     "smi_findings",
+    "throttle_reasons",
+    "wrong_driver_findings",
 ]
 
-# Every kind these rules report, with its Event's name (logs.Event.problem).
+# Every kind these rules report through the agent, with its Event's name
+# (logs.Event.problem); wrong_driver_findings' kind, wrong_driver, joins them once wired.
 KINDS = (
     "lost",
     "requires_reset",
@@ -39,6 +45,7 @@ KINDS = (
     "gone_from_bus",
     "no_driver",
     "gpu_count",
+    "mig_pending",
 )
 
 # clocks_event_reasons.active bits that mean the hardware itself is slowing the GPU down
@@ -49,6 +56,16 @@ THROTTLE_BITS: dict[int, str] = {
     0x40: "hardware thermal slowdown",
     0x80: "hardware power brake",
 }
+
+# Display drivers that take an NVIDIA GPU from the nvidia module: the driver's own list
+# ("NVRM: This can occur when a driver such as: nouveau, rivafb, nvidiafb or rivatv was loaded
+# and obtained ownership of the NVIDIA device(s).").  vfio-pci, pci-stub and the like are
+# chosen on purpose (passthrough) and are not here.
+DISPLAY_DRIVERS = frozenset({"nouveau", "nvidiafb", "rivafb", "rivatv"})
+# utilization.gpu (%) from which a GPU counts as busy: its PCIe link should then run at its
+# highest generation.  An idle GPU downshifts it to save power (Gen1 at P8 in the RTX 2080
+# SUPER and 4080 SUPER idle captures, Gen3/Gen4 under load).
+BUSY_UTILIZATION = 10
 
 # gpu_recovery_action (nvmlDeviceGetGpuRecoveryAction): severity and action.
 _RECOVERY: dict[str, tuple[str, str]] = {
@@ -63,6 +80,15 @@ _FABRIC_PENDING = frozenset({"Not Started", "In Progress"})
 
 def _yes(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() == "yes"
+
+
+def throttle_reasons(row: Row) -> list[str]:
+    """The hardware reasons (:data:`THROTTLE_BITS`) that hold the clocks of the GPU in
+    ``row`` down, from ``clocks_event_reasons.active`` (``clocks_throttle_reasons.active`` on
+    older drivers, a hex bit mask); ``[]`` when none is active or the field is missing."""
+    return _throttle_reasons(
+        row.get("clocks_event_reasons.active") or row.get("clocks_throttle_reasons.active")
+    )
 
 
 def _throttle_reasons(value: object) -> list[str]:
@@ -92,9 +118,50 @@ def _fabric(state: object, status: object) -> Finding | None:
     return Finding("fabric", CRITICAL, "check_host", f"{text}; it cannot run CUDA work")
 
 
-def row_findings(row: Row, requires_reset: Iterable[str] = ()) -> list[Finding]:
+def _link(row: Row) -> Finding | None:
+    """``pcie_link_degraded``: a link narrower than its maximum, or, while the GPU is busy
+    (``utilization.gpu`` at least :data:`BUSY_UTILIZATION` %), of a lower generation than the
+    highest both ends support (``pcie.link.gen.current`` below ``pcie.link.gen.max``)."""
+    faults = []
+    width, width_max = row.get("pcie.link.width.current"), row.get("pcie.link.width.max")
+    if isinstance(width, int) and isinstance(width_max, int) and width < width_max:
+        faults.append(f"x{width} of x{width_max}")
+    gen = row.get("pcie.link.gen.current")
+    if gen is None:
+        gen = row.get("pcie.link.gen.gpucurrent")
+    gen_max, busy = row.get("pcie.link.gen.max"), row.get("utilization.gpu")
+    if (
+        isinstance(gen, int)
+        and isinstance(gen_max, int)
+        and isinstance(busy, int | float)
+        and gen < gen_max
+        and busy >= BUSY_UTILIZATION
+    ):
+        faults.append(f"Gen{gen} of Gen{gen_max} while the GPU is busy")
+    if not faults:
+        return None
+    return Finding(
+        "pcie_link_degraded", WARNING, "check_host", f"PCIe link at {' and '.join(faults)}"
+    )
+
+
+def _mig(current: object, pending: object) -> Finding | None:
+    if not isinstance(current, str) or not isinstance(pending, str) or current == pending:
+        return None
+    return Finding(
+        "mig_pending",
+        WARNING,
+        "reset_gpu",
+        f"MIG mode is {current}, {pending} only after a GPU reset (mig.mode.pending)",
+    )
+
+
+def row_findings(
+    row: Row, requires_reset: Iterable[str] = (), *, throttle: bool = True
+) -> list[Finding]:
     """The problems one GPU's row shows; ``requires_reset`` the fields that read
-    ``[GPU requires reset]`` (smi.Output.requires_reset)."""
+    ``[GPU requires reset]`` (smi.Output.requires_reset).  ``throttle`` False leaves
+    ``throttled`` to a window of samples (:class:`gpuagent.history.ThrottleWindow`)."""
     out: list[Finding] = []
     reset = list(requires_reset)
     if reset:
@@ -130,23 +197,15 @@ def row_findings(row: Row, requires_reset: Iterable[str] = ()) -> list[Finding]:
         )
     if row.get("inforom.checksum_validation") == "invalid":
         out.append(Finding("inforom", WARNING, "drain_and_rma", "the infoROM checksum is invalid"))
-    reasons = _throttle_reasons(
-        row.get("clocks_event_reasons.active") or row.get("clocks_throttle_reasons.active")
-    )
+    reasons = throttle_reasons(row) if throttle else []
     if reasons:
         out.append(
             Finding("throttled", WARNING, "check_host", f"clocks held down: {', '.join(reasons)}")
         )
-    width, width_max = row.get("pcie.link.width.current"), row.get("pcie.link.width.max")
-    if isinstance(width, int) and isinstance(width_max, int) and width < width_max:
-        out.append(
-            Finding(
-                "pcie_link_degraded",
-                WARNING,
-                "check_host",
-                f"PCIe link at x{width} of x{width_max}",
-            )
-        )
+    if (f := _link(row)) is not None:
+        out.append(f)
+    if (f := _mig(row.get("mig.mode.current"), row.get("mig.mode.pending"))) is not None:
+        out.append(f)
     if (f := _fabric(row.get("fabric.state"), row.get("fabric.status"))) is not None:
         out.append(f)
     ecc = row.get("ecc.errors.uncorrected.volatile.total")
@@ -199,6 +258,31 @@ def bus_findings(
     return out
 
 
+def wrong_driver_findings(on_bus: Iterable[PciGpu]) -> dict[str, list[Finding]]:
+    """``wrong_driver`` for each GPU a display driver (:data:`DISPLAY_DRIVERS`: nouveau,
+    nvidiafb …) holds instead of ``nvidia``.  A GPU bound to ``vfio-pci``, ``pci-stub`` or
+    another driver is passthrough on purpose (:func:`deliberate`) and is no problem."""
+    return {
+        g.slot: [
+            Finding(
+                "wrong_driver",
+                CRITICAL,
+                "check_host",
+                f"bound to {g.driver}, not nvidia: blacklist {g.driver} "
+                "(modprobe.d, and the initramfs), then reboot",
+            )
+        ]
+        for g in on_bus
+        if g.driver in DISPLAY_DRIVERS
+    }
+
+
+def deliberate(gpu: PciGpu) -> bool:
+    """Whether ``gpu`` is bound to another driver on purpose (``vfio-pci``, ``pci-stub`` …):
+    neither ``nvidia``, nor unbound, nor a display driver; its slot has no problems."""
+    return not gpu.probeable and gpu.driver not in DISPLAY_DRIVERS
+
+
 def count_findings(on_bus: int, expected: int | None) -> list[Finding]:
     """``gpu_count`` (host-level) when fewer than ``expected`` GPUs are on the bus."""
     if expected is None or on_bus >= expected:
@@ -218,10 +302,20 @@ def smi_findings(
     requires_reset: Mapping[str, Iterable[str]],
     gpu_errors: Mapping[str, str],
     inforom: Iterable[str],
+    throttled: Mapping[str, Iterable[Finding]] | None = None,
 ) -> dict[str, list[Finding]]:
     """Everything one nvidia-smi answer says about its GPUs, by slot: each row's problems,
-    ``lost`` for each GPU named in an error line, ``inforom`` for each one warned about."""
-    out = {slot: row_findings(row, requires_reset.get(slot, ())) for slot, row in rows.items()}
+    ``lost`` for each GPU named in an error line, ``inforom`` for each one warned about.
+
+    ``throttled``, the window's verdict (:meth:`gpuagent.history.ThrottleWindow.findings`),
+    replaces the one-sample ``throttled`` rule; ``None`` keeps that rule."""
+    window = throttled is not None
+    out = {
+        slot: row_findings(row, requires_reset.get(slot, ()), throttle=not window)
+        for slot, row in rows.items()
+    }
+    for slot, found in (throttled or {}).items():
+        out.setdefault(slot, []).extend(found)
     for slot, text in gpu_errors.items():
         out.setdefault(slot, []).append(error_finding(text))
     for slot in inforom:

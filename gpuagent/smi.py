@@ -45,11 +45,13 @@ _HEALTH_TEXT = (
     "retired_pages.pending",
     "fabric.state",
     "fabric.status",
+    "mig.mode.pending",
 )
 # The query, in nvidia-smi's own field names; nounits values: temperature.gpu °C,
 # temperature.gpu.tlimit °C left below the GPU's maximum operating temperature (recent drivers
 # only; an older one rejects it and it is dropped), utilization.* %, memory.* MiB, power.* W,
-# clocks.* MHz, fan.speed %, pcie.link.width.* lanes.  The fields from
+# clocks.* MHz, fan.speed %, pcie.link.width.* lanes, pcie.link.gen.* the PCIe generation
+# (1 to 6; .max is the highest both the GPU and its root port support).  The fields from
 # clocks_event_reasons.active on feed the health rules (gpuagent.rules).
 # remapped_rows.histogram.* is never asked for: it floods the kernel log of vGPU guests.
 FIELDS: tuple[str, ...] = (
@@ -75,11 +77,19 @@ FIELDS: tuple[str, ...] = (
     "clocks_event_reasons.active",
     "pcie.link.width.current",
     "pcie.link.width.max",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
     *_HEALTH_TEXT,
 )
 
 # Older drivers know a field by another name: asked for when the first is rejected.
-FALLBACKS: dict[str, str] = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
+# Drivers 590 and later also call pcie.link.gen.current pcie.link.gen.gpucurrent; every driver
+# of the corpus (465.27 to 610.57.04) knows the first name, so the second is only asked for
+# by a driver that drops it.
+FALLBACKS: dict[str, str] = {
+    "clocks_event_reasons.active": "clocks_throttle_reasons.active",
+    "pcie.link.gen.current": "pcie.link.gen.gpucurrent",
+}
 
 _TEXT = frozenset(
     {
@@ -130,11 +140,20 @@ class Failure(StrEnum):
 
 
 class ParseError(Exception):
-    """Output that is not the CSV asked for; ``line`` is the offending line."""
+    """Output that is not the CSV asked for; ``line`` is the offending line, ``columns`` its
+    cell count where that was what was wrong (``20 columns where 30 were asked for``)."""
 
-    def __init__(self, reason: str, line: str) -> None:
+    def __init__(self, reason: str, line: str, columns: int | None = None) -> None:
         super().__init__(reason)
         self.line = line
+        self.columns = columns
+
+    @property
+    def csv(self) -> bool:
+        """Whether the offending line is CSV of the wrong shape (two cells or more), not an
+        error message: then no word in it (a ``[GPU requires reset]`` cell, ``GPU is lost``)
+        says why the probe failed."""
+        return self.columns is not None and self.columns > 1
 
 
 def command(binary: str, fields: tuple[str, ...]) -> list[str]:
@@ -244,7 +263,9 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
         except csv.Error as e:
             raise ParseError(f"not CSV: {e}", line[:300]) from None
         if len(cells) != len(fields):
-            raise ParseError(f"{len(cells)} columns where {len(fields)} were asked for", line)
+            raise ParseError(
+                f"{len(cells)} columns where {len(fields)} were asked for", line, len(cells)
+            )
         row: Row = {}
         for field, cell in zip(fields, cells, strict=True):
             try:

@@ -20,11 +20,12 @@ one.  :mod:`gpuagent.xidcount` counts what the records of one boot say, per GPU 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from .health import CRITICAL, WARNING
 from .pciaddr import DEVICE, SLOT, parse_device, slot_of
-from .xidcatalog import NONE, RECOVERY_ACTIONS, XidInfo, lookup
+from .xidcatalog import NONE, RECOVERY_ACTIONS, Override, XidInfo, lookup, override
 
 __all__ = ["XID_FELL_OFF", "Event", "GpuUuid", "InitFailure", "SXid", "Xid", "assess", "parse"]
 
@@ -165,10 +166,14 @@ def parse(message: str) -> list[Event]:
     return events
 
 
-def assess(xid: Xid) -> XidInfo:
+def assess(xid: Xid, overrides: Mapping[int, Override] | None = None) -> XidInfo:
     """What ``xid`` means for its GPU: the catalog's entry, with the severity or action the
     line itself states for 94/95 (containment, ``RST:``/``D-RST:``), 144-150 (``Fatal`` /
-    ``Nonfatal``) and 154 (the new recovery action)."""
+    ``Nonfatal``; a Nonfatal 145 is the job's to restart, as NVIDIA's workflow says where no
+    Xid 154 asks for more) and 154 (the new recovery action).  ``overrides``, the site's
+    ``[xid]`` table by code (``Config.xid``), has the last word."""
+    if overrides and xid.code in overrides:
+        return override(assess(xid), overrides[xid.code])
     info = lookup(xid.code)
     text = xid.text
     if xid.code in (94, 95):
@@ -183,7 +188,8 @@ def assess(xid: Xid) -> XidInfo:
         return info
     if 144 <= xid.code <= 150:
         if _NONFATAL.search(text):
-            return replace(info, severity=WARNING, action="none", advice="a non-fatal link error")
+            link = "restart_app" if xid.code == 145 else "none"
+            return replace(info, severity=WARNING, action=link, advice="a non-fatal link error")
         if _FATAL.search(text):
             return replace(info, severity=CRITICAL, action="reset_gpu", advice="a fatal link error")
         return info

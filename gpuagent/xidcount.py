@@ -32,9 +32,21 @@ class XidCount:
     info: XidInfo
     text: str
 
-    def finding(self) -> Finding | None:
-        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only)."""
+    def finding(self, now: float | None = None, hold: float | None = None) -> Finding | None:
+        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only).
+
+        A warning no longer holds once ``hold`` seconds (``Config.xid_warning_hold``) have
+        passed since the code's last record without a recurrence: ``now`` is wall time in
+        seconds since the epoch, the clock of :attr:`last`.  Without ``now`` and ``hold`` it
+        holds until the next boot; a critical one always does."""
         if self.info.severity == NONE:
+            return None
+        if (
+            self.info.severity == WARNING
+            and now is not None
+            and hold is not None
+            and now - self.last >= hold
+        ):
             return None
         return Finding(
             "xid",

@@ -12,8 +12,9 @@ from gpuagent.logs import Event, EventLog
 from gpuagent.probe import Prober
 from gpuagent.runner import Runner
 from gpuagent.smi import FIELDS
-from tests import fakesysfs
+from tests import fakesysfs, replay
 from tests.conftest import Host
+from tests.fakehost import H200_LOAD
 from tests.test_smi import BLOCKED
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
@@ -303,6 +304,24 @@ def test_unparseable_output(host: Host) -> None:
     assert host.probe["failure_class"] == "unparseable"
     debug = [r.getMessage() for r in host.logs.records if r.levelno == logging.DEBUG]
     assert any("not understood" in line for line in debug)
+
+
+@pytest.mark.parametrize("code", [0, 15])
+def test_rows_of_the_wrong_width_are_unparseable_whatever_a_cell_says(
+    host: Host, code: int
+) -> None:
+    # Issue 17: twenty columns where the query asked for more, a cell reading like a lost GPU
+    # ("[GPU requires reset]", as nvidia-smi prints every field of such a GPU): the failure
+    # is the CSV's shape, said as such, not gpu_lost with the raw rows as its reason.
+    rows = replay.answer(replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", host.slots)
+    short = [
+        "[GPU requires reset], " + ", ".join(r.split(", ")[1:20]) for r in rows[0].splitlines()
+    ]
+    host.scenario(stdout="\n".join(short) + "\n", exit=code)
+    host.make_agent()
+    host.tick()
+    assert host.probe["failure_class"] == "unparseable"
+    assert host.probe["last_error"] == f"exit {code}: 20 columns where {len(FIELDS)} were asked for"
 
 
 def test_sysfs_problem_logged_once(host: Host) -> None:

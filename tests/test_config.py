@@ -16,6 +16,7 @@ from gpuagent.config import (
     warnings,
     with_interval,
 )
+from gpuagent.xidcatalog import Override
 
 
 def write(tmp_path: str, text: str) -> str:
@@ -76,6 +77,29 @@ def test_values_are_read(tmp_path: str) -> None:
         ('textfile = "/a\\u0000.prom"', "textfile: expected an absolute path ending in .prom"),
         ('journal_directory = "var/log/journal"', "journal_directory: expected an absolute path"),
         ("journal_directory = 1", "journal_directory: expected an absolute path"),
+        ("driver_absent_grace = -1", "driver_absent_grace: expected seconds between"),
+        ('driver_absent_grace = "10m"', "driver_absent_grace: expected a number of seconds"),
+        ("xid_warning_hold = 0", "xid_warning_hold: expected seconds between"),
+        ("throttle_window = true", "throttle_window: expected a number of seconds"),
+        ("throttle_fraction = 0", "throttle_fraction: expected a fraction above 0 and at most 1"),
+        ("throttle_fraction = 1.5", "throttle_fraction: expected a fraction above 0 and at most"),
+        ("throttle_fraction = nan", "throttle_fraction: expected a fraction above 0 and at most"),
+        ('throttle_fraction = "10%"', "throttle_fraction: expected a fraction above 0"),
+        ('nvml_library = ""', "nvml_library: expected a non-empty string"),
+        ('nvml_library = "lib/libnvidia-ml.so.1"', "nvml_library: expected a library name"),
+        ("xid = 94", "xid: expected a table of Xid codes"),
+        ('[xid]\nfoo = { severity = "none" }', "xid: expected Xid codes (1 to 999999), got 'foo'"),
+        ('[xid]\n0 = { severity = "none" }', "xid: expected Xid codes (1 to 999999), got '0'"),
+        ('[xid]\n1234567 = { severity = "none" }', "xid: expected Xid codes"),
+        ("[xid]\n" + "9" * 5000 + ' = { severity = "none" }', "xid: expected Xid codes"),
+        ('[xid]\n94 = "none"', "xid.94: expected an inline table of severity and action"),
+        ("[xid]\n94 = {}", "xid.94: expected an inline table of severity and action"),
+        ('[xid]\n94 = { sev = "none" }', "xid.94: unknown key 'sev' (known: severity, action)"),
+        (
+            '[xid]\n94 = { severity = "high" }',
+            "xid.94.severity: expected one of none, warning, critical, got 'high'",
+        ),
+        ('[xid]\n13 = { action = "rma" }', "xid.13.action: expected one of none, restart_app,"),
         ("interval = [", "not valid TOML"),
         ("[section]\nx = 1", "unknown key 'section'"),
     ],
@@ -196,3 +220,42 @@ def test_journal_directory_default_is_the_system_journal(tmp_path: str) -> None:
     assert Config().journal_directory == ""
     path = write(tmp_path, 'journal_directory = "/var/tmp/journal"')
     assert load(path, required=True).journal_directory == "/var/tmp/journal"
+
+
+def test_the_issue_17_keys_and_their_defaults(tmp_path: str) -> None:
+    cfg = Config()
+    assert (cfg.driver_absent_grace, cfg.xid_warning_hold) == (600.0, 3600.0)
+    assert (cfg.throttle_fraction, cfg.throttle_window) == (0.1, 600.0)
+    assert (cfg.nvml_library, cfg.xid) == ("libnvidia-ml.so.1", {})
+    path = write(
+        tmp_path,
+        'driver_absent_grace = 120\nnvml_library = "/opt/nvidia/lib/libnvidia-ml.so.1"\n'
+        "xid_warning_hold = 86400\nthrottle_fraction = 1\nthrottle_window = 60.5\n",
+    )
+    cfg = load(path, required=True)
+    assert (cfg.driver_absent_grace, cfg.xid_warning_hold) == (120.0, 86400.0)
+    assert (cfg.throttle_fraction, cfg.throttle_window) == (1.0, 60.5)
+    assert cfg.nvml_library == "/opt/nvidia/lib/libnvidia-ml.so.1"
+    assert isinstance(cfg.throttle_fraction, float)
+
+
+def test_the_xid_table_of_the_issue(tmp_path: str) -> None:
+    path = write(
+        tmp_path,
+        '[xid]\n94 = { severity = "none" }\n13 = { severity = "critical", action = "reset_gpu" }\n'
+        '79 = { action = "check_host" }\n',
+    )
+    assert load(path, required=True).xid == {
+        94: Override(severity="none"),
+        13: Override("critical", "reset_gpu"),
+        79: Override(action="check_host"),
+    }
+    inline = write(tmp_path, 'xid = { 94 = { severity = "none" } }\n')
+    assert load(inline, required=True).xid == {94: Override(severity="none")}
+
+
+def test_salvage_drops_a_bad_xid_table_and_keeps_the_rest(tmp_path: str) -> None:
+    path = write(tmp_path, 'throttle_window = 30\n[xid]\n94 = { severity = "high" }\n')
+    cfg, error = salvage(path, required=True)
+    assert (cfg.throttle_window, cfg.xid) == (30.0, {})
+    assert error is not None and "xid.94.severity" in str(error)

@@ -196,6 +196,8 @@ ROW_FAULTS: dict[str, tuple[dict[str, str], str]] = {
     "inforom": ({"inforom.checksum_validation": "invalid"}, "warning"),
     "throttled": ({"clocks_event_reasons.active": "0x0000000000000040"}, "warning"),
     "pcie_link_degraded": ({"pcie.link.width.current": "8"}, "warning"),
+    # NVIDIA/gpu-operator#1845: MIG enabled, pending until a reset.
+    "mig_pending": ({"mig.mode.pending": "Enabled"}, "warning"),
     "fabric": ({"fabric.state": "In Progress", "fabric.status": "N/A"}, "critical"),
     "ecc_uncorrected": ({"ecc.errors.uncorrected.volatile.total": "2"}, "warning"),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuagent import rules
-from gpuagent.health import CRITICAL, WARNING
+from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.pci import PciGpu
 from gpuagent.smi import FIELDS, Row, parse
 from tests import replay
@@ -207,3 +207,122 @@ def test_every_kind_has_an_event() -> None:
 
     for kind in rules.KINDS:
         assert Event.problem(kind).name == f"PROBLEM_{kind.upper()}"
+
+
+def capture_rows(name: str) -> list[Row]:
+    cap = replay.load(name)
+    fields = tuple(f for f in FIELDS if replay.canonical(f) in cap.fields)
+    stdout, _ = replay.answer(cap, list(fields), "csv,noheader,nounits")
+    return parse(stdout, fields)
+
+
+def test_three_v100s_held_by_nouveau_are_wrong_driver() -> None:
+    # mattshma/bigdata#133: "NVRM: The NVIDIA probe routine was not called for 3 device(s)."
+    # and lspci's three "3D controller: NVIDIA Corporation Device 1db6" (Tesla V100 32GB) at
+    # 0000:5a:00.0, 0000:5e:00.0 and 0000:62:00.0, the nvidia module not loaded.
+    slots = ["0000:5a:00.0", "0000:5e:00.0", "0000:62:00.0"]
+    on_bus = [PciGpu(s, "0x1db6", "0x030200", "nouveau") for s in slots]
+    got = rules.wrong_driver_findings(on_bus)
+    assert sorted(got) == slots
+    for (f,) in got.values():
+        assert (f.kind, f.severity, f.action) == ("wrong_driver", CRITICAL, "check_host")
+        assert f.message.startswith("bound to nouveau, not nvidia: blacklist nouveau")
+    assert not any(rules.deliberate(g) for g in on_bus)
+    from gpuagent.logs import Event  # noqa: PLC0415
+
+    assert Event.problem("wrong_driver").name == "PROBLEM_WRONG_DRIVER"
+
+
+@pytest.mark.parametrize(
+    ("driver", "wrong", "deliberate"),
+    [
+        ("nouveau", True, False),
+        ("nvidiafb", True, False),
+        ("rivafb", True, False),
+        ("rivatv", True, False),
+        ("vfio-pci", False, True),
+        ("pci-stub", False, True),
+        ("nvidia", False, False),
+        (None, False, False),
+    ],
+)
+def test_which_drivers_are_wrong(driver: str | None, wrong: bool, deliberate: bool) -> None:
+    gpu = PciGpu("0000:3b:00.0", "0x2335", "0x030200", driver)
+    assert bool(rules.wrong_driver_findings([gpu])) == wrong
+    assert rules.deliberate(gpu) == deliberate
+
+
+def test_mig_mode_pending_is_a_warning_until_a_reset() -> None:
+    # NVIDIA/gpu-operator#1845 (A100, driver 580.65.06): "Warning: MIG mode is in pending
+    # enable state for GPU 00000001:00:00.0:In use by another client" - enabled, not yet on.
+    (f,) = rules.row_findings(h200(mig__mode__current="Disabled", mig__mode__pending="Enabled"))
+    assert (f.kind, f.severity, f.action) == ("mig_pending", WARNING, "reset_gpu")
+    assert f.message == "MIG mode is Disabled, Enabled only after a GPU reset (mig.mode.pending)"
+    assert (
+        rules.row_findings(h200(mig__mode__current="Enabled", mig__mode__pending="Enabled")) == []
+    )
+    assert rules.row_findings(h200(mig__mode__current=None, mig__mode__pending="Enabled")) == []
+    for name in (
+        "h200-mig-linux-driver590.48.01-load-query-gpu-all-fields.csv",
+        "h100-80gb-hbm3-mig-linux-driver590.48.01-idle-query-gpu-all-fields.csv",
+    ):
+        (row,) = capture_rows(name)
+        assert (row["mig.mode.current"], row["mig.mode.pending"]) == ("Enabled", "Enabled")
+        assert rules.row_findings(row) == []
+
+
+def test_a_gen1_link_under_load_is_degraded() -> None:
+    # janhq/jan#183 (an RTX 4090 on a riser): "LnkCap: Port #0, Speed 16GT/s, Width x16" and
+    # "LnkSta: Speed 2.5GT/s (downgraded), Width x16 (ok)" - Gen1 of Gen4 at full width.
+    row = h200(
+        pcie__link__gen__current=1,
+        pcie__link__gen__max=4,
+        pcie__link__width__current=16,
+        pcie__link__width__max=16,
+        utilization__gpu=100,
+    )
+    (f,) = rules.row_findings(row)
+    assert (f.kind, f.severity, f.action) == ("pcie_link_degraded", WARNING, "check_host")
+    assert f.message == "PCIe link at Gen1 of Gen4 while the GPU is busy"
+    assert rules.row_findings({**row, "utilization.gpu": rules.BUSY_UTILIZATION - 1}) == []
+    assert rules.row_findings({**row, "utilization.gpu": None}) == []
+    assert rules.row_findings({**row, "pcie.link.gen.max": None}) == []
+    narrow = {**row, "pcie.link.width.current": 8}
+    (both,) = rules.row_findings(narrow)
+    assert both.message == "PCIe link at x8 of x16 and Gen1 of Gen4 while the GPU is busy"
+    fallback = {**row, "pcie.link.gen.current": None, "pcie.link.gen.gpucurrent": 2}
+    assert rules.row_findings(fallback)[0].message.startswith("PCIe link at Gen2 of Gen4")
+
+
+@pytest.mark.parametrize(
+    ("name", "gen", "gen_max"),
+    [
+        # Idle at P8, 0 %: the link downshifts to save power - not a problem.
+        ("rtx2080super-linux-driver595.71.05-idle-query-gpu-all-fields.csv", 1, 3),
+        ("rtx4080super-linux-driver595.71.05-idle-query-gpu-all-fields.csv", 1, 4),
+        ("rtx2080super-linux-driver465.27-query-gpu-115fields.csv", 1, 3),
+        # Under load the same boards run at their highest generation.
+        ("rtx2080super-linux-driver595.71.05-load-query-gpu-all-fields.csv", 3, 3),
+        ("rtx4080super-linux-driver595.71.05-load-query-gpu-all-fields.csv", 4, 4),
+        ("l40s-linux-driver595.80-idle-query-gpu-all-fields.csv", 4, 4),
+    ],
+)
+def test_the_captured_links_are_not_degraded(name: str, gen: int, gen_max: int) -> None:
+    (row,) = capture_rows(name)
+    assert (row["pcie.link.gen.current"], row["pcie.link.gen.max"]) == (gen, gen_max)
+    assert [f for f in rules.row_findings(row) if f.kind == "pcie_link_degraded"] == []
+
+
+def test_the_throttle_rule_can_be_left_to_the_window() -> None:
+    row = h200(clocks_event_reasons__active="0x0000000000000008")
+    assert kinds(row) == [("throttled", WARNING, "check_host")]
+    assert rules.row_findings(row, throttle=False) == []
+    assert rules.throttle_reasons(row) == ["hardware slowdown"]
+    slot = "0000:18:00.0"
+    one = rules.smi_findings({slot: row}, {}, {}, [])
+    assert [f.kind for f in one[slot]] == ["throttled"]
+    window = rules.smi_findings({slot: row}, {}, {}, [], throttled={})
+    assert window == {slot: []}
+    verdict = Finding("throttled", WARNING, "check_host", "clocks held down in 7 of 60")
+    got = rules.smi_findings({slot: h200()}, {}, {}, [], throttled={slot: [verdict]})
+    assert got == {slot: [verdict]}

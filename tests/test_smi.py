@@ -147,6 +147,19 @@ def test_garbage_is_a_parse_error_naming_the_line(stdout: str, reason: str) -> N
     assert err.value.line == stdout.strip("\n").split("\n")[0] or reason == "no rows"
 
 
+def test_a_wrong_column_count_says_whether_the_line_is_csv() -> None:
+    fields = ("index", "temperature.gpu")
+    with pytest.raises(ParseError) as err:
+        parse("0, [GPU requires reset], 3\n", fields)
+    assert (err.value.columns, err.value.csv) == (3, True)
+    with pytest.raises(ParseError) as err:
+        parse("Unable to determine the device handle for GPU0000:CF:00.0: Unknown Error\n", fields)
+    assert (err.value.columns, err.value.csv) == (1, False)
+    with pytest.raises(ParseError) as err:
+        parse("0, hot\n", fields)
+    assert (err.value.columns, err.value.csv) == (None, False)
+
+
 def test_text_fields_keep_odd_values() -> None:
     (row,) = parse(
         "GPU-1, 0x0000000000000004, P8\n", ("uuid", "clocks_event_reasons.active", "pstate")

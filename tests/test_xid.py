@@ -164,7 +164,7 @@ def xid(code: int, text: str) -> Xid:
         (94, "Contained: SM (0x1). RST: Yes, D-RST: No", CRITICAL, "reset_gpu"),
         (94, "Contained: SM (0x1). RST: No, D-RST: Yes", CRITICAL, "drain_and_reset"),
         (95, "Contained: SM (0x1). RST: No, D-RST: No", "none", "restart_app"),
-        (145, "RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)", WARNING, "none"),
+        (145, "RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)", WARNING, "restart_app"),
         (149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 3", WARNING, "none"),
         (144, "SAW_MVB Fatal XC0 i0 Link 2 (0x1)", CRITICAL, "reset_gpu"),
         (147, "TREX event", WARNING, "none"),

@@ -1,0 +1,120 @@
+"""gpuagent.history: throttling judged over a window of samples, and a driver that keeps hanging."""
+
+from __future__ import annotations
+
+from gpuagent import rules
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.history import ProbeHangs, ThrottleWindow
+from gpuagent.logs import Event
+from tests.test_rules import h200
+
+SLOT = "0000:18:00.0"
+# The H200 capture's row with the hardware's own reasons set, as nvidia-smi prints them.
+THERMAL = rules.throttle_reasons(h200(clocks_event_reasons__active="0x0000000000000040"))
+BRAKE = rules.throttle_reasons(h200(clocks_event_reasons__active="0x0000000000000088"))
+IDLE = rules.throttle_reasons(h200(clocks_event_reasons__active="0x0000000000000001"))
+
+
+def feed(
+    window: ThrottleWindow, start: float, reasons: list[list[str]], step: float = 10.0
+) -> float:
+    t = start
+    for r in reasons:
+        window.add(SLOT, t, r)
+        t += step
+    return t - step
+
+
+def test_the_reasons_are_the_hardware_s() -> None:
+    assert THERMAL == ["hardware thermal slowdown"]
+    assert BRAKE == ["hardware slowdown", "hardware power brake"]
+    assert IDLE == []
+
+
+def test_one_throttled_sample_in_a_full_window_is_no_problem() -> None:
+    w = ThrottleWindow(window=600.0, fraction=0.1)
+    now = feed(w, 0.0, [[]] * 30 + [THERMAL] + [[]] * 29)  # 60 samples, 10 s apart
+    assert w.findings(now) == {}
+
+
+def test_a_tenth_of_the_samples_is_throttled() -> None:
+    w = ThrottleWindow(window=600.0, fraction=0.1)
+    now = feed(w, 0.0, ([THERMAL] + [[]] * 9) * 5 + [[]] * 4 + [BRAKE])
+    (f,) = w.findings(now)[SLOT]
+    assert (f.kind, f.severity, f.action) == ("throttled", WARNING, "check_host")
+    assert f.message == (
+        "clocks held down in 6 of 55 samples over the last 600 s: hardware slowdown, "
+        "hardware thermal slowdown, hardware power brake"
+    )
+    assert Event.problem(f.kind).name == "PROBLEM_THROTTLED"
+
+
+def test_it_ends_when_the_throttled_samples_leave_the_window() -> None:
+    w = ThrottleWindow(window=600.0, fraction=0.1)
+    now = feed(w, 0.0, [THERMAL] * 10)  # throttled for 100 s
+    assert SLOT in w.findings(now)
+    now = feed(w, now + 10.0, [[]] * 80)  # then 800 s without
+    assert w.findings(now) == {}
+    assert w.findings(now + 600.0) == {}
+    assert w._buckets == {}  # forgotten without a sample in the window
+
+
+def test_a_gpu_throttled_from_its_first_sample_is_reported_at_once() -> None:
+    # The window is as long as the agent has sampled: 1 of 1 is all of it.
+    w = ThrottleWindow()
+    w.add(SLOT, 5.0, THERMAL)
+    assert SLOT in w.findings(5.0)
+    w.add("0000:2a:00.0", 5.0, [])
+    assert "0000:2a:00.0" not in w.findings(5.0)
+
+
+def test_a_fraction_of_one_needs_every_sample() -> None:
+    w = ThrottleWindow(window=60.0, fraction=1.0)
+    now = feed(w, 0.0, [THERMAL] * 5 + [[]])
+    assert w.findings(now) == {}
+    now = feed(w, now + 10.0, [THERMAL] * 6)
+    assert SLOT in w.findings(now)
+
+
+def test_memory_is_bounded_whatever_the_interval() -> None:
+    w = ThrottleWindow(window=600.0)
+    feed(w, 0.0, [THERMAL, []] * 50_000, step=0.1)  # 100,000 samples at interval 0.1
+    assert len(w._buckets[SLOT]) <= 61
+    (f,) = w.findings(10_000.0 - 0.1)[SLOT]
+    # 6,000 samples in the window, give or take one bucket (a 60th of it: 100 samples).
+    held, samples = (int(n) for n in f.message.split()[4:7:2])
+    assert 6000 <= samples <= 6100 and held * 2 == samples
+
+
+def test_three_timeouts_within_an_hour_with_the_driver_loaded_is_a_hung_driver() -> None:
+    # NVIDIA/NVSentinel#1748: under load the degrading GPU's "dcgmi health" hangs past its
+    # 45 s deadline, and the monitor is restarted ~15 times a day; idle it answers in 0 s.
+    hangs = ProbeHangs()
+    hangs.observe(0.0, timed_out=True, module_loaded=True)
+    hangs.observe(600.0, timed_out=False, module_loaded=True)  # idle: it answers
+    hangs.observe(1200.0, timed_out=True, module_loaded=True)
+    assert hangs.finding(1200.0) is None
+    hangs.observe(3000.0, timed_out=True, module_loaded=True)
+    f = hangs.finding(3000.0)
+    assert f is not None
+    assert (f.kind, f.severity, f.action) == ("driver_hung", CRITICAL, "reboot")
+    assert f.message == (
+        "nvidia-smi timed out 3 times within 3600 s with the nvidia module loaded: the driver "
+        "no longer answers"
+    )
+    assert Event.problem(f.kind).name == "PROBLEM_DRIVER_HUNG"
+    hangs.observe(3100.0, timed_out=False, module_loaded=True)
+    assert hangs.finding(3100.0) == f  # an answer between hangs does not end it
+    assert hangs.finding(3600.0) is None  # the first timeout has left the hour
+
+
+def test_timeouts_without_the_module_do_not_count() -> None:
+    hangs = ProbeHangs(count=3, window=3600.0)
+    for t in (0.0, 10.0, 20.0):
+        hangs.observe(t, timed_out=True, module_loaded=False)
+    assert hangs.finding(20.0) is None
+    for t in (30.0, 40.0, 50.0):
+        hangs.observe(t, timed_out=True, module_loaded=True)
+    assert hangs.finding(50.0) is not None
+    hangs.observe(60.0, timed_out=False, module_loaded=False)  # unloaded: a new driver
+    assert hangs.finding(60.0) is None
