@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from . import __version__, config
+from . import config
 
 __all__ = ["main"]
 
@@ -55,6 +55,15 @@ def _load_or_exit(path: str, required: bool) -> config.Config:
         sys.exit(config.EX_CONFIG)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Not click.version_option: that wants the version at import, and a checkout asks git.
+    if value and not ctx.resilient_parsing:
+        from .version import version  # noqa: PLC0415
+
+        click.echo(f"gpuagent, version {version()}")
+        ctx.exit()
+
+
 # no_args_is_help=False: a bare `gpuagent` is a usage error (exit 2), not a help page (exit 0).
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, no_args_is_help=False)
 @click.option(
@@ -63,7 +72,14 @@ def _load_or_exit(path: str, required: bool) -> config.Config:
     metavar="PATH",
     help=f"TOML config file [default: $GPUAGENT_CONFIG or {config.DEFAULT_PATH}]",
 )
-@click.version_option(__version__, prog_name="gpuagent")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """Host agent that samples NVIDIA GPUs with nvidia-smi for systemd and Prometheus."""
