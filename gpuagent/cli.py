@@ -184,7 +184,8 @@ def _print(text: str) -> None:
 )
 @click.pass_context
 def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
-    """Validate a config file [default: the one `run` reads]; exit 78 if it is bad."""
+    """Validate a config file and its drop-ins PATH.d/*.toml [default: the ones `run` reads];
+    exit 78 if one is bad."""
     required = True
     if path is None:
         path, required = ctx.obj["config_file"]
@@ -193,8 +194,14 @@ def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
         click.echo(f"gpuagent: warning: {path}: {warning}", err=True)
     if quiet:
         return
-    absent = not required and not os.path.lexists(path)
-    click.echo(f"{path}: no such file; the defaults apply" if absent else f"{path}: OK")
+    dropins = config.dropins(path)
+    if not required and not os.path.lexists(path):
+        then = "the drop-ins and the defaults apply" if dropins else "the defaults apply"
+        click.echo(f"{path}: no such file; {then}")
+    else:
+        click.echo(f"{path}: OK")
+    for dropin in dropins:
+        click.echo(f"{dropin}: OK")
 
 
 def _unit_warnings(path: str, cfg: config.Config) -> list[str]:

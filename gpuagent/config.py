@@ -1,9 +1,12 @@
-"""Configuration: the TOML file, its defaults and validation.
+"""Configuration: the TOML file and its drop-ins, their defaults and validation.
 
-Every error is a :class:`ConfigError` whose message is one line naming the file, the key and
-what was expected; the daemon exits 78 (EX_CONFIG) on it at start and keeps its old
-configuration on it at reload.  :func:`salvage` is for the commands that must work whatever
-the file says (``status``, ``detect``, ``link-textfile``): it keeps what can be used.
+The file ``PATH`` is read first, then each drop-in ``PATH.d/*.toml`` in lexical order, a later
+key overriding an earlier one: edits go into drop-ins, so that the shipped file stays as
+shipped and an upgrade never asks about it.  Every error is a :class:`ConfigError` whose
+message is one line naming the file (the main one or a drop-in), the key and what was
+expected; the daemon exits 78 (EX_CONFIG) on it at start and keeps its old configuration on
+it at reload.  :func:`salvage` is for the commands that must work whatever the files say
+(``status``, ``detect``, ``link-textfile``): it keeps what can be used.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -20,7 +24,10 @@ __all__ = [
     "Config",
     "ConfigError",
     "config_path",
+    "dropin_dir",
+    "dropins",
     "load",
+    "load_sources",
     "salvage",
     "warnings",
     "with_interval",
@@ -86,38 +93,88 @@ def config_path(explicit: str | None) -> tuple[str, bool]:
     return DEFAULT_PATH, False
 
 
-def load(path: str, *, required: bool) -> Config:
-    """Read and validate ``path``.
+def dropin_dir(path: str) -> str:
+    """The drop-in directory of config file ``path``: ``PATH.d``."""
+    return f"{path}.d"
 
-    Raises :class:`ConfigError` for an unreadable or invalid file, and for a missing one when
-    ``required``; a missing optional file gives the defaults.
+
+def dropins(path: str) -> list[str]:
+    """The drop-ins of config file ``path`` in the order they are read: the names in
+    ``PATH.d`` that end in ``.toml`` and do not start with a dot, sorted.
+
+    A missing directory has none; one that cannot be listed is a :class:`ConfigError`.
     """
-    raw = _parse(path, required=required)
-    return Config() if raw is None else from_mapping(raw, source=path)
+    directory = dropin_dir(path)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise ConfigError(f"{directory}: cannot list the drop-ins: {e.strerror or e}") from None
+    chosen = sorted(n for n in names if n.endswith(".toml") and not n.startswith("."))
+    return [os.path.join(directory, n) for n in chosen]
+
+
+def load(path: str, *, required: bool) -> Config:
+    """Read and validate ``path`` and its drop-ins.
+
+    Raises :class:`ConfigError` for an unreadable or invalid file, and for a missing main
+    file when ``required``; a missing optional one gives the defaults (and the drop-ins).
+    """
+    return load_sources(path, required=required)[0]
+
+
+def load_sources(path: str, *, required: bool) -> tuple[Config, dict[str, str]]:
+    """Like :func:`load`; also returns, for each key set, the file that set it last."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for source, raw in _layers(path, required=required):
+        for key, value in _validate(raw, source=source).items():
+            values[key] = value
+            sources[key] = source
+    return _config(values), sources
 
 
 def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
-    """Like :func:`load`, but never raises: a bad file gives its error and the settings that
-    can still be used — each valid key of a file that parses as TOML, the defaults otherwise.
+    """Like :func:`load`, but never raises: a bad file gives its (first) error and the
+    settings that can still be used — each valid key of each file that parses as TOML.
 
-    A typo elsewhere in the file must not make ``gpuagent status`` lose the agent's state
+    A typo elsewhere in a file must not make ``gpuagent status`` lose the agent's state
     file, nor leave node_exporter a dangling link.
     """
     try:
         return load(path, required=required), None
     except ConfigError as e:
         error = e
+    values: dict[str, Any] = {}
     try:
-        raw = _parse(path, required=required) or {}
+        files = [path, *dropins(path)]
     except ConfigError:
-        return Config(), error
-    values = {}
-    for key, value in raw.items():
+        files = [path]
+    for i, source in enumerate(files):
         try:
-            values[key] = _check(path, key, value)
+            raw = _parse(source, required=required and i == 0) or {}
         except ConfigError:
             continue
-    return replace(Config(), **values), error
+        for key, value in raw.items():
+            try:
+                values[key] = _check(source, key, value)
+            except ConfigError:
+                continue
+    return _config(values), error
+
+
+def _layers(path: str, *, required: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each file's TOML table in reading order, parsed as it comes (so that the first bad
+    file is the one an error names); a missing optional main file is none."""
+    raw = _parse(path, required=required)
+    if raw is not None:
+        yield path, raw
+    for dropin in dropins(path):
+        # Listed a moment ago: gone now is an edit in progress, not an error.
+        raw = _parse(dropin, required=False)
+        if raw is not None:
+            yield dropin, raw
 
 
 def with_interval(cfg: Config, interval: float) -> Config:
@@ -162,12 +219,20 @@ def _read_regular(path: str) -> bytes:
 
 def from_mapping(raw: dict[str, Any], *, source: str) -> Config:
     """Validate a parsed TOML table into a :class:`Config`; raises :class:`ConfigError`."""
+    return _config(_validate(raw, source=source))
+
+
+def _validate(raw: dict[str, Any], *, source: str) -> dict[str, Any]:
     known = {f.name: f for f in fields(Config)}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
             raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
         values[key] = _check(source, key, value)
+    return values
+
+
+def _config(values: dict[str, Any]) -> Config:
     cfg = replace(Config(), **values)
     return cfg if "probe_timeout" in values else with_interval(cfg, cfg.interval)
 
