@@ -99,13 +99,36 @@ def main(ctx: click.Context, config_path: str | None) -> None:
 @click.pass_context
 def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
+    import logging  # noqa: PLC0415
+
     from .daemon import Daemon  # noqa: PLC0415
-    from .logs import setup  # noqa: PLC0415
+    from .lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
+    from .logs import Event, EventLog, setup  # noqa: PLC0415
+    from .runconfig import RunConfig, state_dir_problem  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    cfg = _load_or_exit(path, required)
-    setup(cfg.log_level)
-    sys.exit(Daemon(cfg, (path, required), interval=interval).run(ticks))
+    setup(_load_or_exit(path, required).log_level)
+    log = EventLog()
+    load = RunConfig(log)
+    try:
+        cfg, note = load.resolve(path, required)
+    except config.ConfigError as e:
+        log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
+        sys.exit(config.EX_CONFIG)
+    problem = state_dir_problem(cfg, os.environ)
+    if problem is not None:
+        log(logging.ERROR, None, f"not starting: {problem}")
+        sys.exit(config.EX_CONFIG)
+    daemon = Daemon(cfg, (path, required), interval=interval, log=log, load=load)
+    try:
+        # The state file's lock first (the daemon keeps it), then the textfile's.
+        daemon.lock.acquire(cfg.state_file)
+        load.lock_textfile(cfg)
+    except AlreadyRunning as e:
+        log(logging.ERROR, None, f"not starting: {e}")
+        sys.exit(EX_RUNNING)
+    load.say(note)
+    sys.exit(daemon.run(ticks))
 
 
 @main.command()
