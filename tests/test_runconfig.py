@@ -30,6 +30,18 @@ def hand_env() -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if k not in drop}, "PYTHONPATH": REPO}
 
 
+def hand_run(conf: str) -> subprocess.CompletedProcess[str]:
+    """``gpuagent --config CONF run --ticks 1`` as from a shell."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpuagent", "--config", conf, "run", "--ticks", "1"],
+        env=hand_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_a_hand_run_writes_no_textfile_unless_it_names_one(tmp_path: str) -> None:
     cfg = Config()
     textfile, note = textfile_for(cfg, {}, HAND)
@@ -112,14 +124,7 @@ def test_a_hand_run_beside_an_agent_on_its_textfile_exits_75(tmp_path: str) -> N
     proc = start(host, notify)
     try:
         notify.wait_for("STATUS=2 GPUs, sampling", 15)
-        second = subprocess.run(
-            [sys.executable, "-m", "gpuagent", "--config", conf, "run", "--ticks", "1"],
-            env=hand_env(),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        second = hand_run(conf)
         assert second.returncode == 75, second.stderr
         assert second.stderr == (
             f"error: not starting: already running (pid {proc.pid}): "
@@ -140,14 +145,7 @@ def test_a_hand_run_without_a_textfile_says_so_and_writes_none(tmp_path: str) ->
         text = "".join(line for line in f if not line.startswith("textfile"))
     with open(host.conf, "w", encoding="utf-8") as f:
         f.write(text)
-    res = subprocess.run(
-        [sys.executable, "-m", "gpuagent", "--config", host.conf, "run", "--ticks", "1"],
-        env=hand_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    res = hand_run(host.conf)
     assert res.returncode == 0, res.stderr
     said = [ln for ln in res.stderr.splitlines() if "Prometheus" in ln]
     assert said == [
@@ -175,14 +173,7 @@ def test_a_state_file_in_no_directory_exits_78(tmp_path: str) -> None:
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w", encoding="utf-8") as f:
         f.write(f'state_file = "{tmp_path}/absent/state.json"\n')
-    res = subprocess.run(
-        [sys.executable, "-m", "gpuagent", "--config", conf, "run", "--ticks", "1"],
-        env=hand_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    res = hand_run(conf)
     assert (res.returncode, res.stderr) == (
         config.EX_CONFIG,
         f"error: not starting: state_file {tmp_path}/absent/state.json: "
