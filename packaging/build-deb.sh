@@ -23,7 +23,11 @@ printf '# Written by packaging/build-deb.sh.\nVERSION = "%s"\n' "$version" >"$wo
 if [ "$version" != "$release" ]; then
   maintainer=$(cd "$work/src" && dpkg-parsechangelog -S Maintainer)
   commit=$(git -C "$top" rev-parse --short=7 HEAD)
-  date=$(date -R -u -d "@$(git -C "$top" log -1 --format=%ct)")
+  # The commit's time, but later than the release's entry (uncommitted, it may be newer).
+  when=$(git -C "$top" log -1 --format=%ct)
+  released=$(cd "$work/src" && dpkg-parsechangelog -S Timestamp)
+  [ "$when" -gt "$released" ] || when=$((released + 1))
+  date=$(date -R -u -d "@$when")
   { printf 'gpuagent (%s) unstable; urgency=medium\n\n' "$version"
     printf '  * Build of commit %s, after release %s.\n\n' "$commit" "$release"
     printf ' -- %s  %s\n\n' "$maintainer" "$date"

@@ -93,3 +93,25 @@ def test_debhelper_places_and_enables_the_unit(deb: str, tmp_path: str) -> None:
     assert "deb-systemd-helper enable 'gpuagent.service'" in postinst
     assert "deb-systemd-invoke $_dh_action 'gpuagent.service'" in postinst
     assert "try-reload-or-restart gpuagent.service" in postinst  # the node_exporter trigger
+    # After debhelper's restart on upgrade: the line that says so.
+    assert postinst.index("_dh_action=restart") < postinst.index('"gpuagent: upgraded from $2')
+
+
+def test_the_rules_work_in_place_and_the_news_comes_along(deb: str, tmp_path: str) -> None:
+    subprocess.run(["dpkg-deb", "-x", deb, str(tmp_path)], check=True, timeout=60)
+    share = os.path.join(tmp_path, "usr", "share", "gpuagent")
+    assert os.path.isfile(os.path.join(share, "gpuagent-alerts.test.yml"))
+    news = os.path.join(tmp_path, "usr", "share", "doc", "gpuagent", "NEWS.Debian.gz")
+    assert os.path.isfile(news)
+    assert os.path.isdir(os.path.join(tmp_path, "etc", "gpuagent", "gpuagent.toml.d"))
+    promtool = shutil.which("promtool")
+    need(promtool is not None, "promtool is not installed")
+    assert promtool is not None
+    proc = subprocess.run(
+        [promtool, "test", "rules", os.path.join(share, "gpuagent-alerts.test.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
