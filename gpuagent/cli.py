@@ -349,9 +349,12 @@ def probe(ctx: click.Context, as_json: bool) -> None:
         out = {"fields": list(result.fields), "rows": result.rows, "gpu_errors": result.gpu_errors}
         click.echo(json.dumps(out, indent=2))
     else:
-        for row in result.rows:
-            # None: nvidia-smi's [N/A] and friends.
-            click.echo(clean(", ".join(f"{k}={'-' if v is None else v}" for k, v in row.items())))
+        for i, row in enumerate(result.rows):
+            # None: what nvidia-smi said instead, in its brackets ([N/A], [GPU requires
+            # reset] …), or "-" where it said nothing.
+            said = result.reasons[i] if i < len(result.reasons) else {}
+            shown = (f"{k}={said.get(k, '-') if v is None else v}" for k, v in row.items())
+            click.echo(clean(", ".join(shown)))
     for warning in result.warnings:
         click.echo(f"gpuagent: nvidia-smi: {clean(warning)}", err=True)
     # A GPU nvidia-smi names in an error line instead of a row is lost: the probe failed for it.

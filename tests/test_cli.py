@@ -95,13 +95,13 @@ def test_probe_output_is_stripped_of_control_characters(tmp_path: str) -> None:
     assert "name=evil?]0;pwned?name" in res.stdout
 
 
-def test_probe_prints_a_dash_for_a_missing_value(tmp_path: str) -> None:
+def test_probe_prints_a_dash_where_nvidia_smi_said_nothing(tmp_path: str) -> None:
     host = fakehost.create(str(tmp_path), 1)
     rows, _ = replay.answer(
         replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", host.slots
     )
     first, rest = rows.split(", ", 1)
-    host.scenario(stdout=f"{first}, [N/A], {rest.split(', ', 1)[1]}", exit=0)
+    host.scenario(stdout=f"{first}, , {rest.split(', ', 1)[1]}", exit=0)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
     assert res.exit_code == 0, res.stderr
     assert f"{FIELDS[1]}=-," in res.stdout
@@ -221,3 +221,19 @@ def test_probe_names_a_gpu_nvidia_smi_cannot_reach(tmp_path: str) -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
     assert res.exit_code == 1
     assert json.loads(res.stdout)["gpu_errors"] == {"0000:0b:00.0": "Unknown Error"}
+
+
+def test_probe_shows_what_nvidia_smi_said_instead_of_a_value(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 2)
+    reset = "[GPU requires reset]"
+    host.healthy(override={host.slots[0]: {"temperature.gpu": reset, "power.draw": "[N/A]"}})
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
+    assert res.exit_code == 0, res.stderr
+    first, second = res.stdout.splitlines()
+    assert f"temperature.gpu={reset}, " in first
+    assert "power.draw=[N/A]" in first
+    assert reset not in second
+    assert "=-" not in res.stdout  # every missing value of this capture is bracketed
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
+    row = json.loads(res.stdout)["rows"][0]
+    assert (row["temperature.gpu"], row["power.draw"]) == (None, None)
