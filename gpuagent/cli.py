@@ -212,9 +212,21 @@ def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
     required = True
     if path is None:
         path, required = ctx.obj["config_file"]
+    from .unitcheck import check  # noqa: PLC0415
+
     cfg = _load_or_exit(path, required)
-    for warning in [*config.warnings(cfg), *_unit_warnings(path, cfg)]:
-        click.echo(f"gpuagent: warning: {path}: {warning}", err=True)
+    errors, warnings = check(path, cfg)
+    for warning in [f"{path}: {w}" for w in config.warnings(cfg)] + warnings:
+        click.echo(f"gpuagent: warning: {warning}", err=True)
+    if errors:
+        import logging  # noqa: PLC0415
+
+        from .logs import Event, EventLog, setup  # noqa: PLC0415
+
+        setup("info")
+        for error in errors:
+            EventLog()(logging.ERROR, Event.CONFIG_ERROR, error, config_file=path)
+        sys.exit(config.EX_CONFIG)
     if quiet:
         return
     dropins = config.dropins(path)
@@ -225,27 +237,6 @@ def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
         click.echo(f"{path}: OK")
     for dropin in dropins:
         click.echo(f"{dropin}: OK")
-
-
-def _unit_warnings(path: str, cfg: config.Config) -> list[str]:
-    """What the packaged service cannot do with ``cfg``, though root running this can: it runs
-    as a dynamic user (other users' rights) that may write only under /run/gpuagent."""
-    out = []
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = 0o644
-    if not mode & 0o004:
-        out.append(
-            "other users may not read it, and the packaged service (a dynamic user) is one: "
-            "it would fail to start or reload (chmod o+r)"
-        )
-    if not cfg.state_file.startswith("/run/gpuagent/"):
-        out.append(
-            f"state_file {cfg.state_file!r} is outside /run/gpuagent, where alone the packaged "
-            "service may write: it could not keep a state there for gpuagent status"
-        )
-    return out
 
 
 @main.command(hidden=True)

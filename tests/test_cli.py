@@ -131,7 +131,8 @@ def test_help_lists_the_commands_for_people_only() -> None:
     assert listed == {"check-config", "detect", "probe", "run", "status"}
 
 
-def test_check_config(tmp_path: str) -> None:
+def test_check_config(public_dir: str) -> None:
+    tmp_path = public_dir
     conf = os.path.join(tmp_path, "c.toml")
     runner = CliRunner(mix_stderr=False)
     with open(conf, "w") as f:
@@ -162,16 +163,69 @@ def test_check_config(tmp_path: str) -> None:
     assert runner.invoke(main, ["check-config", absent]).exit_code == 78
 
 
-def test_check_config_warns_of_what_the_packaged_service_cannot_do(tmp_path: str) -> None:
-    conf = os.path.join(tmp_path, "c.toml")
+def test_check_config_warns_of_what_the_packaged_service_cannot_do(public_dir: str) -> None:
+    conf = os.path.join(public_dir, "c.toml")
+    journal = os.path.join(public_dir, "journal")
+    os.mkdir(journal, 0o700)
     with open(conf, "w") as f:
-        f.write('state_file = "/var/lib/gpuagent/state.json"\n')
+        f.write(
+            'state_file = "/var/lib/gpuagent/state.json"\n'
+            f'textfile = "{public_dir}/absent/gpuagent.prom"\n'
+            f'journal_directory = "{journal}"\n'
+        )
     os.chmod(conf, 0o600)
     res = CliRunner(mix_stderr=False).invoke(main, ["check-config", conf])
     assert (res.exit_code, res.stdout) == (0, f"{conf}: OK\n")
-    first, second = res.stderr.splitlines()
-    assert first.startswith(f"gpuagent: warning: {conf}: other users may not read it")
-    assert "'/var/lib/gpuagent/state.json' is outside /run/gpuagent" in second
+    lines = res.stderr.splitlines()
+    assert len(lines) == 4, res.stderr
+    assert lines[0].startswith(
+        f"gpuagent: warning: {conf}: other users may not read it (mode 0600)"
+    )
+    assert "'/var/lib/gpuagent/state.json' is outside /run/gpuagent" in lines[1]
+    assert lines[2].startswith(
+        f"gpuagent: warning: {conf}: textfile {public_dir}/absent/gpuagent.prom: its directory "
+        f"{public_dir}/absent does not exist"
+    )
+    assert lines[3].startswith(
+        f"gpuagent: warning: {conf}: journal_directory {journal}: other users may not read it"
+    )
+
+
+def test_check_config_fails_on_a_file_the_service_could_not_read(
+    public_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = os.path.join(public_dir, "gpuagent.toml")
+    with open(conf, "w") as f:
+        f.write("interval = 5\n")
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    monkeypatch.delenv("INVOCATION_ID", raising=False)
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_PATH", conf)
+    runner = CliRunner(mix_stderr=False)
+    res = runner.invoke(main, ["check-config"])
+    assert (res.exit_code, res.stdout, res.stderr) == (0, f"{conf}: OK\n", "")
+    # A drop-in written with root's umask 077: the service's own, so an error.
+    dropin = os.path.join(config.dropin_dir(conf), "50-site.toml")
+    os.mkdir(config.dropin_dir(conf), 0o755)
+    with open(dropin, "w") as f:
+        f.write("retry_max = 30\n")
+    os.chmod(dropin, 0o600)
+    for args in (["check-config"], ["check-config", "--quiet"], ["check-config", conf]):
+        res = runner.invoke(main, args)
+        assert (res.exit_code, res.stdout) == (78, ""), res.stderr
+        assert res.stderr == (
+            f"error: {dropin}: other users may not read it (mode 0600), and the packaged "
+            "service (a dynamic user) is one: it would fail to start or reload "
+            "(chmod o+r, or group video)\n"
+        )
+    # Another path: a warning is enough.
+    other = os.path.join(public_dir, "try.toml")
+    with open(other, "w") as f:
+        f.write("")
+    os.chmod(other, 0o600)
+    res = runner.invoke(main, ["check-config", other])
+    assert res.exit_code == 0
+    assert res.stderr.startswith(f"gpuagent: warning: {other}: other users may not read it")
 
 
 def test_check_config_of_an_absent_default_file(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,7 +116,8 @@ def test_salvage_keeps_the_valid_keys_of_every_file(main_file: str) -> None:
     assert str(error).startswith(f"{bad}: unknown key 'intervall'")
 
 
-def test_check_config_names_each_file(main_file: str) -> None:
+def test_check_config_names_each_file(public_dir: str) -> None:
+    main_file = write(os.path.join(public_dir, "gpuagent.toml"), "interval = 5\n")
     runner = CliRunner(mix_stderr=False)
     d = config.dropin_dir(main_file)
     a = write(f"{d}/a.toml", "retry_max = 20\n")
@@ -131,9 +132,9 @@ def test_check_config_names_each_file(main_file: str) -> None:
 
 
 def test_check_config_of_an_absent_default_file_with_drop_ins(
-    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+    public_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    absent = os.path.join(tmp_path, "gpuagent.toml")
+    absent = os.path.join(public_dir, "gpuagent.toml")
     a = write(f"{config.dropin_dir(absent)}/a.toml", "interval = 7\n")
     monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
     monkeypatch.setattr(config, "DEFAULT_PATH", absent)
