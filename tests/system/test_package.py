@@ -22,12 +22,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 UNIT = os.path.join(REPO, "packaging", "gpuagent.service")
 
 
-def build(out: str) -> str:
-    """Build the .deb (with its .changes) into directory ``out``; returns the .deb's path."""
+def build(out: str, version: str | None = None, top: str = REPO) -> str:
+    """Build the .deb (with its .changes) of checkout ``top`` into directory ``out``, as
+    ``version`` if given; returns the .deb's path."""
     need(shutil.which("dpkg-buildpackage") is not None, "dpkg-buildpackage is not installed")
     need(shutil.which("dh") is not None, "debhelper is not installed")
-    script = os.path.join(REPO, "packaging", "build-deb.sh")
-    proc = subprocess.run([script, out], capture_output=True, text=True, check=False, timeout=600)
+    script = os.path.join(top, "packaging", "build-deb.sh")
+    env = {**os.environ, "GPUAGENT_VERSION": version} if version else None
+    proc = subprocess.run(
+        [script, out], capture_output=True, text=True, check=False, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip()
 
