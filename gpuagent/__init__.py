@@ -1,3 +1,14 @@
 """gpuagent: a systemd-native host agent for machines with NVIDIA GPUs."""
 
-__version__ = "0.1.0"
+# The latest release, the top entry of debian/changelog (tests/test_version.py checks that).
+# A build's or a checkout's own version is __version__: see gpuagent.version.
+RELEASE = "0.2.0"
+
+
+def __getattr__(name: str) -> str:
+    # Lazily: a checkout asks git, which `gpuagent status` need not wait for.
+    if name == "__version__":
+        from .version import version  # noqa: PLC0415
+
+        return version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,12 +11,11 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
-from . import __version__, config
+from . import config
 
 __all__ = ["main"]
 
@@ -55,6 +54,15 @@ def _load_or_exit(path: str, required: bool) -> config.Config:
         sys.exit(config.EX_CONFIG)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Not click.version_option: that wants the version at import, and a checkout asks git.
+    if value and not ctx.resilient_parsing:
+        from .version import version  # noqa: PLC0415
+
+        click.echo(f"gpuagent, version {version()}")
+        ctx.exit()
+
+
 # no_args_is_help=False: a bare `gpuagent` is a usage error (exit 2), not a help page (exit 0).
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, no_args_is_help=False)
 @click.option(
@@ -63,7 +71,14 @@ def _load_or_exit(path: str, required: bool) -> config.Config:
     metavar="PATH",
     help=f"TOML config file [default: $GPUAGENT_CONFIG or {config.DEFAULT_PATH}]",
 )
-@click.version_option(__version__, prog_name="gpuagent")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
     """Host agent that samples NVIDIA GPUs with nvidia-smi for systemd and Prometheus."""
@@ -83,13 +98,36 @@ def main(ctx: click.Context, config_path: str | None) -> None:
 @click.pass_context
 def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
+    import logging  # noqa: PLC0415
+
     from .daemon import Daemon  # noqa: PLC0415
-    from .logs import setup  # noqa: PLC0415
+    from .lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
+    from .logs import Event, EventLog, setup  # noqa: PLC0415
+    from .runconfig import RunConfig, state_dir_problem  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    cfg = _load_or_exit(path, required)
-    setup(cfg.log_level)
-    sys.exit(Daemon(cfg, (path, required), interval=interval).run(ticks))
+    setup(_load_or_exit(path, required).log_level)
+    log = EventLog()
+    load = RunConfig(log)
+    try:
+        cfg, note = load.resolve(path, required)
+    except config.ConfigError as e:
+        log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
+        sys.exit(config.EX_CONFIG)
+    problem = state_dir_problem(cfg, os.environ)
+    if problem is not None:
+        log(logging.ERROR, None, f"not starting: {problem}")
+        sys.exit(config.EX_CONFIG)
+    daemon = Daemon(cfg, (path, required), interval=interval, log=log, load=load)
+    try:
+        # The state file's lock first (the daemon keeps it), then the textfile's.
+        daemon.lock.acquire(cfg.state_file)
+        load.lock_textfile(cfg)
+    except AlreadyRunning as e:
+        log(logging.ERROR, None, f"not starting: {e}")
+        sys.exit(EX_RUNNING)
+    load.say(note)
+    sys.exit(daemon.run(ticks))
 
 
 @main.command()
@@ -172,38 +210,36 @@ def _print(text: str) -> None:
 )
 @click.pass_context
 def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
-    """Validate a config file [default: the one `run` reads]; exit 78 if it is bad."""
+    """Validate a config file and its drop-ins PATH.d/*.toml [default: the ones `run` reads];
+    exit 78 if one is bad."""
     required = True
     if path is None:
         path, required = ctx.obj["config_file"]
+    from .unitcheck import check  # noqa: PLC0415
+
     cfg = _load_or_exit(path, required)
-    for warning in [*config.warnings(cfg), *_unit_warnings(path, cfg)]:
-        click.echo(f"gpuagent: warning: {path}: {warning}", err=True)
+    errors, warnings = check(path, cfg)
+    for warning in [f"{path}: {w}" for w in config.warnings(cfg)] + warnings:
+        click.echo(f"gpuagent: warning: {warning}", err=True)
+    if errors:
+        import logging  # noqa: PLC0415
+
+        from .logs import Event, EventLog, setup  # noqa: PLC0415
+
+        setup("info")
+        for error in errors:
+            EventLog()(logging.ERROR, Event.CONFIG_ERROR, error, config_file=path)
+        sys.exit(config.EX_CONFIG)
     if quiet:
         return
-    absent = not required and not os.path.lexists(path)
-    click.echo(f"{path}: no such file; the defaults apply" if absent else f"{path}: OK")
-
-
-def _unit_warnings(path: str, cfg: config.Config) -> list[str]:
-    """What the packaged service cannot do with ``cfg``, though root running this can: it runs
-    as a dynamic user (other users' rights) that may write only under /run/gpuagent."""
-    out = []
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        mode = 0o644
-    if not mode & 0o004:
-        out.append(
-            "other users may not read it, and the packaged service (a dynamic user) is one: "
-            "it would fail to start or reload (chmod o+r)"
-        )
-    if not cfg.state_file.startswith("/run/gpuagent/"):
-        out.append(
-            f"state_file {cfg.state_file!r} is outside /run/gpuagent, where alone the packaged "
-            "service may write: it could not keep a state there for gpuagent status"
-        )
-    return out
+    dropins = config.dropins(path)
+    if not required and not os.path.lexists(path):
+        then = "the drop-ins and the defaults apply" if dropins else "the defaults apply"
+        click.echo(f"{path}: no such file; {then}")
+    else:
+        click.echo(f"{path}: OK")
+    for dropin in dropins:
+        click.echo(f"{dropin}: OK")
 
 
 @main.command(hidden=True)
@@ -249,24 +285,9 @@ def link_textfile(ctx: click.Context, remove: bool) -> None:
 @click.pass_context
 def detect(ctx: click.Context, as_json: bool) -> None:
     """Scan the PCI bus for NVIDIA GPUs (no nvidia-smi); exit 1 if sysfs could not be read."""
-    from . import pci  # noqa: PLC0415
+    from . import oneshot  # noqa: PLC0415
 
-    cfg = _salvage(ctx)
-    gpus, problems = pci.scan(cfg.sysfs_root)
-    for problem in problems:
-        click.echo(f"gpuagent: {problem}", err=True)
-    loaded = pci.module_loaded(cfg.sysfs_root)
-    if as_json:
-        out: dict[str, Any] = {"gpus": [asdict(g) for g in gpus], "module_loaded": loaded}
-        click.echo(json.dumps(out, indent=2))
-    else:
-        if not gpus:
-            click.echo("no NVIDIA GPU on the PCI bus")
-        for g in gpus:
-            driver = g.driver or "-"
-            click.echo(f"{g.slot}  device {g.device_id}  class {g.pci_class}  driver {driver}")
-        click.echo(f"nvidia kernel module: {'loaded' if loaded else 'not loaded'}")
-    sys.exit(1 if problems else 0)
+    sys.exit(oneshot.detect(_salvage(ctx), as_json))
 
 
 @main.command()
@@ -275,44 +296,6 @@ def detect(ctx: click.Context, as_json: bool) -> None:
 def probe(ctx: click.Context, as_json: bool) -> None:
     """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure, or
     when nvidia-smi names a GPU in an error line instead of its row."""
-    from . import pci  # noqa: PLC0415
-    from .probe import Prober, lookup  # noqa: PLC0415
-    from .runner import Runner  # noqa: PLC0415
-    from .status import clean  # noqa: PLC0415
+    from . import oneshot  # noqa: PLC0415
 
-    cfg = _load(ctx)
-    gpus, _ = pci.scan(cfg.sysfs_root)
-    if not any(g.probeable for g in gpus):
-        # The agent's own gate; a module that is not loaded is no news on such a host.
-        which = "is bound to nvidia or unbound" if gpus else "at all"
-        click.echo(f"gpuagent: no NVIDIA GPU on the PCI bus {which}; nothing to probe", err=True)
-        sys.exit(1)
-    if not cfg.load_driver and not pci.module_loaded(cfg.sysfs_root):
-        # The agent's own gate: nvidia-smi would load the module mid driver upgrade.
-        click.echo(
-            "gpuagent: the nvidia kernel module is not loaded; not running nvidia-smi, which "
-            "would load it (load_driver = true probes anyway)",
-            err=True,
-        )
-        sys.exit(1)
-    binary = lookup(cfg.nvidia_smi)
-    if binary is None:
-        click.echo(f"gpuagent: nvidia-smi not found ({cfg.nvidia_smi!r})", err=True)
-        sys.exit(1)
-    result = Prober(Runner(timeout=cfg.probe_timeout)).probe(binary)
-    if result.rows is None:
-        click.echo(f"gpuagent: probe failed ({result.failure}): {clean(result.error)}", err=True)
-        sys.exit(1)
-    if as_json:
-        out = {"fields": list(result.fields), "rows": result.rows, "gpu_errors": result.gpu_errors}
-        click.echo(json.dumps(out, indent=2))
-    else:
-        for row in result.rows:
-            # None: nvidia-smi's [N/A] and friends.
-            click.echo(clean(", ".join(f"{k}={'-' if v is None else v}" for k, v in row.items())))
-    for warning in result.warnings:
-        click.echo(f"gpuagent: nvidia-smi: {clean(warning)}", err=True)
-    # A GPU nvidia-smi names in an error line instead of a row is lost: the probe failed for it.
-    for slot, error in sorted(result.gpu_errors.items()):
-        click.echo(f"gpuagent: GPU {slot}: {clean(error)}", err=True)
-    sys.exit(1 if result.gpu_errors else 0)
+    sys.exit(oneshot.probe(_load(ctx), as_json))

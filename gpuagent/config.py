@@ -1,9 +1,12 @@
-"""Configuration: the TOML file, its defaults and validation.
+"""Configuration: the TOML file and its drop-ins, their defaults and validation.
 
-Every error is a :class:`ConfigError` whose message is one line naming the file, the key and
-what was expected; the daemon exits 78 (EX_CONFIG) on it at start and keeps its old
-configuration on it at reload.  :func:`salvage` is for the commands that must work whatever
-the file says (``status``, ``detect``, ``link-textfile``): it keeps what can be used.
+The file ``PATH`` is read first, then each drop-in ``PATH.d/*.toml`` in lexical order, a later
+key overriding an earlier one: edits go into drop-ins, so that the shipped file stays as
+shipped and an upgrade never asks about it.  Every error is a :class:`ConfigError` whose
+message is one line naming the file (the main one or a drop-in), the key and what was
+expected; the daemon exits 78 (EX_CONFIG) on it at start and keeps its old configuration on
+it at reload.  :func:`salvage` is for the commands that must work whatever the files say
+(``status``, ``detect``, ``link-textfile``): it keeps what can be used.
 """
 
 from __future__ import annotations
@@ -11,20 +14,24 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .health import ACTIONS
-from .xidcatalog import OVERRIDE_SEVERITIES, Override
+from .configkeys import MIN_INTERVAL, ConfigError, check_key
+from .xidcatalog import Override
 
 __all__ = [
     "DEFAULT_PATH",
     "EX_CONFIG",
+    "MIN_INTERVAL",
     "Config",
     "ConfigError",
     "config_path",
+    "dropin_dir",
+    "dropins",
     "load",
+    "load_sources",
     "salvage",
     "warnings",
     "with_interval",
@@ -32,11 +39,6 @@ __all__ = [
 
 DEFAULT_PATH = "/etc/gpuagent/gpuagent.toml"
 EX_CONFIG = 78
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-class ConfigError(Exception):
-    """A configuration file that cannot be used; ``str()`` is the one-line reason."""
 
 
 @dataclass(frozen=True)
@@ -79,21 +81,8 @@ class Config:
     xid: Mapping[int, Override] = field(default_factory=dict)
 
 
-_DURATIONS = {
-    "interval",
-    "probe_timeout",
-    "retry_max",
-    "driver_absent_grace",
-    "xid_warning_hold",
-    "throttle_window",
-}
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
 _MAX_SIZE = 64 * 1024
-# Below a millisecond the loop would spend its time scheduling; a day is beyond any use.
-_DURATION_RANGE = (0.001, 86400.0)
-# Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
-# spend a core on bookkeeping, and an nvidia-smi call alone takes longer than that.
-MIN_INTERVAL = 0.1
 # Without a probe_timeout of its own, a short interval gets this fraction of it: a probe must
 # end before the next tick is due, or ticks are skipped and every sample turns stale.
 TIMEOUT_FRACTION = 0.8
@@ -113,38 +102,88 @@ def config_path(explicit: str | None) -> tuple[str, bool]:
     return DEFAULT_PATH, False
 
 
-def load(path: str, *, required: bool) -> Config:
-    """Read and validate ``path``.
+def dropin_dir(path: str) -> str:
+    """The drop-in directory of config file ``path``: ``PATH.d``."""
+    return f"{path}.d"
 
-    Raises :class:`ConfigError` for an unreadable or invalid file, and for a missing one when
-    ``required``; a missing optional file gives the defaults.
+
+def dropins(path: str) -> list[str]:
+    """The drop-ins of config file ``path`` in the order they are read: the names in
+    ``PATH.d`` that end in ``.toml`` and do not start with a dot, sorted.
+
+    A missing directory has none; one that cannot be listed is a :class:`ConfigError`.
     """
-    raw = _parse(path, required=required)
-    return Config() if raw is None else from_mapping(raw, source=path)
+    directory = dropin_dir(path)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise ConfigError(f"{directory}: cannot list the drop-ins: {e.strerror or e}") from None
+    chosen = sorted(n for n in names if n.endswith(".toml") and not n.startswith("."))
+    return [os.path.join(directory, n) for n in chosen]
+
+
+def load(path: str, *, required: bool) -> Config:
+    """Read and validate ``path`` and its drop-ins.
+
+    Raises :class:`ConfigError` for an unreadable or invalid file, and for a missing main
+    file when ``required``; a missing optional one gives the defaults (and the drop-ins).
+    """
+    return load_sources(path, required=required)[0]
+
+
+def load_sources(path: str, *, required: bool) -> tuple[Config, dict[str, str]]:
+    """Like :func:`load`; also returns, for each key set, the file that set it last."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for source, raw in _layers(path, required=required):
+        for key, value in _validate(raw, source=source).items():
+            values[key] = value
+            sources[key] = source
+    return _config(values), sources
 
 
 def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
-    """Like :func:`load`, but never raises: a bad file gives its error and the settings that
-    can still be used — each valid key of a file that parses as TOML, the defaults otherwise.
+    """Like :func:`load`, but never raises: a bad file gives its (first) error and the
+    settings that can still be used — each valid key of each file that parses as TOML.
 
-    A typo elsewhere in the file must not make ``gpuagent status`` lose the agent's state
+    A typo elsewhere in a file must not make ``gpuagent status`` lose the agent's state
     file, nor leave node_exporter a dangling link.
     """
     try:
         return load(path, required=required), None
     except ConfigError as e:
         error = e
+    values: dict[str, Any] = {}
     try:
-        raw = _parse(path, required=required) or {}
+        files = [path, *dropins(path)]
     except ConfigError:
-        return Config(), error
-    values = {}
-    for key, value in raw.items():
+        files = [path]
+    for i, source in enumerate(files):
         try:
-            values[key] = _check(path, key, value)
+            raw = _parse(source, required=required and i == 0) or {}
         except ConfigError:
             continue
-    return replace(Config(), **values), error
+        for key, value in raw.items():
+            try:
+                values[key] = check_key(source, key, value)
+            except ConfigError:
+                continue
+    return _config(values), error
+
+
+def _layers(path: str, *, required: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each file's TOML table in reading order, parsed as it comes (so that the first bad
+    file is the one an error names); a missing optional main file is none."""
+    raw = _parse(path, required=required)
+    if raw is not None:
+        yield path, raw
+    for dropin in dropins(path):
+        # Listed a moment ago: gone now is an edit in progress, not an error.
+        raw = _parse(dropin, required=False)
+        if raw is not None:
+            yield dropin, raw
 
 
 def with_interval(cfg: Config, interval: float) -> Config:
@@ -189,12 +228,20 @@ def _read_regular(path: str) -> bytes:
 
 def from_mapping(raw: dict[str, Any], *, source: str) -> Config:
     """Validate a parsed TOML table into a :class:`Config`; raises :class:`ConfigError`."""
+    return _config(_validate(raw, source=source))
+
+
+def _validate(raw: dict[str, Any], *, source: str) -> dict[str, Any]:
     known = {f.name: f for f in fields(Config)}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
             raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
-        values[key] = _check(source, key, value)
+        values[key] = check_key(source, key, value)
+    return values
+
+
+def _config(values: dict[str, Any]) -> Config:
     cfg = replace(Config(), **values)
     return cfg if "probe_timeout" in values else with_interval(cfg, cfg.interval)
 
@@ -213,113 +260,3 @@ def warnings(cfg: Config) -> list[str]:
             f"({cfg.interval:g} s): a hung nvidia-smi stretches a tick to {cfg.probe_timeout:g} s"
         ]
     return []
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check(source: str, key: str, value: Any) -> Any:
-    where = f"{source}: {key}"
-    if key in _DURATIONS:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: expected a number of seconds, got {_show(value)}")
-        low, high = _DURATION_RANGE
-        if key == "interval":
-            low = MIN_INTERVAL
-        # A chained comparison is false for NaN and infinities, and safe for huge integers.
-        if not low <= value <= high:
-            why = " (shorter ticks would spend the CPU on bookkeeping)" if low > 0.01 else ""
-            raise ConfigError(
-                f"{where}: expected seconds between {low} and {high:g}, got {_show(value)}{why}"
-            )
-        return float(value)
-    if key == "backoff_after":
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            raise ConfigError(f"{where}: expected an integer from 1 to 1000, got {_show(value)}")
-        return value
-    if key == "expected_gpus":
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
-            raise ConfigError(f"{where}: expected an integer from 0 to 1024, got {_show(value)}")
-        return value
-    if key == "throttle_fraction":
-        # A chained comparison is false for NaN.
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-            raise ConfigError(
-                f"{where}: expected a fraction above 0 and at most 1, got {_show(value)}"
-            )
-        return float(value)
-    if key == "xid":
-        return _xid_table(where, value)
-    if key == "load_driver":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
-        return value
-    if key == "log_level":
-        if value not in LOG_LEVELS:
-            raise ConfigError(
-                f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {_show(value)}"
-            )
-        return value
-    if key == "textfile":
-        if (
-            not isinstance(value, str)
-            or "\0" in value
-            or (value and not (value.startswith("/") and value.endswith(".prom")))
-        ):
-            raise ConfigError(
-                f'{where}: expected an absolute path ending in .prom, or "" to disable, '
-                f"got {_show(value)}"
-            )
-        return value
-    if key == "journal_directory":
-        if not isinstance(value, str) or "\0" in value or (value and not value.startswith("/")):
-            raise ConfigError(
-                f'{where}: expected an absolute path, or "" for the system journal, '
-                f"got {_show(value)}"
-            )
-        return value
-    if not isinstance(value, str) or not value or "\0" in value:
-        raise ConfigError(f"{where}: expected a non-empty string, got {_show(value)}")
-    if key == "nvml_library" and "/" in value and not value.startswith("/"):
-        raise ConfigError(
-            f"{where}: expected a library name (libnvidia-ml.so.1) or an absolute path, "
-            f"got {_show(value)}"
-        )
-    if key in {"sysfs_root", "state_file"} and not value.startswith("/"):
-        raise ConfigError(f"{where}: expected an absolute path, got {_show(value)}")
-    return value
-
-
-# Xid codes are printed with up to six digits (gpuagent.xid).
-_MAX_XID = 999_999
-
-
-def _xid_table(where: str, value: Any) -> dict[int, Override]:
-    """``[xid]``: one inline table per code, ``94 = { severity = "none" }``."""
-    if not isinstance(value, dict):
-        raise ConfigError(
-            f'{where}: expected a table of Xid codes ([xid] 94 = {{ severity = "none" }}), '
-            f"got {_show(value)}"
-        )
-    out: dict[int, Override] = {}
-    for code, entry in value.items():
-        here = f"{where}.{code}"
-        if not (code.isascii() and code.isdigit() and len(code) <= 6 and int(code) > 0):
-            raise ConfigError(f"{where}: expected Xid codes (1 to {_MAX_XID}), got {_show(code)}")
-        if not isinstance(entry, dict) or not entry:
-            raise ConfigError(
-                f"{here}: expected an inline table of severity and action "
-                f'({{ severity = "none" }}), got {_show(entry)}'
-            )
-        for name, setting in entry.items():
-            allowed = {"severity": OVERRIDE_SEVERITIES, "action": ACTIONS}.get(name)
-            if allowed is None:
-                raise ConfigError(f"{here}: unknown key {name!r} (known: severity, action)")
-            if setting not in allowed:
-                raise ConfigError(
-                    f"{here}.{name}: expected one of {', '.join(allowed)}, got {_show(setting)}"
-                )
-        out[int(code)] = Override(entry.get("severity"), entry.get("action"))
-    return out

@@ -102,7 +102,10 @@ class Daemon:
         monotonic: Callable[[], float] = time.monotonic,
         log: EventLog | None = None,
         interval: float | None = None,
+        load: Callable[[str, bool], config.Config] | None = None,
     ) -> None:
+        # ``load`` reads the config on reload (run's RunConfig; config.load by default).
+        self.load_config = load or (lambda path, required: config.load(path, required=required))
         # ``interval`` (run --interval) overrides the file's, on reloads too.
         self.interval_override = interval
         if interval is not None:
@@ -242,7 +245,7 @@ class Daemon:
             self.log(logging.WARNING, None, warning)
 
     def _load_for_reload(self, path: str, required: bool) -> config.Config:
-        cfg = config.load(path, required=required)
+        cfg = self.load_config(path, required)
         if self.interval_override is not None:
             cfg = config.with_interval(cfg, self.interval_override)
         if cfg.state_file != self.config.state_file:

@@ -64,6 +64,8 @@ class ProbeResult:
     requires_reset: dict[str, tuple[str, ...]] = field(default_factory=dict)
     inforom: tuple[str, ...] = ()
     duration: float = 0.0
+    # Per row, the bracketed text nvidia-smi gave instead of a value (smi.Output.reasons).
+    reasons: tuple[dict[str, str], ...] = ()
 
 
 def _first_lines(text: str) -> str:
@@ -183,4 +185,5 @@ class Prober:
             gpu_errors=out.gpu_errors,
             requires_reset=out.requires_reset,
             inforom=out.inforom,
+            reasons=out.reasons,
         )

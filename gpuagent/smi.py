@@ -187,7 +187,9 @@ class Output:
     ``rows`` one per GPU that answered; ``gpu_errors`` the error text of each GPU nvidia-smi
     named in an error line instead of a row, by sysfs slot; ``requires_reset`` the fields that
     read ``[GPU requires reset]``, by sysfs slot; ``inforom`` the slots nvidia-smi warned have a
-    corrupted infoROM; ``warnings`` every ``WARNING:`` line.
+    corrupted infoROM; ``warnings`` every ``WARNING:`` line; ``reasons`` for each row, the
+    bracketed text of each field it gave instead of a value (``[N/A]``, ``[GPU requires
+    reset]`` …), which the row holds as ``None``.
     """
 
     rows: list[Row]
@@ -195,6 +197,7 @@ class Output:
     requires_reset: dict[str, tuple[str, ...]] = dc_field(default_factory=dict)
     inforom: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    reasons: tuple[dict[str, str], ...] = ()
 
 
 def _split_lines(stdout: str) -> tuple[list[str], dict[str, str], list[str]]:
@@ -236,15 +239,16 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
         raise ParseError("no rows", stdout[:200])
     rows = parse("\n".join(csv_lines), fields)
     reset: dict[str, tuple[str, ...]] = {}
+    reasons: list[dict[str, str]] = []
     for line, row in zip(csv_lines, rows, strict=True):
-        if REQUIRES_RESET in line:
-            cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
+        cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
+        said = {f: c for f, c in zip(fields, cells, strict=True) if c[:1] == "[" and c[-1:] == "]"}
+        reasons.append(said)
+        if REQUIRES_RESET in said.values():
             bus_id = row.get("pci.bus_id")
             slot = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
-            reset[slot] = tuple(
-                f for f, c in zip(fields, cells, strict=True) if c == REQUIRES_RESET
-            )
-    return Output(rows, errors, reset, inforom, tuple(warnings))
+            reset[slot] = tuple(f for f, c in said.items() if c == REQUIRES_RESET)
+    return Output(rows, errors, reset, inforom, tuple(warnings), tuple(reasons))
 
 
 def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:

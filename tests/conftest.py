@@ -115,3 +115,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("system") is not None:
             item.add_marker(pytest.mark.timeout(1800))
+
+
+@pytest.fixture
+def public_dir() -> Iterator[str]:
+    """A directory every user may search, as /etc/gpuagent is (pytest's tmp_path lies below a
+    0700 directory, which check-config rightly reports: the service's user could not enter)."""
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    path = tempfile.mkdtemp(prefix="gpuagent-test-")
+    os.chmod(path, 0o755)  # noqa: S103 - the point: every user may search it
+    yield path
+    shutil.rmtree(path)

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+import gpuagent
 from gpuagent import config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import EventLog
@@ -91,6 +92,8 @@ class Golden:
             fakehost.quiet_journal(): "<quiet-journal>",
             SHARED: "<shared>",
             REPO: "<repo>",
+            # Each build's own (gpuagent.version): it moves with every commit.
+            gpuagent.__version__: "<version>",
         }
         self._tokens = sorted(((k, v) for k, v in tokens.items() if k), key=lambda t: -len(t[0]))
         self._pid = re.compile(rf"\bpid {os.getpid()}\b")

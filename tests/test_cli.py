@@ -95,13 +95,13 @@ def test_probe_output_is_stripped_of_control_characters(tmp_path: str) -> None:
     assert "name=evil?]0;pwned?name" in res.stdout
 
 
-def test_probe_prints_a_dash_for_a_missing_value(tmp_path: str) -> None:
+def test_probe_prints_a_dash_where_nvidia_smi_said_nothing(tmp_path: str) -> None:
     host = fakehost.create(str(tmp_path), 1)
     rows, _ = replay.answer(
         replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", host.slots
     )
     first, rest = rows.split(", ", 1)
-    host.scenario(stdout=f"{first}, [N/A], {rest.split(', ', 1)[1]}", exit=0)
+    host.scenario(stdout=f"{first}, , {rest.split(', ', 1)[1]}", exit=0)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
     assert res.exit_code == 0, res.stderr
     assert f"{FIELDS[1]}=-," in res.stdout
@@ -131,7 +131,8 @@ def test_help_lists_the_commands_for_people_only() -> None:
     assert listed == {"check-config", "detect", "probe", "run", "status"}
 
 
-def test_check_config(tmp_path: str) -> None:
+def test_check_config(public_dir: str) -> None:
+    tmp_path = public_dir
     conf = os.path.join(tmp_path, "c.toml")
     runner = CliRunner(mix_stderr=False)
     with open(conf, "w") as f:
@@ -162,16 +163,69 @@ def test_check_config(tmp_path: str) -> None:
     assert runner.invoke(main, ["check-config", absent]).exit_code == 78
 
 
-def test_check_config_warns_of_what_the_packaged_service_cannot_do(tmp_path: str) -> None:
-    conf = os.path.join(tmp_path, "c.toml")
+def test_check_config_warns_of_what_the_packaged_service_cannot_do(public_dir: str) -> None:
+    conf = os.path.join(public_dir, "c.toml")
+    journal = os.path.join(public_dir, "journal")
+    os.mkdir(journal, 0o700)
     with open(conf, "w") as f:
-        f.write('state_file = "/var/lib/gpuagent/state.json"\n')
+        f.write(
+            'state_file = "/var/lib/gpuagent/state.json"\n'
+            f'textfile = "{public_dir}/absent/gpuagent.prom"\n'
+            f'journal_directory = "{journal}"\n'
+        )
     os.chmod(conf, 0o600)
     res = CliRunner(mix_stderr=False).invoke(main, ["check-config", conf])
     assert (res.exit_code, res.stdout) == (0, f"{conf}: OK\n")
-    first, second = res.stderr.splitlines()
-    assert first.startswith(f"gpuagent: warning: {conf}: other users may not read it")
-    assert "'/var/lib/gpuagent/state.json' is outside /run/gpuagent" in second
+    lines = res.stderr.splitlines()
+    assert len(lines) == 4, res.stderr
+    assert lines[0].startswith(
+        f"gpuagent: warning: {conf}: other users may not read it (mode 0600)"
+    )
+    assert "'/var/lib/gpuagent/state.json' is outside /run/gpuagent" in lines[1]
+    assert lines[2].startswith(
+        f"gpuagent: warning: {conf}: textfile {public_dir}/absent/gpuagent.prom: its directory "
+        f"{public_dir}/absent does not exist"
+    )
+    assert lines[3].startswith(
+        f"gpuagent: warning: {conf}: journal_directory {journal}: other users may not read it"
+    )
+
+
+def test_check_config_fails_on_a_file_the_service_could_not_read(
+    public_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = os.path.join(public_dir, "gpuagent.toml")
+    with open(conf, "w") as f:
+        f.write("interval = 5\n")
+    monkeypatch.delenv("GPUAGENT_CONFIG", raising=False)
+    monkeypatch.delenv("INVOCATION_ID", raising=False)
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    monkeypatch.setattr(config, "DEFAULT_PATH", conf)
+    runner = CliRunner(mix_stderr=False)
+    res = runner.invoke(main, ["check-config"])
+    assert (res.exit_code, res.stdout, res.stderr) == (0, f"{conf}: OK\n", "")
+    # A drop-in written with root's umask 077: the service's own, so an error.
+    dropin = os.path.join(config.dropin_dir(conf), "50-site.toml")
+    os.mkdir(config.dropin_dir(conf), 0o755)
+    with open(dropin, "w") as f:
+        f.write("retry_max = 30\n")
+    os.chmod(dropin, 0o600)
+    for args in (["check-config"], ["check-config", "--quiet"], ["check-config", conf]):
+        res = runner.invoke(main, args)
+        assert (res.exit_code, res.stdout) == (78, ""), res.stderr
+        assert res.stderr == (
+            f"error: {dropin}: other users may not read it (mode 0600), and the packaged "
+            "service (a dynamic user) is one: it would fail to start or reload "
+            "(chmod o+r, or group video)\n"
+        )
+    # Another path: a warning is enough.
+    other = os.path.join(public_dir, "try.toml")
+    with open(other, "w") as f:
+        f.write("")
+    os.chmod(other, 0o600)
+    res = runner.invoke(main, ["check-config", other])
+    assert res.exit_code == 0
+    assert res.stderr.startswith(f"gpuagent: warning: {other}: other users may not read it")
 
 
 def test_check_config_of_an_absent_default_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,3 +275,19 @@ def test_probe_names_a_gpu_nvidia_smi_cannot_reach(tmp_path: str) -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
     assert res.exit_code == 1
     assert json.loads(res.stdout)["gpu_errors"] == {"0000:0b:00.0": "Unknown Error"}
+
+
+def test_probe_shows_what_nvidia_smi_said_instead_of_a_value(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 2)
+    reset = "[GPU requires reset]"
+    host.healthy(override={host.slots[0]: {"temperature.gpu": reset, "power.draw": "[N/A]"}})
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
+    assert res.exit_code == 0, res.stderr
+    first, second = res.stdout.splitlines()
+    assert f"temperature.gpu={reset}, " in first
+    assert "power.draw=[N/A]" in first
+    assert reset not in second
+    assert "=-" not in res.stdout  # every missing value of this capture is bracketed
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
+    row = json.loads(res.stdout)["rows"][0]
+    assert (row["temperature.gpu"], row["power.draw"]) == (None, None)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuagent import pci
+from gpuagent import RELEASE, pci
 from gpuagent.logs import Event
 from tests import fakehost, fakesysfs, xidcorpus
 from tests.system.test_package import build
@@ -325,6 +325,20 @@ def second_agent(c: Container) -> None:
     assert f"already running (pid {pid})" in second.stderr
     assert json.loads(c.status("--json").stdout)["pid"] == int(pid)
     assert c.run("test", "-s", "/run/gpuagent/gpuagent.prom", check=False).returncode == 0
+    # With a config of its own, a state file of its own and no textfile named: it runs, says
+    # in one line that it writes no metrics, and leaves the service's textfile alone.
+    c.write("/root/try.toml", FAKE_CONFIG + 'state_file = "/root/try/state.json"\n')
+    c.run("mkdir", "-p", "/root/try")
+    hand = c.run("gpuagent", "--config", "/root/try.toml", "run", "--ticks", "3", check=False)
+    assert hand.returncode == 0, hand.stderr
+    said = [line for line in hand.stderr.splitlines() if "Prometheus" in line]
+    assert len(said) == 1, hand.stderr
+    assert "not started by systemd, and no textfile set: writing no Prometheus" in said[0]
+    assert json.loads(c.out("cat", "/root/try/state.json"))["ticks"] == 3
+    assert c.out("readlink", LINK) == "/run/gpuagent/gpuagent.prom"
+    owner = c.out("stat", "-c", "%U", "/run/gpuagent/gpuagent.prom")
+    assert owner == c.out("stat", "-c", "%U", "/run/gpuagent/state.json") != "root"
+    assert c.prop("MainPID") == pid
 
 
 def node_exporter(c: Container) -> None:
@@ -347,6 +361,12 @@ def node_exporter(c: Container) -> None:
     status = c.status()
     assert status.returncode == 3, status.stdout + status.stderr
     assert re.match(r"\u25cb gpuagent - gpuagent is stopped since \w+ \d{4}-", status.stdout)
+    # `gpuagent run` as root meanwhile: no /run/gpuagent, and it says how to run by hand.
+    hand = c.run("gpuagent", "run", check=False)
+    assert hand.returncode == 78, hand.stderr
+    assert "/run/gpuagent, the service's state directory, is not there" in hand.stderr
+    assert "--config FILE, FILE setting another state_file" in hand.stderr
+    assert len(hand.stderr.splitlines()) == 1, hand.stderr
     c.run("systemctl", "start", "gpuagent")
     wait_for("gpuagent_ series again", series, 15)
     # Installed after gpuagent: the package's trigger links the textfile, no restart needed;
@@ -358,11 +378,21 @@ def node_exporter(c: Container) -> None:
     c.run("systemctl", "start", "gpuagent")
     pid = c.prop("MainPID")
     assert c.run("test", "-L", link, check=False).returncode  # nothing to link into
+    errors = errors_logged(c)
     printed = c.apt("install", "prometheus-node-exporter")
     assert "gpuagent.service failed" not in printed, printed
     assert c.out("readlink", link) == "/run/gpuagent/gpuagent.prom"
     wait_for("gpuagent_ series after node_exporter came", series, 15)
     assert c.prop("MainPID") == pid
+    # Its directory came before the trigger relinked: the agent, writing its own file under
+    # /run/gpuagent, had nothing to fail on meanwhile.
+    c.wait_ticks(2)
+    assert errors_logged(c) == errors, c.journal()
+
+
+def errors_logged(c: Container) -> list[str]:
+    """The unit's journal lines at priority error or worse."""
+    return c.out("journalctl", "-u", "gpuagent", "-p", "err", "-o", "cat", "--no-pager").split("\n")
 
 
 def gpu_problem(c: Container) -> None:
@@ -601,3 +631,91 @@ def xids_under_systemd(c: Container, slots: list[str]) -> None:
     wait_for("the restarted agent's Xid line", lambda: len(c.events(Event.XID_PROBLEM)) == 2, 15)
     assert counts() == {(fell, 79): 1, (app, 13): 2}
     wait_for("the counter after the restart", lambda: series.search(c.metrics()), 15)
+
+
+# The last commit before drop-ins, the build's own version and the unit's move to /usr: 0.1.0,
+# its unit under /lib/systemd/system when built on Debian 12.
+OLD_COMMIT = "59f171f193e806cd7ee71ef0388678ce18645cc3"
+SITE = "/etc/gpuagent/gpuagent.toml.d/50-site.toml"
+
+
+def old_deb(work: str) -> str:
+    """The .deb of OLD_COMMIT, built by that commit's own build-deb.sh from an exported tree
+    made a repository of its own (the checkout's repository is not touched)."""
+    src = os.path.join(work, "src")
+    os.makedirs(src)
+    archive = subprocess.run(
+        ["git", "-C", REPO, "archive", OLD_COMMIT], capture_output=True, check=True, timeout=60
+    )
+    subprocess.run(["tar", "-x", "-C", src], input=archive.stdout, check=True, timeout=60)
+    ident = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    who = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
+    for args in (["init", "-q"], ["add", "-A"], [*who, "commit", "-q", "-m", "old"]):
+        subprocess.run(
+            ["git", "-C", src, *args], env={**os.environ, **ident}, check=True, timeout=60
+        )
+    return build(os.path.join(work, "out"), top=src)
+
+
+def deb_version(path: str) -> str:
+    return os.path.basename(path).split("_")[1]
+
+
+def upgrade(c: Container, deb: str, before: str) -> None:
+    """`apt-get install -y` of ``deb`` over version ``before``: no question asked (stdin is
+    empty and there is no DEBIAN_FRONTEND, so a conffile prompt would fail it), the service
+    restarted on the new code, and one line that says so."""
+    want = deb_version(deb)
+    pid = c.prop("MainPID")
+    c.copy(deb, "/root/")
+    proc = c.run("apt-get", "install", "-y", "-q", f"/root/{os.path.basename(deb)}", stdin="")
+    printed = proc.stdout + proc.stderr
+    assert "Configuration file" not in printed, printed
+    line = f"gpuagent: upgraded from {before} to {want}; the service restarted on {want}"
+    assert line in printed.splitlines(), printed
+    assert c.out("dpkg-query", "-W", "-f", "${Version}", "gpuagent") == want
+    assert c.out("gpuagent", "--version") == f"gpuagent, version {want}"
+    assert c.out("systemctl", "is-enabled", "gpuagent") == "enabled"
+    assert c.prop("MainPID") not in ("0", pid)
+
+    def running() -> dict[str, Any]:
+        st: dict[str, Any] = json.loads(c.status("--json").stdout)
+        return st if st.get("version") == want else {}
+
+    wait_for(f"the agent's state to say {want}", running, 20)
+    assert c.count(f"gpuagent {want} started: ") == 1
+    for path in ("/usr/lib/systemd/system/gpuagent.service", "/etc/gpuagent/gpuagent.toml"):
+        assert c.run("test", "-f", path, check=False).returncode == 0, f"{path} is gone"
+
+
+def test_upgrades_keep_the_settings_and_restart_on_the_new_code(
+    deb: str, container: Container, tmp_path: str
+) -> None:
+    """0.1.0 (before drop-ins) -> this tree as its release -> this tree's build: a drop-in,
+    then an edited main file, and no question either time; then a removal on Debian 13 of a
+    package built on 12 says nothing about /lib/systemd/system."""
+    c = container
+    old = old_deb(os.path.join(tmp_path, "old"))
+    if deb_version(deb) == RELEASE:  # a release commit: the later build must be later
+        deb = build(os.path.join(tmp_path, "new"), version=f"{RELEASE}+git0.0000000")
+    mid = build(os.path.join(tmp_path, "mid"), version=RELEASE)
+    try:
+        install(c, old)
+        assert c.out("gpuagent", "--version") == f"gpuagent, version {deb_version(old)}"
+        c.write(SITE, "interval = 3\n")  # 0.1.0 reads no drop-ins: its agent keeps 10 s
+        upgrade(c, mid, deb_version(old))
+        assert json.loads(c.status("--json").stdout)["interval"] == 3.0
+        shipped = c.out("cat", "/etc/gpuagent/gpuagent.toml")
+        c.write("/etc/gpuagent/gpuagent.toml", shipped + "\nbackoff_after = 4\n")
+        upgrade(c, deb, RELEASE)
+        assert c.out("cat", "/etc/gpuagent/gpuagent.toml").endswith("backoff_after = 4")
+        assert c.out("ls", "/etc/gpuagent/") == "gpuagent.toml\ngpuagent.toml.d"
+        assert json.loads(c.status("--json").stdout)["interval"] == 3.0
+        removed = c.apt("remove", "gpuagent")
+        assert "systemd/system' not empty" not in removed, removed
+        assert c.prop("LoadState") == "not-found"
+        c.apt("purge", "gpuagent")
+        assert c.run("test", "!", "-e", "/etc/gpuagent", check=False).returncode == 0
+    except BaseException:
+        print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
+        raise

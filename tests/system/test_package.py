@@ -1,5 +1,5 @@
-"""The .deb as this release's Debian tools build it: lintian-clean, the unit where debhelper
-puts it.
+"""The .deb as this release's Debian tools build it: lintian-clean, this commit's version, the
+unit under /usr on both releases.
 
 Runs wherever the suite runs (no booted systemd needed), so the bookworm host and the trixie
 container of `.ci/run` each check the package with their own debhelper and lintian.
@@ -9,24 +9,29 @@ from __future__ import annotations
 
 import glob
 import os
-import platform
 import shutil
 import subprocess
+import sys
 
 import pytest
 
+from gpuagent import RELEASE, version
 from tests.tools import need
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UNIT = os.path.join(REPO, "packaging", "gpuagent.service")
 
 
-def build(out: str) -> str:
-    """Build the .deb (with its .changes) into directory ``out``; returns the .deb's path."""
+def build(out: str, version: str | None = None, top: str = REPO) -> str:
+    """Build the .deb (with its .changes) of checkout ``top`` into directory ``out``, as
+    ``version`` if given; returns the .deb's path."""
     need(shutil.which("dpkg-buildpackage") is not None, "dpkg-buildpackage is not installed")
     need(shutil.which("dh") is not None, "debhelper is not installed")
-    script = os.path.join(REPO, "packaging", "build-deb.sh")
-    proc = subprocess.run([script, out], capture_output=True, text=True, check=False, timeout=600)
+    script = os.path.join(top, "packaging", "build-deb.sh")
+    env = {**os.environ, "GPUAGENT_VERSION": version} if version else None
+    proc = subprocess.run(
+        [script, out], capture_output=True, text=True, check=False, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip()
 
@@ -49,10 +54,39 @@ def test_lintian_is_clean(deb: str) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_the_package_is_this_commits_build(deb: str, tmp_path: str) -> None:
+    want = version.from_git(REPO) or RELEASE
+    assert os.path.basename(deb) == f"gpuagent_{want}_all.deb"
+    field = subprocess.run(
+        ["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert field.stdout.strip() == want
+    subprocess.run(["dpkg-deb", "-x", deb, str(tmp_path)], check=True, timeout=60)
+    code = os.path.join(tmp_path, "usr", "lib", "python3", "dist-packages")
+    said = subprocess.run(
+        [sys.executable, "-m", "gpuagent", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": code},
+        cwd=str(tmp_path),
+    )
+    assert said.stdout == f"gpuagent, version {want}\n"
+    log = subprocess.run(
+        ["zcat", os.path.join(tmp_path, "usr", "share", "doc", "gpuagent", "changelog.gz")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert version.release_of(log.stdout) == want
+
+
 def test_debhelper_places_and_enables_the_unit(deb: str, tmp_path: str) -> None:
-    # Debian 13's debhelper installs units under /usr (merged /usr); 12's under /lib.
-    release = int(platform.freedesktop_os_release().get("VERSION_ID", "0").split(".")[0])
-    unit_dir = "usr/lib/systemd/system" if release >= 13 else "lib/systemd/system"
+    # Under /usr, wherever it is built: Debian 12's debhelper puts it under /lib, and
+    # debian/rules moves it (see there).
+    unit_dir = "usr/lib/systemd/system"
     subprocess.run(["dpkg-deb", "-R", deb, str(tmp_path)], check=True, timeout=60)
     units = glob.glob(os.path.join(tmp_path, "**", "gpuagent.service"), recursive=True)
     assert [os.path.relpath(u, tmp_path) for u in units] == [f"{unit_dir}/gpuagent.service"]
@@ -63,3 +97,25 @@ def test_debhelper_places_and_enables_the_unit(deb: str, tmp_path: str) -> None:
     assert "deb-systemd-helper enable 'gpuagent.service'" in postinst
     assert "deb-systemd-invoke $_dh_action 'gpuagent.service'" in postinst
     assert "try-reload-or-restart gpuagent.service" in postinst  # the node_exporter trigger
+    # After debhelper's restart on upgrade: the line that says so.
+    assert postinst.index("_dh_action=restart") < postinst.index('"gpuagent: upgraded from $2')
+
+
+def test_the_rules_work_in_place_and_the_news_comes_along(deb: str, tmp_path: str) -> None:
+    subprocess.run(["dpkg-deb", "-x", deb, str(tmp_path)], check=True, timeout=60)
+    share = os.path.join(tmp_path, "usr", "share", "gpuagent")
+    assert os.path.isfile(os.path.join(share, "gpuagent-alerts.test.yml"))
+    news = os.path.join(tmp_path, "usr", "share", "doc", "gpuagent", "NEWS.Debian.gz")
+    assert os.path.isfile(news)
+    assert os.path.isdir(os.path.join(tmp_path, "etc", "gpuagent", "gpuagent.toml.d"))
+    promtool = shutil.which("promtool")
+    need(promtool is not None, "promtool is not installed")
+    assert promtool is not None
+    proc = subprocess.run(
+        [promtool, "test", "rules", os.path.join(share, "gpuagent-alerts.test.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

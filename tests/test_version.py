@@ -1,0 +1,131 @@
+"""gpuagent.version: the release, a checkout's git-derived version, a build's own."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import gpuagent
+from gpuagent import version
+from gpuagent.cli import main
+from tests.tools import need
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENTRY = """\
+gpuagent ({v}) unstable; urgency=medium
+
+  * Release {v}.
+
+ -- A Maintainer <a@example.org>  Sun, 29 Nov 2026 22:47:27 +0000
+
+"""
+
+
+def test_the_release_is_the_changelogs_top_entry() -> None:
+    with open(os.path.join(REPO, "debian", "changelog"), encoding="utf-8") as f:
+        assert version.release_of(f.read()) == gpuagent.RELEASE
+
+
+class Checkout:
+    """A git repository with a debian/changelog, committed to by the test."""
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+        self.git("init", "-q", "-b", "main")
+        self.changelog = ""
+
+    def git(self, *args: str) -> str:
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.org",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.org",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+        }
+        proc = subprocess.run(
+            ["git", "-C", self.top, *args], capture_output=True, text=True, env=env, check=True
+        )
+        return proc.stdout.strip()
+
+    def release(self, v: str) -> None:
+        self.changelog = ENTRY.format(v=v) + self.changelog
+        os.makedirs(os.path.join(self.top, "debian"), exist_ok=True)
+        self.commit("debian/changelog", self.changelog, f"Release {v}")
+
+    def commit(self, name: str, text: str, message: str = "a change") -> None:
+        with open(os.path.join(self.top, name), "w", encoding="utf-8") as f:
+            f.write(text)
+        self.git("add", name)
+        self.git("commit", "-q", "-m", message)
+
+    def head(self) -> str:
+        return self.git("rev-parse", "--short=7", "HEAD")
+
+
+@pytest.fixture
+def checkout(tmp_path: str) -> Checkout:
+    need(shutil.which("git") is not None, "git is not installed")
+    return Checkout(str(tmp_path))
+
+
+def test_commits_since_the_release_count_up(checkout: Checkout) -> None:
+    checkout.release("0.1.0")
+    assert version.from_git(checkout.top) == "0.1.0"
+    checkout.commit("a", "1")
+    assert version.from_git(checkout.top) == f"0.1.0+git1.{checkout.head()}"
+    # A changelog edit that is no new entry (a typo fixed) is no release.
+    checkout.commit("debian/changelog", checkout.changelog.replace("Release", "The release"))
+    checkout.commit("a", "2")
+    assert version.from_git(checkout.top) == f"0.1.0+git3.{checkout.head()}"
+    with open(os.path.join(checkout.top, "a"), "w", encoding="utf-8") as f:
+        f.write("uncommitted")
+    assert version.from_git(checkout.top) == f"0.1.0+git3.{checkout.head()}.dirty"
+    checkout.git("checkout", "-q", "a")
+    checkout.release("0.2.0")
+    assert version.from_git(checkout.top) == "0.2.0"
+
+
+def test_apt_orders_the_builds_along_the_branch() -> None:
+    dpkg = shutil.which("dpkg")
+    need(dpkg is not None, "dpkg is not installed")
+    assert dpkg is not None
+    builds = [
+        "0.1.0",
+        "0.1.0+git0.0aaaaaa.dirty",
+        "0.1.0+git9.fffffff",
+        "0.1.0+git10.0000000",
+        "0.1.0+git10.0000000.dirty",
+        "0.1.0+git11.1234567",
+        "0.1.1",
+        "0.2.0",
+    ]
+    for older, newer in itertools.pairwise(builds):
+        ok = subprocess.run([dpkg, "--compare-versions", older, "lt", newer], check=False)
+        assert ok.returncode == 0, f"{older} < {newer}"
+
+
+def test_without_git_it_is_the_release(tmp_path: str) -> None:
+    os.makedirs(os.path.join(tmp_path, "debian"))
+    with open(os.path.join(tmp_path, "debian", "changelog"), "w", encoding="utf-8") as f:
+        f.write(ENTRY.format(v="9.9.9"))
+    assert version.from_git(str(tmp_path)) is None  # an exported tree: no .git
+
+
+def test_a_builds_version_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    build = type(sys)("gpuagent._build")
+    build.VERSION = "0.1.0+git7.abcdef0"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gpuagent._build", build)
+    assert version.version.__wrapped__() == "0.1.0+git7.abcdef0"
+
+
+def test_version_option_prints_this_copys_version() -> None:
+    res = CliRunner().invoke(main, ["--version"])
+    assert (res.exit_code, res.output) == (0, f"gpuagent, version {version.version()}\n")
+    assert gpuagent.__version__ == version.version()
