@@ -227,7 +227,10 @@ def test_package_under_systemd(deb: str, container: Container) -> None:
         raise
 
 
-def install(c: Container, deb: str) -> None:
+def install(c: Container, deb: str, *, current: bool = True) -> None:
+    """Install ``deb`` in ``c`` and check the service it starts; ``current``: the package is
+    this tree's, so its journal catalog has every MESSAGE_ID this tree logs (an older package
+    knows fewer)."""
     c.write(
         "/etc/default/prometheus-node-exporter", f'ARGS="--web.listen-address={NODE_EXPORTER}"\n'
     )
@@ -253,7 +256,7 @@ def install(c: Container, deb: str) -> None:
     assert c.prop("LimitNOFILE") == "1024"
     # systemd's dpkg trigger compiled the catalog.
     catalog = c.out("journalctl", "--list-catalog")
-    assert all(e.value in catalog for e in Event)
+    assert not current or all(e.value in catalog for e in Event)
 
 
 def no_gpu(c: Container) -> None:
@@ -700,7 +703,7 @@ def test_upgrades_keep_the_settings_and_restart_on_the_new_code(
         deb = build(os.path.join(tmp_path, "new"), version=f"{RELEASE}+git0.0000000")
     mid = build(os.path.join(tmp_path, "mid"), version=RELEASE)
     try:
-        install(c, old)
+        install(c, old, current=False)
         assert c.out("gpuagent", "--version") == f"gpuagent, version {deb_version(old)}"
         c.write(SITE, "interval = 3\n")  # 0.1.0 reads no drop-ins: its agent keeps 10 s
         upgrade(c, mid, deb_version(old))
