@@ -18,6 +18,7 @@ from . import __version__, report
 from .bus import Bus
 from .condition import Bug
 from .config import Config
+from .driverstate import DriverState
 from .kernel import KernelSource
 from .kernlog import KernelLog
 from .logs import EventLog
@@ -52,6 +53,7 @@ class Agent:
         self.kernel = KernelSource(config.journal_directory, log, open_log=kernel_log)
         self.probing = Probing(config, prober, log, which=which, wall=wall)
         self.samples = Samples(log, monotonic=monotonic, wall=wall)
+        self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log)
         self._bug = Bug(log, "in a tick")
 
@@ -63,6 +65,7 @@ class Agent:
             self.bus.configure(config.sysfs_root)
             self.probing.configure(config)
             self.kernel.configure(config.journal_directory)
+            self.driver.configure(config)
             self.origin = replace(self.origin, interval=config.interval)
             self.config = config
         self.probing.expedite()
@@ -90,6 +93,8 @@ class Agent:
             elif answer is not None:
                 self.verdict.report("smi", self.samples.take(answer, bus.gpus))
             self.samples.mark_stale(bus.gpus, self.config.interval)
+            records = self.kernel.driver_records()
+            self.verdict.report("driver", self.driver.findings(bus, self.probing.view, records))
             self.verdict.judge(self.wall(), bus, self.config.expected_gpus)
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable
 
 from .condition import Condition, Edge
+from .driver import ApiMismatch, absence_reason, api_mismatch
+from .driverstate import DriverRecords
 from .health import Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
@@ -40,6 +42,8 @@ class KernelSource:
         self.journal = open_log(directory)
         self.xids = XidCounter()
         self._trouble: Condition[str] = Condition()
+        self._reasons: list[str] = []
+        self._mismatch: ApiMismatch | None = None
 
     @property
     def error(self) -> str | None:
@@ -53,11 +57,12 @@ class KernelSource:
             self.journal.close()
             self.journal = self._open_log(directory)
             self.xids = XidCounter()
+            self._mismatch = None
 
     def poll(self, slots: list[str]) -> dict[str, list[Finding]]:
         """Read what is new (on the first call: the whole boot); ``slots`` are the GPUs' PCI
         slots on the bus now.  Returns every GPU's Xid and init-failure problems, by slot."""
-        self.journal.poll(self.xids.add)
+        self.journal.poll(self._record)
         self._note(self.journal.error)
         for first in self.xids.take_new(slots):
             if first.finding is not None:
@@ -71,6 +76,22 @@ class KernelSource:
                 fields = {"xid": first.code, "action": action}
             self.log(level, event, first.message, pci_slot=first.slot, **fields)
         return self.xids.findings(slots)
+
+    def _record(self, time: float, message: str) -> None:
+        self.xids.add(time, message)
+        reason = absence_reason(message)
+        if reason is not None:
+            self._reasons.append(reason)
+        mismatch = api_mismatch(message)
+        if mismatch is not None:
+            self._mismatch = mismatch
+
+    def driver_records(self) -> DriverRecords:
+        """What the records read since the last call said about the driver (for
+        :class:`~gpuagent.driverstate.DriverState`): the absence reasons, and the boot's
+        latest API-mismatch record."""
+        reasons, self._reasons = self._reasons, []
+        return DriverRecords(tuple(reasons), self._mismatch)
 
     def _note(self, error: str | None) -> None:
         edge = self._trouble.update(error)
