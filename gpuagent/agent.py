@@ -50,7 +50,14 @@ class Agent:
         self.origin = report.Origin(SCHEMA, __version__, os.getpid(), wall(), config.interval)
         self.ticks = 0
         self.bus = Bus(config.sysfs_root, log)
-        self.kernel = KernelSource(config.journal_directory, log, open_log=kernel_log)
+        self.kernel = KernelSource(
+            config.journal_directory,
+            log,
+            open_log=kernel_log,
+            overrides=config.xid,
+            hold=config.xid_warning_hold,
+            wall=wall,
+        )
         self.probing = Probing(config, prober, log, which=which, wall=wall)
         self.samples = Samples(log, monotonic=monotonic, wall=wall)
         self.driver = DriverState(config, monotonic=monotonic)
@@ -64,7 +71,7 @@ class Agent:
         if config is not None:
             self.bus.configure(config.sysfs_root)
             self.probing.configure(config)
-            self.kernel.configure(config.journal_directory)
+            self.kernel.configure(config.journal_directory, config.xid, config.xid_warning_hold)
             self.driver.configure(config)
             self.origin = replace(self.origin, interval=config.interval)
             self.config = config

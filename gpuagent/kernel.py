@@ -12,7 +12,8 @@ makes a GPU unhealthy is logged by the health model, as that problem's start.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 
 from .condition import Condition, Edge
 from .driver import ApiMismatch, absence_reason, api_mismatch
@@ -21,6 +22,7 @@ from .health import Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
 from .views import KernelView
+from .xidcatalog import Override
 from .xidcount import XidCounter
 
 __all__ = ["KernelSource"]
@@ -28,7 +30,9 @@ __all__ = ["KernelSource"]
 
 class KernelSource:
     """This boot's kernel records from the journal in ``directory`` (``""``: the system
-    journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests)."""
+    journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests);
+    ``overrides`` is the site's ``[xid]`` table, ``hold`` (s) how long a warning Xid holds
+    after its last record (``None``: until the next boot), on the ``wall`` clock."""
 
     def __init__(
         self,
@@ -36,11 +40,16 @@ class KernelSource:
         log: EventLog,
         *,
         open_log: Callable[[str], KernelLog] = KernelLog,
+        overrides: Mapping[int, Override] | None = None,
+        hold: float | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.log = log
         self._open_log = open_log
         self.journal = open_log(directory)
-        self.xids = XidCounter()
+        self.xids = XidCounter(overrides)
+        self.hold = hold
+        self.wall = wall
         self._trouble: Condition[str] = Condition()
         self._reasons: list[str] = []
         self._mismatch: ApiMismatch | None = None
@@ -50,13 +59,20 @@ class KernelSource:
         """Why the journal cannot be read, while it cannot (the state's ``problems["journal"]``)."""
         return self._trouble.value
 
-    def configure(self, directory: str) -> None:
-        """Read the journal in ``directory`` from now on; a new one is counted from its boot's
-        start, so the old counts go."""
+    def configure(
+        self,
+        directory: str,
+        overrides: Mapping[int, Override] | None = None,
+        hold: float | None = None,
+    ) -> None:
+        """Read the journal in ``directory`` from now on (a new one is counted from its boot's
+        start, so the old counts go), with the site's ``[xid]`` table and the warning hold."""
+        self.hold = hold
+        self.xids.overrides = dict(overrides or {})
         if directory != self.journal.directory:
             self.journal.close()
             self.journal = self._open_log(directory)
-            self.xids = XidCounter()
+            self.xids = XidCounter(overrides)
             self._mismatch = None
 
     def poll(self, slots: list[str]) -> dict[str, list[Finding]]:
@@ -75,7 +91,7 @@ class KernelSource:
                 level, event = logging.INFO, Event.XID_COUNTED
                 fields = {"xid": first.code, "action": action}
             self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        return self.xids.findings(slots)
+        return self.xids.findings(slots, self.wall(), self.hold)
 
     def _record(self, time: float, message: str) -> None:
         self.xids.add(time, message)
