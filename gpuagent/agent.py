@@ -19,6 +19,7 @@ from .bus import Bus
 from .condition import Bug
 from .config import Config
 from .driverstate import DriverState
+from .history import ThrottleWindow
 from .kernel import KernelSource
 from .kernlog import KernelLog
 from .logs import EventLog
@@ -59,7 +60,8 @@ class Agent:
             wall=wall,
         )
         self.probing = Probing(config, prober, log, which=which, wall=wall)
-        self.samples = Samples(log, monotonic=monotonic, wall=wall)
+        window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
+        self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
         self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log)
         self._bug = Bug(log, "in a tick")
@@ -73,6 +75,7 @@ class Agent:
             self.probing.configure(config)
             self.kernel.configure(config.journal_directory, config.xid, config.xid_warning_hold)
             self.driver.configure(config)
+            self.samples.configure(config.throttle_window, config.throttle_fraction)
             self.origin = replace(self.origin, interval=config.interval)
             self.config = config
         self.probing.expedite()

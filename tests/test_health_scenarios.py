@@ -222,10 +222,42 @@ def test_row_kind_appears_and_clears(host: Host, kind: str) -> None:
     assert code(host) == (ExitCode.CRITICAL if severity == "critical" else ExitCode.WARNING)
     one_start(host, kind, sick, logging.ERROR if severity == "critical" else logging.WARNING)
     host.healthy()
-    host.tick(5)
+    # Throttling is judged over throttle_window (600 s): it ends once the window has passed.
+    host.tick(61 if kind == "throttled" else 5)
     one_end(host, kind, sick)
     assert len(loud(host)) == 2
     assert code(host) == ExitCode.OK
+
+
+def test_throttling_is_judged_over_the_window_not_one_sample(host: Host) -> None:
+    """One sample of hardware thermal slowdown (0x40) in 20 is under throttle_fraction (10 %):
+    no problem; held down in most samples it is one, with the counts, and one start line."""
+    sick = host.slots[3]
+    slowdown = {sick: {"clocks_event_reasons.active": "0x0000000000000040"}}
+    host.healthy()
+    host.make_agent()
+    host.tick(19)
+    host.healthy(override=slowdown)
+    host.tick()
+    assert gpu(host.state, sick)["problems"] == []
+    host.tick(4)  # 5 of 24
+    (problem,) = gpu(host.state, sick)["problems"]
+    assert (problem["kind"], problem["severity"], problem["action"]) == (
+        "throttled",
+        "warning",
+        "check_host",
+    )
+    assert problem["message"] == (
+        "clocks held down in 5 of 24 samples over the last 600 s: hardware thermal slowdown"
+    )
+    host.tick(3)
+    one_start(host, "throttled", sick, logging.WARNING)
+    # A reload to a fraction of one half: 8 of 27 is not enough any more.
+    assert host.agent is not None
+    host.agent.configure(host.config(throttle_fraction=0.5))
+    host.tick()
+    assert gpu(host.state, sick)["problems"] == []
+    one_end(host, "throttled", sick)
 
 
 def test_gone_from_bus_and_back(host: Host) -> None:
