@@ -91,7 +91,8 @@ class Agent:
         try:
             bus = self.bus.scan()
             # Whatever the gates say: a GPU the driver cannot reach still has its Xids.
-            self.verdict.report("xid", self.kernel.poll(bus.slots))
+            xids = self.kernel.poll(bus, self.samples.named, self.bus.describe)
+            self.verdict.report("xid", xids)
             if scanned is not None:
                 scanned(self._report().status)
                 scanned = None

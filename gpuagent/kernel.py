@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .condition import Condition, Edge
 from .driver import ApiMismatch, absence_reason, api_mismatch
 from .driverstate import DriverRecords
-from .health import Finding
+from .health import WARNING, Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
-from .views import KernelView
+from .views import BusView, KernelView
 from .xidcatalog import Override
 from .xidcount import XidCounter
 
@@ -53,6 +53,8 @@ class KernelSource:
         self._trouble: Condition[str] = Condition()
         self._reasons: list[str] = []
         self._mismatch: ApiMismatch | None = None
+        # Addresses Xids named that are no GPU (not on the bus, never seen, never sampled).
+        self._strays: frozenset[str] = frozenset()
 
     @property
     def error(self) -> str | None:
@@ -75,13 +77,24 @@ class KernelSource:
             self.xids = XidCounter(overrides)
             self._mismatch = None
 
-    def poll(self, slots: list[str]) -> dict[str, list[Finding]]:
-        """Read what is new (on the first call: the whole boot); ``slots`` are the GPUs' PCI
-        slots on the bus now.  Returns every GPU's Xid and init-failure problems, by slot."""
+    def poll(
+        self,
+        bus: BusView,
+        named: Iterable[str] = (),
+        describe: Callable[[str], str] = lambda slot: "nothing",
+    ) -> dict[str, list[Finding]]:
+        """Read what is new (on the first call: the whole boot).  Returns every GPU's Xid and
+        init-failure problems, by slot, and under ``""`` the Xids of addresses that are no
+        GPU: neither on ``bus`` now nor ever seen on it, never ``named`` by nvidia-smi, nor
+        by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there."""
+        slots = bus.slots
         self.journal.poll(self._record)
         self._note(self.journal.error)
+        gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
+        self._strays = frozenset(s for s, _ in self.xids.counts(slots) if s not in gpus)
         for first in self.xids.take_new(slots):
-            if first.finding is not None:
+            stray = first.slot in self._strays
+            if first.finding is not None and not stray:
                 continue  # the health model's start line says it
             fields: dict[str, int | str]
             if first.kind == "sxid":
@@ -90,8 +103,17 @@ class KernelSource:
                 action = self.xids.counts(slots)[first.slot, first.code].info.action
                 level, event = logging.INFO, Event.XID_COUNTED
                 fields = {"xid": first.code, "action": action}
-            self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        return self.xids.findings(slots, self.wall(), self.hold)
+            if stray:
+                line = f"Xid {first.code} names PCI {first.slot}: {describe(first.slot)}, no GPU"
+                self.log(level, event, line, address=first.slot, **fields)
+            else:
+                self.log(level, event, first.message, pci_slot=first.slot, **fields)
+        found = self.xids.findings(slots, self.wall(), self.hold)
+        out = {s: fs for s, fs in found.items() if s not in self._strays}
+        host = [_stray(f, s, describe(s)) for s in sorted(self._strays) for f in found.get(s, ())]
+        if host:
+            out[""] = host
+        return out
 
     def _record(self, time: float, message: str) -> None:
         self.xids.add(time, message)
@@ -128,9 +150,24 @@ class KernelSource:
             )
 
     def view(self, slots: list[str]) -> KernelView:
-        """This boot's counts as the report needs them; ``slots`` are the GPUs on the bus."""
+        """This boot's counts as the report needs them; ``slots`` are the GPUs on the bus.
+        The addresses that are no GPU (:meth:`poll`) have no GPU entry: their Xids are the
+        host's problem."""
+        xids = self.xids.counts(slots)
         return KernelView(
-            self.xids.counts(slots),
+            {k: c for k, c in xids.items() if k[0] not in self._strays},
             self.xids.sxid_counts(),
             self.xids.uuids(slots),
         )
+
+
+def _stray(f: Finding, slot: str, what: str) -> Finding:
+    """An Xid of an address that is no GPU, as the host's problem: a warning to look at the
+    host (nothing there to reset or drain), naming the address and what sysfs has there."""
+    return Finding(
+        f.kind,
+        WARNING,
+        "check_host",
+        f"{f.message}; logged for PCI {slot}, which is no GPU (sysfs: {what}): check the host",
+        (*f.extra, ("address", slot)),
+    )

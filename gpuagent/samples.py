@@ -70,6 +70,11 @@ class Samples:
             by_slot, answer.requires_reset, answer.gpu_errors, answer.inforom, throttled
         )
 
+    @property
+    def named(self) -> frozenset[str]:
+        """Every slot nvidia-smi has answered for since the agent started (or forgot)."""
+        return frozenset(self._samples)
+
     def configure(self, window: float, fraction: float) -> None:
         """Judge throttling over ``window`` s, at ``fraction`` of the samples, from now on; the
         samples counted so far stay unless the window's length changes."""
