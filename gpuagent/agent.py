@@ -18,6 +18,8 @@ from . import __version__, report
 from .bus import Bus
 from .condition import Bug
 from .config import Config
+from .driverstate import DriverState
+from .history import ThrottleWindow
 from .kernel import KernelSource
 from .kernlog import KernelLog
 from .logs import EventLog
@@ -49,9 +51,18 @@ class Agent:
         self.origin = report.Origin(SCHEMA, __version__, os.getpid(), wall(), config.interval)
         self.ticks = 0
         self.bus = Bus(config.sysfs_root, log)
-        self.kernel = KernelSource(config.journal_directory, log, open_log=kernel_log)
+        self.kernel = KernelSource(
+            config.journal_directory,
+            log,
+            open_log=kernel_log,
+            overrides=config.xid,
+            hold=config.xid_warning_hold,
+            wall=wall,
+        )
         self.probing = Probing(config, prober, log, which=which, wall=wall)
-        self.samples = Samples(log, monotonic=monotonic, wall=wall)
+        window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
+        self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
+        self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log)
         self._bug = Bug(log, "in a tick")
 
@@ -62,7 +73,9 @@ class Agent:
         if config is not None:
             self.bus.configure(config.sysfs_root)
             self.probing.configure(config)
-            self.kernel.configure(config.journal_directory)
+            self.kernel.configure(config.journal_directory, config.xid, config.xid_warning_hold)
+            self.driver.configure(config)
+            self.samples.configure(config.throttle_window, config.throttle_fraction)
             self.origin = replace(self.origin, interval=config.interval)
             self.config = config
         self.probing.expedite()
@@ -78,7 +91,8 @@ class Agent:
         try:
             bus = self.bus.scan()
             # Whatever the gates say: a GPU the driver cannot reach still has its Xids.
-            self.verdict.report("xid", self.kernel.poll(bus.slots))
+            xids = self.kernel.poll(bus, self.samples.named, self.bus.describe)
+            self.verdict.report("xid", xids)
             if scanned is not None:
                 scanned(self._report().status)
                 scanned = None
@@ -90,6 +104,8 @@ class Agent:
             elif answer is not None:
                 self.verdict.report("smi", self.samples.take(answer, bus.gpus))
             self.samples.mark_stale(bus.gpus, self.config.interval)
+            records = self.kernel.driver_records()
+            self.verdict.report("driver", self.driver.findings(bus, self.probing.view, records))
             self.verdict.judge(self.wall(), bus, self.config.expected_gpus)
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)

@@ -58,6 +58,10 @@ class Bus:
         )
         return self.view
 
+    def describe(self, slot: str) -> str:
+        """What sits at PCI ``slot`` per sysfs (:func:`gpuagent.pci.describe`)."""
+        return pci.describe(self.scanner.root, slot)
+
     @property
     def trouble(self) -> str | None:
         """Why sysfs could not be read (the state's ``problems["sysfs"]``), while it cannot."""

@@ -138,7 +138,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
     from . import state  # noqa: PLC0415
-    from .status import ExitCode, checked, clean, judge, render  # noqa: PLC0415
+    from .status import ExitCode, checked, judge, render  # noqa: PLC0415
 
     cfg = _salvage(ctx)
     try:
@@ -167,21 +167,20 @@ def status(ctx: click.Context, as_json: bool) -> None:
     else:
         text = render(typed, now, code, reason)
     _print(text)
-    if code and as_json:
-        # The text says why; the JSON does not.
-        click.echo(f"gpuagent: {clean(reason)}", err=True)
     sys.exit(code)
 
 
 def _unknown(reason: str, as_json: bool = True) -> NoReturn:
-    """Exit 3 for a state that cannot be judged: the reason on stderr, and for ``--json`` an
-    object on stdout too, so that a script always has JSON to parse."""
+    """Exit 3 for a state that cannot be judged: for ``--json`` an object alone on stdout
+    (its ``health_reason`` says why), so that a script always has JSON to parse; else the
+    reason on stderr."""
     from .status import ExitCode, clean  # noqa: PLC0415
 
     if as_json:
         health = ExitCode.UNKNOWN.health
         _print(json.dumps({"health": health, "health_reason": reason}, indent=2))
-    click.echo(f"gpuagent: {clean(reason)}", err=True)
+    else:
+        click.echo(f"gpuagent: {clean(reason)}", err=True)
     sys.exit(ExitCode.UNKNOWN)
 
 

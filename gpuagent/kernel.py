@@ -12,13 +12,17 @@ makes a GPU unhealthy is logged by the health model, as that problem's start.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from .condition import Condition, Edge
-from .health import Finding
+from .driver import ApiMismatch, absence_reason, api_mismatch
+from .driverstate import DriverRecords
+from .health import WARNING, Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
-from .views import KernelView
+from .views import BusView, KernelView
+from .xidcatalog import Override
 from .xidcount import XidCounter
 
 __all__ = ["KernelSource"]
@@ -26,7 +30,9 @@ __all__ = ["KernelSource"]
 
 class KernelSource:
     """This boot's kernel records from the journal in ``directory`` (``""``: the system
-    journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests)."""
+    journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests);
+    ``overrides`` is the site's ``[xid]`` table, ``hold`` (s) how long a warning Xid holds
+    after its last record (``None``: until the next boot), on the ``wall`` clock."""
 
     def __init__(
         self,
@@ -34,33 +40,61 @@ class KernelSource:
         log: EventLog,
         *,
         open_log: Callable[[str], KernelLog] = KernelLog,
+        overrides: Mapping[int, Override] | None = None,
+        hold: float | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.log = log
         self._open_log = open_log
         self.journal = open_log(directory)
-        self.xids = XidCounter()
+        self.xids = XidCounter(overrides)
+        self.hold = hold
+        self.wall = wall
         self._trouble: Condition[str] = Condition()
+        self._reasons: list[str] = []
+        self._mismatch: ApiMismatch | None = None
+        # Addresses Xids named that are no GPU (not on the bus, never seen, never sampled).
+        self._strays: frozenset[str] = frozenset()
 
     @property
     def error(self) -> str | None:
         """Why the journal cannot be read, while it cannot (the state's ``problems["journal"]``)."""
         return self._trouble.value
 
-    def configure(self, directory: str) -> None:
-        """Read the journal in ``directory`` from now on; a new one is counted from its boot's
-        start, so the old counts go."""
+    def configure(
+        self,
+        directory: str,
+        overrides: Mapping[int, Override] | None = None,
+        hold: float | None = None,
+    ) -> None:
+        """Read the journal in ``directory`` from now on (a new one is counted from its boot's
+        start, so the old counts go), with the site's ``[xid]`` table and the warning hold."""
+        self.hold = hold
+        self.xids.overrides = dict(overrides or {})
         if directory != self.journal.directory:
             self.journal.close()
             self.journal = self._open_log(directory)
-            self.xids = XidCounter()
+            self.xids = XidCounter(overrides)
+            self._mismatch = None
 
-    def poll(self, slots: list[str]) -> dict[str, list[Finding]]:
-        """Read what is new (on the first call: the whole boot); ``slots`` are the GPUs' PCI
-        slots on the bus now.  Returns every GPU's Xid and init-failure problems, by slot."""
-        self.journal.poll(self.xids.add)
+    def poll(
+        self,
+        bus: BusView,
+        named: Iterable[str] = (),
+        describe: Callable[[str], str] = lambda slot: "nothing",
+    ) -> dict[str, list[Finding]]:
+        """Read what is new (on the first call: the whole boot).  Returns every GPU's Xid and
+        init-failure problems, by slot, and under ``""`` the Xids of addresses that are no
+        GPU: neither on ``bus`` now nor ever seen on it, never ``named`` by nvidia-smi, nor
+        by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there."""
+        slots = bus.slots
+        self.journal.poll(self._record)
         self._note(self.journal.error)
+        gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
+        self._strays = frozenset(s for s, _ in self.xids.counts(slots) if s not in gpus)
         for first in self.xids.take_new(slots):
-            if first.finding is not None:
+            stray = first.slot in self._strays
+            if first.finding is not None and not stray:
                 continue  # the health model's start line says it
             fields: dict[str, int | str]
             if first.kind == "sxid":
@@ -69,8 +103,33 @@ class KernelSource:
                 action = self.xids.counts(slots)[first.slot, first.code].info.action
                 level, event = logging.INFO, Event.XID_COUNTED
                 fields = {"xid": first.code, "action": action}
-            self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        return self.xids.findings(slots)
+            if stray:
+                line = f"Xid {first.code} names PCI {first.slot}: {describe(first.slot)}, no GPU"
+                self.log(level, event, line, address=first.slot, **fields)
+            else:
+                self.log(level, event, first.message, pci_slot=first.slot, **fields)
+        found = self.xids.findings(slots, self.wall(), self.hold)
+        out = {s: fs for s, fs in found.items() if s not in self._strays}
+        host = [_stray(f, s, describe(s)) for s in sorted(self._strays) for f in found.get(s, ())]
+        if host:
+            out[""] = host
+        return out
+
+    def _record(self, time: float, message: str) -> None:
+        self.xids.add(time, message)
+        reason = absence_reason(message)
+        if reason is not None:
+            self._reasons.append(reason)
+        mismatch = api_mismatch(message)
+        if mismatch is not None:
+            self._mismatch = mismatch
+
+    def driver_records(self) -> DriverRecords:
+        """What the records read since the last call said about the driver (for
+        :class:`~gpuagent.driverstate.DriverState`): the absence reasons, and the boot's
+        latest API-mismatch record."""
+        reasons, self._reasons = self._reasons, []
+        return DriverRecords(tuple(reasons), self._mismatch)
 
     def _note(self, error: str | None) -> None:
         edge = self._trouble.update(error)
@@ -91,9 +150,24 @@ class KernelSource:
             )
 
     def view(self, slots: list[str]) -> KernelView:
-        """This boot's counts as the report needs them; ``slots`` are the GPUs on the bus."""
+        """This boot's counts as the report needs them; ``slots`` are the GPUs on the bus.
+        The addresses that are no GPU (:meth:`poll`) have no GPU entry: their Xids are the
+        host's problem."""
+        xids = self.xids.counts(slots)
         return KernelView(
-            self.xids.counts(slots),
+            {k: c for k, c in xids.items() if k[0] not in self._strays},
             self.xids.sxid_counts(),
             self.xids.uuids(slots),
         )
+
+
+def _stray(f: Finding, slot: str, what: str) -> Finding:
+    """An Xid of an address that is no GPU, as the host's problem: a warning to look at the
+    host (nothing there to reset or drain), naming the address and what sysfs has there."""
+    return Finding(
+        f.kind,
+        WARNING,
+        "check_host",
+        f"{f.message}; logged for PCI {slot}, which is no GPU (sysfs: {what}): check the host",
+        (*f.extra, ("address", slot)),
+    )

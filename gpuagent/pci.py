@@ -180,3 +180,21 @@ def _driver(dev: str) -> str | None:
 def module_loaded(sysfs_root: str, name: str = "nvidia") -> bool:
     """Whether kernel module ``name`` is loaded (``<sysfs_root>/module/<name>`` exists)."""
     return os.path.isdir(os.path.join(sysfs_root, "module", name))
+
+
+# PCI base classes a stray address may name (the PCI code and ID assignment spec).
+_CLASS_NAMES = {0x06: "a bridge", 0x03: "a display controller", 0x02: "a network controller"}
+
+
+def describe(sysfs_root: str, slot: str) -> str:
+    """What sits at ``slot`` per ``<sysfs_root>/bus/pci/devices/<slot>/class``: ``a bridge
+    (class 0x060400)``, ``a device of class 0x…``, or ``nothing`` (no such function)."""
+    try:
+        text = _read(os.path.join(sysfs_root, "bus", "pci", "devices", slot, "class"))
+    except OSError:
+        text = None
+    value = _hex(text)
+    if value is None:
+        return "nothing"
+    name = _CLASS_NAMES.get(value >> 16, "a device")
+    return f"{name} (class 0x{value:06x})"

@@ -124,7 +124,7 @@ class Probing:
             action = (
                 "probing anyway (load_driver = true)"
                 if self.config.load_driver
-                else "not probing, so that nvidia-smi does not load it during a driver upgrade"
+                else "not probing (nvidia-smi would load it)"
             )
             self.log(
                 WARNING,
@@ -142,7 +142,13 @@ class Probing:
     # The probe's outcome ---------------------------------------------------------------------
 
     def _apply(self, result: ProbeResult, bus: BusView) -> ProbeResult | None:
-        view = replace(self._view, gate=None, spawns_total=self._view.spawns_total + result.spawns)
+        view = replace(
+            self._view,
+            gate=None,
+            spawns_total=self._view.spawns_total + result.spawns,
+            probes_total=self._view.probes_total + 1,
+            timed_out=result.failure is Failure.TIMEOUT,
+        )
         if result.spawns:
             view = replace(view, duration=result.duration)
         self._view = view

@@ -270,31 +270,31 @@ def status_line(
     gpus = plural(n, "GPU")
     if probe.gate is Gate.NO_GPU:
         drivers = sorted({g.driver or "none" for g in bus.gpus})
-        return f"{gpus}, all bound to {', '.join(drivers)}; not sampled"
+        return _attention(f"{gpus}, all bound to {', '.join(drivers)}; not sampled", problems)
     if probe.gate is Gate.NVIDIA_SMI_MISSING:
         return f"{gpus}, nvidia-smi not found"
     if probe.gate is Gate.DRIVER_NOT_LOADED:
-        return f"{gpus}, NVIDIA driver not loaded; not probing"
+        return _attention(f"{gpus}, NVIDIA driver not loaded; not probing", problems)
     if probe.state is ProbeState.STUCK:
         return f"{gpus}, nvidia-smi stuck in the driver; not probing"
     if probe.state is ProbeState.FAILING:
-        wait = probe.next_in_ticks * interval
-        return f"{gpus}, nvidia-smi failing ({probe.failure}), next try in {wait:g} s"
-    if probe.state is ProbeState.OK:
-        return _ok_line(gpus, missing, problems)
-    return f"{gpus}, starting"
-
-
-def _ok_line(gpus: str, missing: tuple[str, ...], problems: Problems) -> str:
-    ordered = sorted(problems)
+        wait = f"{probe.next_in_ticks * interval:g} s"
+        return f"{gpus}, nvidia-smi failing ({probe.failure}), next try in {wait}"
+    if probe.state is not ProbeState.OK:
+        return f"{gpus}, starting"
     silent = [s for s in missing if s not in problems]
     note = f", {len(silent)} missing from nvidia-smi" if silent else ""
-    if not ordered:
-        return f"{gpus}, sampling{note}"
+    return f"{_attention(gpus, problems) if problems else f'{gpus}, sampling'}{note}"
+
+
+def _attention(line: str, problems: Problems) -> str:
+    if not problems:
+        return line
+    ordered = sorted(problems)
     named = [f"{s or 'host'} {problems[s][0].finding.name}" for s in ordered[:3]]
     more = ", ..." if len(ordered) > 3 else ""
     verb = "needs" if len(ordered) == 1 else "need"
-    return f"{gpus}, {len(ordered)} {verb} attention: {', '.join(named)}{more}{note}"
+    return f"{line}, {len(ordered)} {verb} attention: {', '.join(named)}{more}"
 
 
 def build(

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 # Every kind these rules report through the agent, with its Event's name
-# (logs.Event.problem); wrong_driver_findings' kind, wrong_driver, joins them once wired.
+# (logs.Event.problem).
 KINDS = (
     "lost",
     "requires_reset",
@@ -46,6 +46,7 @@ KINDS = (
     "no_driver",
     "gpu_count",
     "mig_pending",
+    "wrong_driver",
 )
 
 # clocks_event_reasons.active bits that mean the hardware itself is slowing the GPU down

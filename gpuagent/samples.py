@@ -15,6 +15,7 @@ from collections.abc import Callable
 from . import rules
 from .condition import ConditionSet
 from .health import Finding
+from .history import ThrottleWindow
 from .logs import Event, EventLog
 from .pci import PciGpu
 from .pciaddr import sysfs_slot
@@ -38,8 +39,11 @@ class Samples:
         *,
         monotonic: Callable[[], float],
         wall: Callable[[], float],
+        throttle: ThrottleWindow | None = None,
     ) -> None:
         self.log = log
+        # Throttling is judged over a window of samples, not one.
+        self.throttle = throttle or ThrottleWindow()
         self.monotonic = monotonic
         self.wall = wall
         self._samples: dict[str, Sample] = {}
@@ -58,9 +62,25 @@ class Samples:
             key = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
             by_slot[key] = row
             self._samples[key] = Sample(row, now, mono)
+            self.throttle.add(key, mono, rules.throttle_reasons(row))
         self._reported = set(by_slot)
         self._cross_check(gpus, set(answer.gpu_errors))
-        return rules.smi_findings(by_slot, answer.requires_reset, answer.gpu_errors, answer.inforom)
+        throttled = self.throttle.findings(mono)
+        return rules.smi_findings(
+            by_slot, answer.requires_reset, answer.gpu_errors, answer.inforom, throttled
+        )
+
+    @property
+    def named(self) -> frozenset[str]:
+        """Every slot nvidia-smi has answered for since the agent started (or forgot)."""
+        return frozenset(self._samples)
+
+    def configure(self, window: float, fraction: float) -> None:
+        """Judge throttling over ``window`` s, at ``fraction`` of the samples, from now on; the
+        samples counted so far stay unless the window's length changes."""
+        if window != self.throttle.window:
+            self.throttle = ThrottleWindow(window, fraction)
+        self.throttle.fraction = fraction
 
     def forget(self) -> None:
         """nvidia-smi cannot be asked (a gate holds): no sample is current any more."""

@@ -75,7 +75,8 @@ class Gate(StrEnum):
 @dataclass(frozen=True)
 class ProbeView:
     """The probe as of the last tick.  Times: ``last_success_at`` wall s; ``duration`` s of
-    the last run; ``next_in_ticks`` ticks until the next probe (1: the next tick)."""
+    the last run; ``next_in_ticks`` ticks until the next probe (1: the next tick);
+    ``probes_total`` probes run, ``timed_out`` whether the last one timed out."""
 
     state: ProbeState = ProbeState.IDLE
     gate: Gate | None = None
@@ -87,6 +88,8 @@ class ProbeView:
     last_success_at: float | None = None
     duration: float | None = None
     fields: tuple[str, ...] = ()
+    probes_total: int = 0
+    timed_out: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,13 @@ the boot in order and answers by the PCI slots the agent scanned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from .health import CRITICAL, WARNING, Finding
 from .pciaddr import device_of
 from .xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from .xidcatalog import NONE, XidInfo
+from .xidcatalog import NONE, Override, XidInfo, override
 
 __all__ = ["First", "InitCount", "SXidCount", "XidCount", "XidCounter"]
 
@@ -115,9 +116,14 @@ class XidCounter:
     Xid lines give a GPU's ``domain:bus:device`` only; the queries take the PCI slots the
     agent scanned (``0000:3b:00.0``) and report each GPU under its own slot (``.0`` where the
     GPU is not on the bus any more and no record named its function).
+
+    ``overrides`` is the site's ``[xid]`` table (``Config.xid``): it has the last word on each
+    code's severity and action (:func:`gpuagent.xid.assess`), in every answer; a reload may
+    replace it, and the boot's counts are then answered with the new table.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, overrides: Mapping[int, Override] | None = None) -> None:
+        self.overrides: Mapping[int, Override] = dict(overrides or {})
         self._xids: dict[tuple[str, int], XidCount] = {}
         self._sxids: dict[tuple[str, int], SXidCount] = {}
         self._init: dict[str, InitCount] = {}
@@ -209,10 +215,17 @@ class XidCounter:
             return slot
         return f"{device}.{self._functions.get(device, 0)}"
 
+    def _site(self, count: XidCount) -> XidCount:
+        """``count`` as the site's ``[xid]`` table has it (:func:`gpuagent.xid.assess`)."""
+        site = self.overrides.get(count.code)
+        return count if site is None else replace(count, info=override(count.info, site))
+
     def counts(self, slots: list[str]) -> dict[tuple[str, int], XidCount]:
         """Every (GPU slot, Xid code) seen this boot; ``slots`` are the scanned PCI slots."""
         by_device = self._slotter(slots)
-        return {(self._slot(d, by_device), code): c for (d, code), c in self._xids.items()}
+        return {
+            (self._slot(d, by_device), code): self._site(c) for (d, code), c in self._xids.items()
+        }
 
     def sxid_counts(self) -> dict[tuple[str, int], SXidCount]:
         """Every (NVSwitch slot, SXid code) seen this boot (``nvswitchN`` where no slot)."""
@@ -229,12 +242,16 @@ class XidCounter:
         by_device = self._slotter(slots)
         return {self._slot(d, by_device): uuid for d, uuid in self._uuids.items()}
 
-    def findings(self, slots: list[str]) -> dict[str, list[Finding]]:
-        """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code."""
+    def findings(
+        self, slots: list[str], now: float | None = None, hold: float | None = None
+    ) -> dict[str, list[Finding]]:
+        """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code;
+        a warning Xid ends ``hold`` s after its last record at wall time ``now``
+        (:meth:`XidCount.finding`)."""
         by_device = self._slotter(slots)
         out: dict[str, list[Finding]] = {}
         for (device, _), count in sorted(self._xids.items()):
-            finding = count.finding()
+            finding = self._site(count).finding(now, hold)
             if finding is not None:
                 out.setdefault(self._slot(device, by_device), []).append(finding)
         for device, failure in sorted(self._init.items()):
@@ -248,7 +265,7 @@ class XidCounter:
         out: list[First] = []
         for kind, where, code in new:
             if kind == "xid":
-                c = self._xids[where, code]
+                c = self._site(self._xids[where, code])
                 slot = self._slot(where, by_device)
                 finding = c.finding()
                 message = (

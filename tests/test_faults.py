@@ -173,7 +173,7 @@ FAULTS = [
         "failing",
         "timeout",
         "8 GPUs, nvidia-smi failing (timeout), next try in 20 s",
-        1,
+        2,  # the outage's warning, and driver_hung: three timeouts with the module loaded
         timeout=0.3,
     ),
     Fault(
@@ -182,7 +182,7 @@ FAULTS = [
         "failing",
         "timeout",
         "8 GPUs, nvidia-smi failing (timeout), next try in 20 s",
-        1,
+        2,  # the outage's warning, and driver_hung: three timeouts with the module loaded
         timeout=0.3,
     ),
     Fault(

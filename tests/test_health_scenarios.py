@@ -73,6 +73,15 @@ def one_end(host: Host, kind: str, slot: str) -> None:
     assert slot == ends[0].PCI_SLOT  # type: ignore[attr-defined]
 
 
+def rebound(host: Host, kind: str, sick: str) -> None:
+    """``sick`` bound to nvidia again and answering: its ``kind`` problem ends, all is ok."""
+    fakesysfs.bind(host.root, sick, "nvidia")
+    host.healthy()
+    host.tick()
+    one_end(host, kind, sick)
+    assert code(host) == ExitCode.OK
+
+
 # The five inputs -----------------------------------------------------------------------------
 
 
@@ -118,11 +127,7 @@ def test_gpu_the_driver_failed_to_initialise(host: Host) -> None:
     assert code(host) == ExitCode.CRITICAL
     one_start(host, "no_driver", sick, logging.ERROR)
     assert len(loud(host)) == 1
-    fakesysfs.bind(host.root, sick, "nvidia")
-    host.healthy()
-    host.tick()
-    one_end(host, "no_driver", sick)
-    assert code(host) == ExitCode.OK
+    rebound(host, "no_driver", sick)
 
 
 def test_inforom_corrupted(host: Host) -> None:
@@ -217,10 +222,42 @@ def test_row_kind_appears_and_clears(host: Host, kind: str) -> None:
     assert code(host) == (ExitCode.CRITICAL if severity == "critical" else ExitCode.WARNING)
     one_start(host, kind, sick, logging.ERROR if severity == "critical" else logging.WARNING)
     host.healthy()
-    host.tick(5)
+    # Throttling is judged over throttle_window (600 s): it ends once the window has passed.
+    host.tick(61 if kind == "throttled" else 5)
     one_end(host, kind, sick)
     assert len(loud(host)) == 2
     assert code(host) == ExitCode.OK
+
+
+def test_throttling_is_judged_over_the_window_not_one_sample(host: Host) -> None:
+    """One sample of hardware thermal slowdown (0x40) in 20 is under throttle_fraction (10 %):
+    no problem; held down in most samples it is one, with the counts, and one start line."""
+    sick = host.slots[3]
+    slowdown = {sick: {"clocks_event_reasons.active": "0x0000000000000040"}}
+    host.healthy()
+    host.make_agent()
+    host.tick(19)
+    host.healthy(override=slowdown)
+    host.tick()
+    assert gpu(host.state, sick)["problems"] == []
+    host.tick(4)  # 5 of 24
+    (problem,) = gpu(host.state, sick)["problems"]
+    assert (problem["kind"], problem["severity"], problem["action"]) == (
+        "throttled",
+        "warning",
+        "check_host",
+    )
+    assert problem["message"] == (
+        "clocks held down in 5 of 24 samples over the last 600 s: hardware thermal slowdown"
+    )
+    host.tick(3)
+    one_start(host, "throttled", sick, logging.WARNING)
+    # A reload to a fraction of one half: 8 of 27 is not enough any more.
+    assert host.agent is not None
+    host.agent.configure(host.config(throttle_fraction=0.5))
+    host.tick()
+    assert gpu(host.state, sick)["problems"] == []
+    one_end(host, "throttled", sick)
 
 
 def test_gone_from_bus_and_back(host: Host) -> None:
@@ -296,8 +333,44 @@ def test_every_kind_has_a_scenario() -> None:
         "inforom",
         "gone_from_bus",
         "gpu_count",
+        "wrong_driver",
     }
     assert covered == set(rules.KINDS)
+
+
+def test_a_gpu_nouveau_took_is_wrong_driver(host: Host) -> None:
+    """mattshma/bigdata#133: "NVRM: The NVIDIA probe routine was not called for 3 device(s)."
+    — nouveau held the GPU.  Unlike vfio-pci, that is no choice: critical, check_host."""
+    sick = host.slots[1]
+    fakesysfs.bind(host.root, sick, "nouveau")
+    host.healthy(slots=[s for s in host.slots if s != sick])
+    host.make_agent()
+    host.tick(3)
+    entry = gpu(host.state, sick)
+    assert entry["health"] == "critical"
+    assert verdicts(entry) == [("wrong_driver", "critical", "check_host")]
+    assert "bound to nouveau, not nvidia: blacklist nouveau" in entry["problems"][0]["message"]
+    one_start(host, "wrong_driver", sick, logging.ERROR)
+    assert code(host) == ExitCode.CRITICAL
+    others_fresh(host, sick)
+    rebound(host, "wrong_driver", sick)
+
+
+def test_a_host_whose_gpus_nouveau_holds_is_critical_not_all_ok(host: Host) -> None:
+    """The three V100s of mattshma/bigdata#133, all nouveau's: no longer "no_gpu, all OK"."""
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, "nouveau")
+    fakesysfs.set_module(host.root, False)
+    host.make_agent()
+    host.tick(2)
+    assert host.probe["gate"] == "no_gpu"
+    assert {g["health"] for g in host.state["gpus"]} == {"critical"}
+    assert host.state["status"].startswith(
+        f"{len(host.slots)} GPUs, all bound to nouveau; not sampled, {len(host.slots)} need "
+        f"attention: {host.slots[0]} wrong_driver"
+    )
+    assert code(host) == ExitCode.CRITICAL
+    assert host.spawns == 0
 
 
 def test_vfio_gpu_is_ok_without_problems(host: Host) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 from gpuagent import metrics, status
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
-from tests import test_kernlog
+from gpuagent.xidcatalog import Override
+from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
 from tests.test_kernlog import append, corpus_text, export
 
@@ -130,13 +131,14 @@ def test_a_reload_to_another_journal_counts_it_instead(host: Host, make: Any) ->
 def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: Any) -> None:
     slot = host.slots[0]
     nonfatal = "NVRM: Xid (PCI:0000:18:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (0x0)\n"
-    journal = make(nonfatal)
+    # Logged a minute ago: well within xid_warning_hold, the warning holds.
+    journal = make(nonfatal, start=time.time() - 60)
     host.make_agent(journal_directory=journal)
     host.tick()
     (first,) = xid_lines(host, Event.XID_PROBLEM)
     assert first.levelno == logging.WARNING
     assert entry(host.state, slot)["health"] == "warning"
-    append(journal, export(make(nonfatal.replace("Nonfatal", "Fatal"), "fatal")))
+    append(journal, export(make(nonfatal.replace("Nonfatal", "Fatal"), "fatal", start=time.time())))
     deadline = time.monotonic() + 20
     while entry(host.state, slot)["health"] != "critical" and time.monotonic() < deadline:
         host.tick()
@@ -196,3 +198,98 @@ def test_a_gpu_the_driver_could_not_initialise(host: Host, make: Any) -> None:
     assert "RmInitAdapter failed (0x62:0x65:1792)" in line.getMessage()
     assert (slot, "reboot") == (line.PCI_SLOT, line.ACTION)  # type: ignore[attr-defined]
     assert host.events(Event.XID_PROBLEM) == []
+
+
+def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, make: Any) -> None:
+    # The B200's Nonfatal Xid 145 (warning; its redacted address put on a GPU of the fake
+    # host) and the crash-dump host's Xid 79 (critical), logged just now.
+    link = corpus_text("xid-145-137-b200-user-redacted-pci").splitlines()[1]
+    link = link.replace("PCI:...", "PCI:0000:2a:00").replace("(...)", "(0x0)") + "\n"
+    journal = make(link + FELL_OFF, start=time.time() - 10)
+    agent = host.make_agent(journal_directory=journal, xid_warning_hold=3600.0)
+    host.tick()
+    app, gone = host.slots[1], host.slots[0]
+    assert [p["xid"] for p in entry(host.state, app)["problems"]] == [145]
+    assert entry(host.state, app)["health"] == "warning"
+    # Held for 1 s only: the warning ends with its end line; Xid 79 holds until the boot ends.
+    agent.configure(host.config(journal_directory=journal, xid_warning_hold=1.0))
+    time.sleep(1.1)
+    host.tick()
+    assert entry(host.state, app)["problems"] == []
+    assert [c["count"] for c in entry(host.state, app)["xids"]] == [1]  # still counted
+    (cleared,) = host.events(Event.PROBLEM_CLEARED)
+    assert cleared.getMessage() == f"GPU {app}: Xid 145 cleared"
+    assert 79 in [p.get("xid") for p in entry(host.state, gone)["problems"]]
+
+
+def test_the_sites_xid_table_has_the_last_word(host: Host, make: Any) -> None:
+    journal = make(APP)
+    app = host.slots[1]
+    agent = host.make_agent(
+        journal_directory=journal, xid={13: Override(severity="critical", action="reset_gpu")}
+    )
+    host.tick()
+    (problem,) = entry(host.state, app)["problems"]
+    assert (problem["severity"], problem["action"], problem["xid"]) == ("critical", "reset_gpu", 13)
+    assert problem["message"].endswith("(as this site's [xid] table says)")
+    assert [(c["severity"], c["action"]) for c in entry(host.state, app)["xids"]] == [
+        ("critical", "reset_gpu")
+    ]
+    assert status.judge(host.state, time.time())[0] == status.ExitCode.CRITICAL
+    # A reload to 13 = { severity = "none" }: counted only, no problem.
+    agent.configure(host.config(journal_directory=journal, xid={13: Override(severity="none")}))
+    host.tick()
+    assert entry(host.state, app)["problems"] == []
+    assert [c["severity"] for c in entry(host.state, app)["xids"]] == ["none"]
+
+
+# leptonai/gpud#1160 and #1174: a GB200 tray's Xid naming 0000:00:00, where a root port sits.
+NETIR = (
+    "NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 "
+    "0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)\n"
+)
+
+
+def test_an_xid_naming_a_root_port_is_the_hosts_not_a_gpus(host: Host, make: Any) -> None:
+    fakesysfs.add_device(host.root, "0000:00:00.0", 0x8086, 0x09A2, 0x060400)
+    host.healthy()
+    host.make_agent(journal_directory=make(NETIR))
+    host.tick(2)
+    assert "0000:00:00.0" not in [g["pci_slot"] for g in host.state["gpus"]]
+    assert len(host.state["gpus"]) == len(host.slots)
+    (problem,) = host.state["host_problems"]
+    assert (problem["kind"], problem["severity"], problem["action"], problem["xid"]) == (
+        "xid",
+        "warning",
+        "check_host",
+        149,
+    )
+    assert problem["message"].endswith(
+        "; logged for PCI 0000:00:00.0, which is no GPU (sysfs: a bridge (class 0x060400)): "
+        "check the host"
+    )
+    assert status.judge(host.state, time.time())[0] == status.ExitCode.WARNING
+    assert "0000:00:00" not in metrics.render(host.state)
+    (line,) = xid_lines(host, Event.XID_PROBLEM)
+    assert line.getMessage().startswith("host: warning: Xid 149 ")
+
+
+def test_an_xid_naming_nothing_on_the_bus_says_so(host: Host, make: Any) -> None:
+    host.make_agent(journal_directory=make(NETIR))
+    host.tick()
+    (problem,) = host.state["host_problems"]
+    assert "which is no GPU (sysfs: nothing)" in problem["message"]
+
+
+def test_a_gpu_seen_on_the_bus_that_fell_off_stays_a_gpu_problem(host: Host, make: Any) -> None:
+    # The crash-dump host's Xid 79 lines without its UUID banner: only the bus knew the GPU.
+    gone = host.slots[0]
+    text = "".join(line + "\n" for line in FELL_OFF.splitlines() if "GPU-" not in line)
+    journal = make(text, start=time.time())
+    host.make_agent()
+    host.tick()
+    fakesysfs.remove_device(host.root, gone)
+    host.agent.configure(host.config(journal_directory=journal))  # type: ignore[union-attr]
+    host.tick()
+    assert host.state["host_problems"] == []
+    assert 79 in [p.get("xid") for p in entry(host.state, gone)["problems"]]

@@ -48,13 +48,18 @@ def make(tmp_path: str) -> Iterator[Any]:
     tool("journalctl")
     made: list[str] = []
 
-    def make(text: str, name: str = "journal", boot: str | None = None) -> str:
+    def make(
+        text: str, name: str = "journal", boot: str | None = None, start: float | None = None
+    ) -> str:
+        """``start``: the boot's realtime start (s since the epoch; make-test-journal's
+        default, in 2023, without it)."""
         source = os.path.join(tmp_path, name + ".txt")
         with open(source, "w", encoding="utf-8") as f:
             f.write(text)
         out = os.path.join(tmp_path, name, "x.journal")
+        when = [] if start is None else ["--start-usec", str(int(start * 1e6))]
         subprocess.run(
-            [MAKE, "--boot-id", boot or this_boot(), source, out],
+            [MAKE, "--boot-id", boot or this_boot(), *when, source, out],
             check=True,
             capture_output=True,
             timeout=60,

@@ -247,10 +247,14 @@ def test_hand_edited_state_is_3_with_one_line(tmp_path: str, key: str, value: ob
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w") as f:
         f.write(f'state_file = "{path}"\ntextfile = ""\n')
-    for args in (["status"], ["status", "--json"]):
-        res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, *args])
-        assert res.exit_code == ExitCode.UNKNOWN, res.output
-        assert res.stderr.strip() == f"gpuagent: {path}: not a gpuagent state file: bad {key!r}"
+    reason = f"{path}: not a gpuagent state file: bad {key!r}"
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert res.exit_code == ExitCode.UNKNOWN, res.output
+    assert res.stderr.strip() == f"gpuagent: {reason}"
+    # --json: the JSON alone, on stdout; its health_reason says why.
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
+    assert res.exit_code == ExitCode.UNKNOWN, res.output
+    assert (res.stderr, json.loads(res.stdout)["health_reason"]) == ("", reason)
 
 
 def test_finished_run_is_not_up() -> None:
@@ -314,7 +318,8 @@ def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
     assert res.exit_code == ExitCode.CRITICAL
     assert (res.stdout.count(failing_line), res.stderr) == (1, "")
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
-    assert res.stderr == f"gpuagent: {failing_line}\n"  # the JSON does not say why
+    assert res.stderr == ""  # the JSON alone: its health_reason says why
+    assert json.loads(res.stdout)["health_reason"] == failing_line
 
 
 def test_next_try_is_in_seconds() -> None:
@@ -390,7 +395,7 @@ def test_without_a_state_file_status_asks_systemd(
         "health": "unknown",
         "health_reason": "gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC",
     }
-    assert res.stderr == "gpuagent: gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
+    assert res.stderr == ""  # the JSON alone
 
 
 def test_json_without_a_state_to_judge_is_still_json(tmp_path: str) -> None:

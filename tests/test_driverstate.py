@@ -1,0 +1,161 @@
+"""The driver's host problems on a fake host: no_driver_module, reboot_pending, driver_hung,
+from real kernel lines (make-test-journal, this boot), the fake sysfs and the fake nvidia-smi."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from gpuagent.logs import Event
+from gpuagent.report import ProblemEntry
+from gpuagent.status import ExitCode, judge
+from tests import fakesysfs, test_kernlog
+from tests.conftest import Host
+
+make = test_kernlog.make
+
+HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus", "host")
+# siderolabs/talos (the capture's .source.txt): the kernel's own line under Secure Boot.
+KEY_REJECTED = "[    5.120000] Loading of module with unavailable key is rejected\n"
+
+
+def host_text(name: str) -> str:
+    with open(os.path.join(HOST, name + ".txt"), encoding="utf-8") as f:
+        return f.read()
+
+
+def host_problems(host: Host) -> list[ProblemEntry]:
+    return host.state["host_problems"]
+
+
+def kinds(host: Host) -> list[tuple[str, str, str]]:
+    return [(p["kind"], p["severity"], p["action"]) for p in host_problems(host)]
+
+
+def code(host: Host) -> ExitCode:
+    return judge(host.state, time.time())[0]
+
+
+def test_gpus_waiting_for_the_module_past_the_grace(host: Host, make: Any) -> None:
+    fakesysfs.set_module(host.root, False)
+    host.make_agent(journal_directory=make(KEY_REJECTED), driver_absent_grace=60.0)
+    host.tick(6)  # 0 … 50 s: within the grace, the gate's warning alone
+    assert host_problems(host) == []
+    assert host.probe["gate"] == "driver_not_loaded"
+    (unloaded,) = host.events(Event.DRIVER_UNLOADED)
+    assert unloaded.getMessage() == (
+        "NVIDIA kernel module not loaded with 8 GPUs on the PCI bus; not probing "
+        "(nvidia-smi would load it)"
+    )
+    assert "upgrade" not in unloaded.getMessage()
+    host.tick()
+    assert kinds(host) == [("no_driver_module", "critical", "check_host")]
+    message = host_problems(host)[0]["message"]
+    assert message.startswith("the nvidia kernel module has not been loaded for 60 s: ")
+    assert "the kernel rejected the module's signature" in message
+    assert "host no_driver_module" in host.state["status"]
+    assert code(host) == ExitCode.CRITICAL
+    (start,) = host.events(Event.problem("no_driver_module"))
+    assert start.levelno == logging.ERROR and start.getMessage().startswith("host: ")
+    fakesysfs.set_module(host.root, True)
+    host.healthy()
+    host.tick()
+    assert host_problems(host) == []
+    assert code(host) == ExitCode.OK
+    assert [r.PROBLEM for r in host.events(Event.PROBLEM_CLEARED)] == ["no_driver_module"]  # type: ignore[attr-defined]
+
+
+def test_without_a_reason_in_the_journal_it_says_so(host: Host) -> None:
+    fakesysfs.set_module(host.root, False)
+    host.make_agent(driver_absent_grace=20.0)
+    host.tick(3)
+    assert host_problems(host)[0]["message"].endswith("nothing in the journal says why")
+
+
+def test_a_reload_applies_the_new_grace(host: Host) -> None:
+    fakesysfs.set_module(host.root, False)
+    agent = host.make_agent()
+    host.tick(3)
+    assert host_problems(host) == []
+    agent.configure(host.config(driver_absent_grace=20.0))
+    host.tick()
+    assert kinds(host) == [("no_driver_module", "critical", "check_host")]
+
+
+def test_gpus_all_passed_through_wait_for_no_module(host: Host) -> None:
+    for slot in host.slots:
+        fakesysfs.bind(host.root, slot, "vfio-pci")
+    fakesysfs.set_module(host.root, False)
+    host.make_agent(driver_absent_grace=10.0)
+    host.tick(5)
+    assert host_problems(host) == []
+
+
+def installed(host: Host, version: str) -> str:
+    """An NVML library of ``version`` as the driver installs it; returns the link's path."""
+    lib = os.path.join(host.dir, "lib")
+    os.makedirs(lib, exist_ok=True)
+    real = os.path.join(lib, f"libnvidia-ml.so.{version}")
+    with open(real, "w") as f:
+        f.write("ELF")
+    link = os.path.join(lib, "libnvidia-ml.so.1")
+    if os.path.lexists(link):
+        os.remove(link)
+    os.symlink(real, link)
+    return link
+
+
+def loaded(host: Host, version: str) -> None:
+    with open(os.path.join(host.root, "module", "nvidia", "version"), "w") as f:
+        f.write(version + "\n")
+
+
+def test_an_upgrade_awaiting_its_reboot(host: Host, make: Any) -> None:
+    # The capture's client 'kwin_wayland' of 595.84 refused by kernel module 595.80.
+    text = host_text("kernel-api-mismatch-dmesg-client-name-pid-driver595.84-vs-595.80")
+    host.healthy()
+    loaded(host, "595.80")
+    host.make_agent(journal_directory=make(text), nvml_library=installed(host, "595.84"))
+    host.tick(2)
+    assert kinds(host) == [("reboot_pending", "warning", "reboot")]
+    message = host_problems(host)[0]["message"]
+    assert message.startswith("driver 595.84 is installed but kernel module 595.80 is loaded; ")
+    assert "the kernel refused a client 'kwin_wayland' of version 595.84" in message
+    assert code(host) == ExitCode.WARNING
+    assert len(host.events(Event.problem("reboot_pending"))) == 1
+    # The reboot: the new module is loaded; the old record names the old one.
+    loaded(host, "595.84")
+    host.tick()
+    assert host_problems(host) == []
+
+
+def test_the_same_driver_installed_and_loaded_is_no_problem(host: Host) -> None:
+    host.healthy()
+    loaded(host, "590.48.01")
+    host.make_agent(nvml_library=installed(host, "590.48.01"))
+    host.tick(2)
+    assert host_problems(host) == []
+    assert code(host) == ExitCode.OK
+
+
+def test_nvidia_smi_timing_out_again_and_again_is_a_hung_driver(host: Host) -> None:
+    # NVIDIA/NVSentinel#1748: nvidia-smi hangs with the driver loaded, again and again.
+    host.scenario(hang=60)
+    host.make_agent(probe_timeout=0.3)
+    reports = [host.tick() for _ in range(12)]
+    assert host.spawns >= 3
+    hung = [r for r in reports if r.state["host_problems"]]
+    assert hung, [r.status for r in reports]
+    assert [(p["kind"], p["severity"], p["action"]) for p in hung[0].state["host_problems"]] == [
+        ("driver_hung", "critical", "reboot")
+    ]
+    assert code(host) == ExitCode.CRITICAL
+    # An answer between timeouts does not end it; an unloaded module does.
+    host.healthy()
+    host.tick(2)
+    assert kinds(host) == [("driver_hung", "critical", "reboot")]
+    fakesysfs.set_module(host.root, False)
+    host.tick()
+    assert host_problems(host) == []
