@@ -219,7 +219,7 @@ def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, m
     assert [c["count"] for c in entry(host.state, app)["xids"]] == [1]  # still counted
     (cleared,) = host.events(Event.PROBLEM_CLEARED)
     assert cleared.getMessage() == f"GPU {app}: Xid 145 cleared"
-    assert 79 in [p.get("xid") for p in entry(host.state, gone)["problems"]]
+    assert [(p["kind"], p.get("xid")) for p in entry(host.state, gone)["problems"]] == [("xid", 79)]
 
 
 def test_the_sites_xid_table_has_the_last_word(host: Host, make: Any) -> None:
@@ -292,7 +292,12 @@ def test_a_gpu_seen_on_the_bus_that_fell_off_stays_a_gpu_problem(host: Host, mak
     host.agent.configure(host.config(journal_directory=journal))  # type: ignore[union-attr]
     host.tick()
     assert host.state["host_problems"] == []
-    assert 79 in [p.get("xid") for p in entry(host.state, gone)["problems"]]
+    assert [
+        (p["kind"], p.get("xid"), p["action"]) for p in entry(host.state, gone)["problems"]
+    ] == [
+        ("gone_from_bus", None, "reboot"),
+        ("xid", 79, "reboot"),
+    ]
 
 
 def test_an_xid_in_a_module_loaders_record_counts_for_nothing(host: Host, make: Any) -> None:
