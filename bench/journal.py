@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from gpuagent.kernlog import KernelLog, _open_reader
+from gpuagent.kernlog import KernelLog, _open_reader, match
 from gpuagent.xidcount import XidCounter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,11 +67,11 @@ def read_boot(directory: str) -> tuple[float, XidCounter]:
 
 
 def floor_read(directory: str) -> float:
-    """The bare reader: open, match, and step over every record without fetching a field."""
+    """The bare reader: open, match as the agent does (the kernel's records and the module
+    loaders'), and step over every record without fetching a field."""
     start = time.perf_counter()
     reader = _open_reader(directory)
-    reader.add_match(_TRANSPORT="kernel")
-    reader.this_boot()
+    match(reader)
     reader.seek_head()
     while reader._next():
         pass

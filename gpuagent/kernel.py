@@ -3,10 +3,12 @@
 Glue between the journal (:class:`~gpuagent.kernlog.KernelLog`), the counter
 (:class:`~gpuagent.xidcount.XidCounter`) and the agent: each tick, whatever the probe's gates
 say, :meth:`KernelSource.poll` takes what the journal has that is new and returns each GPU's
-problems of kind ``xid`` and ``init_failed`` for the health tracker.  It logs what the health
-model does not: a journal that cannot be read (once, and once when it can again) and the
-first application Xid or SXid of each (GPU or NVSwitch, code) this boot.  The first Xid that
-makes a GPU unhealthy is logged by the health model, as that problem's start.
+problems of kind ``xid`` and ``init_failed`` for the health tracker, and gathers what the
+kernel's records and the module loaders' (modprobe, systemd-modules-load: only why the
+module is absent) say about the driver.  It logs what the health model does not: a journal
+that cannot be read (once, and once when it can again) and the first application Xid or SXid
+of each (GPU or NVSwitch, code) this boot.  The first Xid that makes a GPU unhealthy is
+logged by the health model, as that problem's start.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class KernelSource:
         GPU: neither on ``bus`` now nor ever seen on it, never ``named`` by nvidia-smi, nor
         by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there."""
         slots = bus.slots
-        self.journal.poll(self._record)
+        self.journal.poll(self._record, self._loader_record)
         self._note(self.journal.error)
         gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
         self._strays = frozenset(s for s, _ in self.xids.counts(slots) if s not in gpus)
@@ -123,6 +125,13 @@ class KernelSource:
         mismatch = api_mismatch(message)
         if mismatch is not None:
             self._mismatch = mismatch
+
+    def _loader_record(self, time: float, message: str) -> None:
+        # modprobe's and systemd-modules-load's words: why the module is not there, and
+        # nothing else (never an Xid: only the kernel's records are the driver's).
+        reason = absence_reason(message)
+        if reason is not None:
+            self._reasons.append(reason)
 
     def driver_records(self) -> DriverRecords:
         """What the records read since the last call said about the driver (for

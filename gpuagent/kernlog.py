@@ -5,6 +5,14 @@ kernel record (``_TRANSPORT=kernel``, ``_BOOT_ID`` of the running boot), so an a
 counts the same records again and nothing logged while it was down is missed; later calls
 take only what was appended since, and return at once when nothing was.  Reading the system
 journal takes membership of the ``systemd-journal`` group; ``/dev/kmsg`` is not used.
+
+The same read also takes the module loaders' records (:data:`LOADERS`: ``modprobe``'s
+stderr, ``systemd-modules-load``'s own lines), whose words say why the nvidia module is not
+there ("Module nvidia not found", "Key was rejected by service").  They are told apart by
+the fields journald sets itself (``_TRANSPORT``, ``_COMM``, ``_SYSTEMD_UNIT``), which no
+program can forge through ``logger`` or ``sd_journal_send``, and are handed to their own sink:
+never to the one that counts Xids.  One match with OR-ed terms (``sd_journal_add_disjunction``)
+reads both in one pass.
 """
 
 from __future__ import annotations
@@ -13,10 +21,20 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["KernelLog"]
+__all__ = ["LOADERS", "KernelLog"]
 
 # Records read between two reopenings of the journal while the boot is read (see poll()).
 START_CHUNK = 10_000
+
+# The module loaders' records, by the fields journald itself sets: the command name of the
+# process that logged (``_COMM``: modprobe run by a unit or udev, whose stderr is the
+# journal's; systemd-modules-load), or the unit it ran in.
+LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("_COMM", ("modprobe", "systemd-modules-load")),
+    ("_SYSTEMD_UNIT", ("systemd-modules-load.service",)),
+)
+
+Sink = Callable[[float, str], None]
 
 
 def _open_reader(directory: str) -> Any:
@@ -25,6 +43,17 @@ def _open_reader(directory: str) -> Any:
     if directory:
         return journal.Reader(path=directory)
     return journal.Reader(flags=journal.LOCAL_ONLY | journal.SYSTEM_ONLY)
+
+
+def match(reader: Any) -> None:
+    """Restrict ``reader`` to what :class:`KernelLog` reads: (the kernel's records, or a
+    module loader's) of this boot."""
+    reader.add_match(_TRANSPORT="kernel")
+    for field, values in LOADERS:
+        reader.add_disjunction()
+        reader.add_match(*(f"{field}={v}" for v in values))
+    reader.add_conjunction()
+    reader.this_boot()
 
 
 class _NoFiles(Exception):
@@ -79,8 +108,7 @@ class KernelLog:
                 "(is it in the systemd-journal group, and is systemd-journald running?)"
             )
         try:
-            reader.add_match(_TRANSPORT="kernel")
-            reader.this_boot()
+            match(reader)
             # sd-journal watches the files only once its fd exists: ask for it before reading,
             # or what is appended while the boot is read could go unnoticed.
             reader.fileno()
@@ -93,19 +121,22 @@ class KernelLog:
             raise
         return reader
 
-    def poll(self, sink: Callable[[float, str], None]) -> int:
+    def poll(self, sink: Sink, loaders: Sink | None = None) -> int:
         """Hand each kernel record logged since the last call (on the first: the whole boot)
         to ``sink(time, message)``: ``time`` is its ``__REALTIME_TIMESTAMP`` in s since the
         epoch, ``message`` its whole ``MESSAGE`` (newlines kept, bytes that are not UTF-8
-        replaced).  Returns how many it handed over."""
+        replaced).  The module loaders' records (:data:`LOADERS`) go to ``loaders`` the same
+        way, never to ``sink``; without ``loaders`` they are skipped.  Returns how many
+        records it handed over (to either)."""
         count = 0
+        sinks = (sink, loaders)
         try:
             if self._reader is None:
                 # Reading maps (and pages in) the journal as it goes, and sd-journal keeps what
                 # it mapped: a long boot read a chunk at a time, each by a reader reopened at
                 # the cursor, keeps the agent's RSS near what later polls need (the tail).
                 self._reader = self._open()
-                while got := self._drain(self._reader, sink, self.chunk):
+                while got := self._drain(self._reader, sinks, self.chunk):
                     count += got
                     self.close()
                     self._reader = self._open()
@@ -116,7 +147,7 @@ class KernelLog:
                 # cheap enough (< 1 us) to do even when nothing changed, which keeps journals
                 # whose changes cannot be watched (network file systems) correct.
                 self._reader.process()
-                count = self._drain(self._reader, sink)
+                count = self._drain(self._reader, sinks)
         except (OSError, ValueError, RuntimeError, _NoFiles) as e:
             self.close()
             self.error = f"{self.where}: cannot read: {_reason(e)}"
@@ -124,11 +155,10 @@ class KernelLog:
         self.error = None
         return count
 
-    def _drain(
-        self, reader: Any, sink: Callable[[float, str], None], limit: int | None = None
-    ) -> int:
+    def _drain(self, reader: Any, sinks: tuple[Sink, Sink | None], limit: int | None = None) -> int:
         # The reader's private accessors fetch one field each; iterating it would decode every
         # field of every entry, several times the cost at start.
+        kernel, loaders = sinks
         count = 0
         moved = False
         try:
@@ -137,7 +167,12 @@ class KernelLog:
                     moved = True
                     if self._cursor is not None and reader.test_cursor(self._cursor):
                         continue  # seek_cursor lands on the entry already read
+                # The match let in the kernel's records and the loaders'; only the kernel's
+                # transport is the driver's (a loader's record is stdout, syslog or journal).
                 try:
+                    sink = kernel if reader._get("_TRANSPORT") == b"kernel" else loaders
+                    if sink is None:
+                        continue
                     raw = reader._get("MESSAGE")
                 except KeyError:
                     continue

@@ -13,6 +13,7 @@ from gpuagent.report import ProblemEntry
 from gpuagent.status import ExitCode, judge
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
+from tests.test_kernlog import NOT_FOUND, REJECTED, append, userspace
 
 make = test_kernlog.make
 
@@ -72,6 +73,49 @@ def test_without_a_reason_in_the_journal_it_says_so(host: Host) -> None:
     host.make_agent(driver_absent_grace=20.0)
     host.tick(3)
     assert host_problems(host)[0]["message"].endswith("nothing in the journal says why")
+
+
+def absent_with(host: Host, make: Any, records: bytes) -> str:
+    """The no_driver_module line once the grace is over, the journal holding a quiet boot of
+    the kernel and ``records`` (export format) appended."""
+    journal = make("[    1.000000] Linux version 6.1.0-28-amd64\n")
+    append(journal, records)
+    fakesysfs.set_module(host.root, False)
+    host.make_agent(journal_directory=journal, driver_absent_grace=20.0)
+    host.tick(3)
+    assert kinds(host) == [("no_driver_module", "critical", "check_host")]
+    return host_problems(host)[0]["message"]
+
+
+def test_modprobe_found_no_module_for_the_running_kernel(host: Host, make: Any) -> None:
+    # NVIDIA/nvidia-docker#291 and #365: modprobe's stderr in a unit's journal.
+    message = absent_with(
+        host, make, userspace(NOT_FOUND, comm="modprobe", unit="nvidia-persistenced.service")
+    )
+    assert message == (
+        "the nvidia kernel module has not been loaded for 20 s: modprobe found no nvidia "
+        "module for the running kernel: install the driver for it (DKMS)"
+    )
+
+
+def test_modprobe_refused_by_secure_boot(host: Host, make: Any) -> None:
+    # canonical/nvidia-graphics-drivers#61 (535.113.01, Secure Boot on).
+    message = absent_with(host, make, userspace(REJECTED, comm="modprobe", transport="syslog"))
+    assert message.endswith(
+        ": the kernel rejected the module's signature (Secure Boot or module.sig_enforce): "
+        "sign the module or enroll its key with mokutil"
+    )
+
+
+def test_systemd_modules_load_found_no_module(host: Host, make: Any) -> None:
+    found = userspace("Failed to find module 'nvidia'", comm="systemd-modules-load")
+    assert "modprobe found no nvidia module" in absent_with(host, make, found)
+
+
+def test_a_forged_loader_line_explains_nothing(host: Host, make: Any) -> None:
+    # `logger -t modprobe …`: its identifier is the user's choice, its _COMM is logger's.
+    forged = userspace(NOT_FOUND, comm="logger", identifier="modprobe", transport="syslog")
+    assert absent_with(host, make, forged).endswith("nothing in the journal says why")
 
 
 def test_a_reload_applies_the_new_grace(host: Host) -> None:

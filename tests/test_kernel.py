@@ -14,7 +14,7 @@ from gpuagent.report import GpuEntry, State
 from gpuagent.xidcatalog import Override
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
-from tests.test_kernlog import append, corpus_text, export
+from tests.test_kernlog import append, corpus_text, export, userspace
 
 make = test_kernlog.make
 
@@ -219,7 +219,7 @@ def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, m
     assert [c["count"] for c in entry(host.state, app)["xids"]] == [1]  # still counted
     (cleared,) = host.events(Event.PROBLEM_CLEARED)
     assert cleared.getMessage() == f"GPU {app}: Xid 145 cleared"
-    assert 79 in [p.get("xid") for p in entry(host.state, gone)["problems"]]
+    assert [(p["kind"], p.get("xid")) for p in entry(host.state, gone)["problems"]] == [("xid", 79)]
 
 
 def test_the_sites_xid_table_has_the_last_word(host: Host, make: Any) -> None:
@@ -292,4 +292,21 @@ def test_a_gpu_seen_on_the_bus_that_fell_off_stays_a_gpu_problem(host: Host, mak
     host.agent.configure(host.config(journal_directory=journal))  # type: ignore[union-attr]
     host.tick()
     assert host.state["host_problems"] == []
-    assert 79 in [p.get("xid") for p in entry(host.state, gone)["problems"]]
+    assert [
+        (p["kind"], p.get("xid"), p["action"]) for p in entry(host.state, gone)["problems"]
+    ] == [
+        ("gone_from_bus", None, "reboot"),
+        ("xid", 79, "reboot"),
+    ]
+
+
+def test_an_xid_in_a_module_loaders_record_counts_for_nothing(host: Host, make: Any) -> None:
+    # The loaders' records are read for why the module is absent, never as the driver's.
+    journal = make("[    1.000000] Linux version 6.1.0-28-amd64\n")
+    xid = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    append(journal, userspace(xid, comm="modprobe") + userspace(xid, comm="systemd-modules-load"))
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    assert entry(host.state, host.slots[0])["xids"] == []
+    assert entry(host.state, host.slots[0])["problems"] == []
+    assert host.state["host_problems"] == []

@@ -84,6 +84,39 @@ def append(directory: str, export: bytes) -> None:
     )
 
 
+def userspace(
+    message: str,
+    *,
+    comm: str,
+    unit: str | None = None,
+    identifier: str | None = None,
+    transport: str = "stdout",
+    realtime: float | None = None,
+    boot: str | None = None,
+) -> bytes:
+    """One record a program logged (not the kernel), in the export format for :func:`append`,
+    with the fields journald itself would set: ``_TRANSPORT``, ``_COMM`` (the process's
+    command name), ``_SYSTEMD_UNIT`` (``unit``) and this boot's ``_BOOT_ID``.
+    ``identifier`` is ``SYSLOG_IDENTIFIER``, which the program chooses (``logger -t``)."""
+    when = int((time.time() if realtime is None else realtime) * 1e6)
+    fields = {
+        "__REALTIME_TIMESTAMP": str(when),
+        "__MONOTONIC_TIMESTAMP": str(int(time.monotonic() * 1e6)),
+        "_BOOT_ID": boot or this_boot(),
+        "_MACHINE_ID": "f" * 32,
+        "_HOSTNAME": "testhost",
+        "_TRANSPORT": transport,
+        "_COMM": comm,
+        "_PID": "4242",
+        "_UID": "0",
+        "PRIORITY": "3",
+        "SYSLOG_IDENTIFIER": identifier or comm,
+        **({"_SYSTEMD_UNIT": unit} if unit else {}),
+        "MESSAGE": message,
+    }
+    return b"".join(f"{k}={v}\n".encode() for k, v in fields.items()) + b"\n"
+
+
 def export(directory: str) -> bytes:
     """The entries of ``directory/x.journal`` in the export format."""
     return subprocess.run(
@@ -153,6 +186,53 @@ def test_only_this_boot_and_only_the_kernel_count(make: Any) -> None:
     for time_, message in got:
         counter.add(time_, message)
     assert summary(counter) == {("0000:43:00.0", 13): (2, "none", "restart_app")}
+
+
+# NVIDIA/nvidia-docker#291 and #365: modprobe's words (the kernel has none for it).
+NOT_FOUND = "modprobe: FATAL: Module nvidia not found in directory /lib/modules/4.4.0-83-generic"
+# canonical/nvidia-graphics-drivers#61: modprobe's EKEYREJECTED under Secure Boot.
+REJECTED = "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"
+XID = "NVRM: Xid (PCI:0000:43:00): 79, pid=1, name=x, GPU has fallen off the bus."
+
+
+def test_the_module_loaders_records_go_to_their_own_sink(make: Any) -> None:
+    directory = make(corpus_text("xid-13-driver535-a800-pid-unknown"))
+    append(
+        directory,
+        # modprobe's stderr in a unit (nvidia-persistenced's ExecStartPre, udev's RUN), the
+        # unit systemd-modules-load, and its own command name.
+        userspace(NOT_FOUND, comm="modprobe", unit="nvidia-persistenced.service")
+        + userspace(REJECTED, comm="modprobe", transport="syslog")
+        + userspace("Failed to find module 'nvidia'", comm="systemd-modules-load")
+        + userspace("Inserted module 'nvidia'", comm="kmod", unit="systemd-modules-load.service")
+        # A loader logging an Xid's words is still no driver.
+        + userspace(XID, comm="modprobe")
+        # Forged: `logger -t modprobe` and `systemd-cat -t kernel` are logger's and cat's.
+        + userspace(NOT_FOUND, comm="logger", identifier="modprobe", transport="syslog")
+        + userspace(XID, comm="cat", identifier="kernel", transport="stdout")
+        # Another boot's loader says nothing of this one.
+        + userspace(REJECTED, comm="modprobe", boot=OTHER_BOOT),
+    )
+    log = KernelLog(directory)
+    kernel: list[Record] = []
+    loaders: list[Record] = []
+    got = log.poll(lambda t, m: kernel.append((t, m)), lambda t, m: loaders.append((t, m)))
+    assert log.error is None
+    assert got == len(kernel) + len(loaders)
+    assert [m for _, m in loaders] == [
+        NOT_FOUND,
+        REJECTED,
+        "Failed to find module 'nvidia'",
+        "Inserted module 'nvidia'",
+        XID,
+    ]
+    assert all(t > 1e9 for t, _ in loaders)
+    counter = XidCounter()
+    for t, m in kernel:
+        counter.add(t, m)
+    assert summary(counter) == {("0000:43:00.0", 13): (2, "none", "restart_app")}
+    # Without a sink for them they are skipped, and the kernel's records are the same.
+    assert records(KernelLog(directory)) == kernel
 
 
 def wait_for(log: KernelLog, want: int) -> list[Record]:
@@ -300,7 +380,13 @@ class BrokenReader:
     def get_usage(self) -> int:
         return 1
 
-    def add_match(self, **_: str) -> None:
+    def add_match(self, *_: str, **__: str) -> None:
+        pass
+
+    def add_disjunction(self) -> None:
+        pass
+
+    def add_conjunction(self) -> None:
         pass
 
     def this_boot(self) -> None:
