@@ -63,6 +63,24 @@ ACTIONS = (
     "check_host",
 )
 
+# Which action applies when a GPU has several problems: the one that takes most (an RMA
+# covers a reboot, a reboot a reset …).
+_WEIGHT = {
+    a: i
+    for i, a in enumerate(
+        (
+            "none",
+            "restart_app",
+            "drain_p2p",
+            "check_host",
+            "reset_gpu",
+            "drain_and_reset",
+            "reboot",
+            "drain_and_rma",
+        )
+    )
+}
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -167,13 +185,19 @@ class Tracker:
         return sorted(started, key=_slot_order), sorted(ended, key=_slot_order)
 
     def problems(self, slot: str) -> list[Problem]:
-        """The problems holding on ``slot``, worst first, then by kind."""
+        """The problems holding on ``slot``, worst first (critical first, then the action
+        that takes most), then by kind: the first one's action is the one that applies."""
         mine = [p for (s, _), p in self._open.items() if s == slot]
-        return sorted(mine, key=lambda p: (p.finding.severity != CRITICAL, p.finding.kind))
+        return sorted(mine, key=_worst_first)
 
     def slots(self) -> set[str]:
         """Every slot with a problem (``""`` for the host)."""
         return {s for s, _ in self._open}
+
+
+def _worst_first(p: Problem) -> tuple[bool, int, str]:
+    f = p.finding
+    return f.severity != CRITICAL, -_WEIGHT[f.action], f.kind
 
 
 def _slot_order(p: Problem) -> tuple[str, str]:

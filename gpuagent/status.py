@@ -343,6 +343,6 @@ def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
     lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
     if g.get("xids"):
         lines.append("      " + "; ".join(_count(f"Xid {c['xid']}", c) for c in g["xids"]))
-    if missing and not g["problems"]:
+    if missing and not any(p["kind"] == "missing" for p in g["problems"]):
         lines.append("      - on the PCI bus, not reported by nvidia-smi")
     return lines

@@ -19,7 +19,11 @@ from .views import BusView
 __all__ = ["Verdict"]
 
 # Kinds with an event of their own; the others use logs.Event.problem(kind).
-_EVENTS = {"xid": Event.XID_PROBLEM, "init_failed": Event.GPU_INIT_FAILED}
+_EVENTS = {
+    "xid": Event.XID_PROBLEM,
+    "init_failed": Event.GPU_INIT_FAILED,
+    "missing": Event.GPU_MISSING,
+}
 
 
 class Verdict:
@@ -59,15 +63,13 @@ class Verdict:
             "action": f.action,
             **dict(f.extra),
         }
-        own = f.kind in _EVENTS
         if what == "end":
             self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {f.name} cleared", **fields)
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING
         event = _EVENTS.get(f.kind) or Event.problem(f.kind)
-        kind = "" if own else f"{f.kind} "
-        now = "is now " if what == "restated" else ""
-        text = f"{where}: {kind}{now}{f.severity}: {f.message}; action: {f.action}"
+        # One shape for every problem, Xids included: GPU <slot>: <severity> <kind>: <text>.
+        text = f"{where}: {f.severity} {f.kind}: {f.message}; action: {f.action}"
         self.log(level, event, text, **fields)
 
     def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:

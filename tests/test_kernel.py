@@ -143,7 +143,7 @@ def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: 
     assert entry(host.state, slot)["health"] == "critical"
     lines = xid_lines(host, Event.XID_PROBLEM)
     assert [r.levelno for r in lines] == [logging.WARNING, logging.ERROR]
-    assert "is now critical" in lines[1].getMessage()
+    assert "critical xid: Xid 145" in lines[1].getMessage()
     assert [c["count"] for c in entry(host.state, slot)["xids"]] == [2]
     host.tick(2)
     assert len(xid_lines(host, Event.XID_PROBLEM)) == 2

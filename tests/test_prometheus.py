@@ -55,7 +55,7 @@ def test_promtool_check_rules_is_clean() -> None:
         [promtool, "check", "rules", RULES], check=False, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 11 rules found" in proc.stdout
+    assert "SUCCESS: 9 rules found" in proc.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -77,14 +77,14 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     with open(RULE_TESTS, encoding="utf-8") as f:
         tests = f.read()
     cases = re.findall(r"alertname: (\w+)\n\s+exp_alerts:( \[\])?", tests)
-    assert len(alerts) == 11
+    assert len(alerts) == 9
     for alert in alerts:
         outcomes = {empty == "" for name, empty in cases if name == alert}
         assert outcomes == {True, False}, alert
     with open(RULES, encoding="utf-8") as f:
         rules = f.read()
     # The two GPU-problem alerts share their annotations (a YAML anchor).
-    assert rules.count("summary:") == rules.count("description:") == 10
+    assert rules.count("summary:") == rules.count("description:") == 8
     assert rules.count("annotations: *problem") == 1
 
 
@@ -282,7 +282,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     assert stack.query("gpuagent_probe_failure_info") == []
     assert stack.query("gpuagent_gpu_missing") == []
     rules = get(f"{stack.prometheus}/api/v1/rules")["data"]["groups"]
-    assert [len(g["rules"]) for g in rules] == [8, 3]
+    assert [len(g["rules"]) for g in rules] == [8, 1]
 
     # The probe fails: up turns 0, the class is told, and the value series go stale.
     host.failing()

@@ -127,9 +127,9 @@ def test_render_rows_and_stale() -> None:
         "missing": [ABSENT],
     }
     st = base(**facts)
-    assert st["status"] == "2 GPUs, sampling, 1 missing from nvidia-smi"
+    assert st["status"] == f"2 GPUs, 1 needs attention: {ABSENT} missing"
     text = render(st, NOW, *judge(st, NOW))
-    assert text.splitlines()[0] == "\u25cf gpuagent - 2 GPUs, sampling, 1 missing from nvidia-smi"
+    assert text.splitlines()[0] == f"\u25cf gpuagent - 2 GPUs, 1 needs attention: {ABSENT} missing"
     assert "NVIDIA H200" in text
     assert "52C" in text
     assert "32362/143771 MiB" in text
@@ -138,7 +138,7 @@ def test_render_rows_and_stale() -> None:
     assert "last took" not in text
     st = base(probe=probe(duration=1.234), **facts)
     assert ", last took 1.23 s" in render(st, NOW, *judge(st, NOW))
-    assert "\n      - on the PCI bus, not reported by nvidia-smi" in text
+    assert "\n      - critical missing: bound to nvidia on the PCI bus but nvidia-smi" in text
     assert "0000:2a:00.0    - -" in text
 
 
