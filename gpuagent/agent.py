@@ -52,7 +52,7 @@ class Agent:
         self.kernel = KernelSource(config.journal_directory, log, open_log=kernel_log)
         self.probing = Probing(config, prober, log, which=which, wall=wall)
         self.samples = Samples(log, monotonic=monotonic, wall=wall)
-        self.verdict = Verdict(log)
+        self.verdict = Verdict(log, self.origin.started_at)
         self._bug = Bug(log, "in a tick")
 
     def configure(self, config: Config | None = None) -> report.Report:

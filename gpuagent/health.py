@@ -10,7 +10,7 @@ problems started and which ended, so that each is logged once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
@@ -89,7 +89,8 @@ class Finding:
     fields carried into the state beside them (``(("xid", 79),)``).
 
     ``kind`` and ``extra`` together identify a problem across ticks: Xid 79 and Xid 48 on one
-    GPU are two problems, each with its own start and end.
+    GPU are two problems, each with its own start and end.  ``at`` is when the fault happened,
+    where the source knows (an Xid's first kernel record): the problem's ``since``.
     """
 
     kind: str
@@ -97,6 +98,9 @@ class Finding:
     action: str
     message: str
     extra: tuple[tuple[str, int | str], ...] = ()
+    # When the fault itself happened (wall s), where the source knows (an Xid: its first
+    # kernel record); not part of what the finding says.
+    at: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -173,7 +177,8 @@ class Tracker:
         for key, f in current.items():
             old = self._open.get(key)
             if old is None:
-                self._open[key] = Problem(key[0], f, now)
+                since = now if f.at is None else min(now, f.at)
+                self._open[key] = Problem(key[0], f, since)
                 started.append(self._open[key])
             elif old.finding != f:
                 # Same problem, new wording (another throttle reason): no new start.

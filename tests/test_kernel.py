@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from gpuagent import metrics, status
+from gpuagent.agent import Agent
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
 from tests import test_kernlog
@@ -30,13 +31,20 @@ def xid_lines(host: Host, event: Event) -> list[logging.LogRecord]:
     return host.events(event)
 
 
+def running_before(agent: Agent) -> Agent:
+    """``agent`` as one that started before the journal's records (at boot), so that they are
+    new faults to it, not a restart's restatement."""
+    agent.verdict.started = 0.0
+    return agent
+
+
 def entry(state: State, slot: str) -> GpuEntry:
     return next(g for g in state["gpus"] if g["pci_slot"] == slot)
 
 
 def test_xids_from_the_journal_on_every_surface(host: Host, make: Any) -> None:
     journal = make(FELL_OFF + APP + SXID + FORGED)
-    agent = host.make_agent(journal_directory=journal)
+    agent = running_before(host.make_agent(journal_directory=journal))
     snap = host.tick().state
     fell, app, forged = host.slots[0], host.slots[1], host.slots[2]
     sick = entry(snap, fell)
@@ -131,7 +139,7 @@ def test_a_nonfatal_link_error_turned_fatal_is_said_once_more(host: Host, make: 
     slot = host.slots[0]
     nonfatal = "NVRM: Xid (PCI:0000:18:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (0x0)\n"
     journal = make(nonfatal)
-    host.make_agent(journal_directory=journal)
+    running_before(host.make_agent(journal_directory=journal))
     host.tick()
     (first,) = xid_lines(host, Event.XID_PROBLEM)
     assert first.levelno == logging.WARNING
@@ -183,7 +191,7 @@ def test_a_recovery_action_back_to_none_clears_the_problem(host: Host, make: Any
 def test_a_gpu_the_driver_could_not_initialise(host: Host, make: Any) -> None:
     text = corpus_text("rminitadapter-failed-gsp-driver550").replace("0000:98:00", "0000:5d:00")
     slot = host.slots[3]
-    host.make_agent(journal_directory=make(text))
+    running_before(host.make_agent(journal_directory=make(text)))
     host.tick(3)
     (problem,) = entry(host.state, slot)["problems"]
     assert (problem["kind"], problem["severity"], problem["action"]) == (

@@ -58,3 +58,20 @@ def test_the_agents_own_trouble_is_a_series_and_in_the_status_line(host: Host) -
     report = host.tick()
     assert report.status == "8 GPUs, sampling; agent problem: journal"
     assert 'gpuagent_agent_problem{kind="journal"} 1.0' in metrics.render(report.state)
+
+
+def test_a_restart_restates_a_boots_xid_at_info_with_its_real_start(host: Host, make: Any) -> None:
+    """The journal's Xid 79 is older than this agent (a restart, an upgrade): not a new fault."""
+    fell = host.slots[0]
+    host.make_agent(journal_directory=make(FELL_OFF))
+    host.tick(2)
+    (line,) = host.events(Event.XID_PROBLEM)
+    assert line.levelno == logging.INFO
+    (xid,) = host.state["gpus"][0]["xids"]
+    clock = time.strftime("%H:%M:%S", time.localtime(xid["first"]))
+    assert line.getMessage().startswith(f"GPU {fell}: still critical xid: Xid 79 ")
+    assert line.getMessage().endswith(f"; action: reboot; since {clock}")
+    (problem,) = host.state["gpus"][0]["problems"]
+    assert problem["since"] == xid["first"]
+    # Still critical on every other surface.
+    assert status.judge(host.state, time.time())[0] == status.ExitCode.CRITICAL
