@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from gpuagent import metrics, status
+from gpuagent import metrics, status, statustext
 from gpuagent.agent import Agent
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
@@ -66,7 +66,7 @@ def test_xids_from_the_journal_on_every_surface(host: Host, make: Any) -> None:
     assert host.events(Event.JOURNAL_UNREADABLE) == []
     # Surfaces: status exit 2 with the counts, Prometheus counters and info.
     assert status.judge(snap, agent.wall())[0] == status.ExitCode.CRITICAL
-    text = status.render(snap, agent.wall(), status.ExitCode.CRITICAL, "")
+    text = statustext.render(snap, agent.wall(), status.ExitCode.CRITICAL, "")
     assert "Xid 79 \u00d71, last " in text
     assert "NVSwitch 0000:04:00.0: SXid 22013 \u00d73" in text
     prom = metrics.render(snap)
