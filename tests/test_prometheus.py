@@ -309,6 +309,24 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     stack.wait_for("gpuagent's series gone", lambda: stack.query("gpuagent_info") == [])
 
 
+def test_a_stopped_agent_keeps_its_open_critical_page(stack: Stack, tmp_path: str) -> None:
+    """A GPU requires a reset: GpuagentGpuProblemCritical is active; the agent stops (its
+    series leave Prometheus) and the alert stays active, the same alert, not resolved."""
+    host, _, _ = launch(stack, str(tmp_path))
+    sick = host.slots[5]
+    host.healthy(override={sick: {"power.draw": "[GPU requires reset]"}})
+    alert = f'ALERTS{{alertname="GpuagentGpuProblemCritical", pci_slot="{sick}"}}'
+    stack.wait_for("the GPU's critical page", lambda: stack.query(alert) or None, timeout=60)
+    (page,) = stack.query(alert)
+    only = stack.query('ALERTS{alertname="GpuagentGpuProblemCritical"}')
+    assert [a["metric"] for a in only] == [page["metric"]]
+    assert stack.stop("gpuagent") == 0
+    stack.wait_for("gpuagent's series gone", lambda: stack.query("gpuagent_info") == [])
+    time.sleep(5)  # five rule evaluations without the agent
+    (kept,) = stack.query(alert)
+    assert kept["metric"] == page["metric"]
+
+
 # The Grafana dashboard ------------------------------------------------------------------------
 
 DASHBOARD = os.path.join(REPO, "packaging", "grafana", "gpuagent.json")
