@@ -235,7 +235,7 @@ def missing_finding() -> Finding:
         "missing",
         CRITICAL,
         "reboot",
-        "bound to nvidia on the PCI bus but nvidia-smi does not report it (fallen off the bus "
+        "missing from nvidia-smi, though bound to nvidia on the PCI bus (fallen off the bus "
         "or failed: look for Xid 79)",
     )
 

@@ -141,7 +141,7 @@ def test_render_rows_and_stale() -> None:
     assert "last took" not in text
     st = base(probe=probe(duration=1.234), **facts)
     assert ", last took 1.23 s" in render(st, NOW, *judge(st, NOW))
-    assert "\n      - reboot: critical missing: bound to nvidia on the PCI bus but" in text
+    assert "\n      - reboot: critical missing: missing from nvidia-smi, though" in text
     assert "0000:2a:00.0    - CRITICAL" in text
 
 
