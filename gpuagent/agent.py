@@ -63,7 +63,7 @@ class Agent:
         window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
         self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
         self.driver = DriverState(config, monotonic=monotonic)
-        self.verdict = Verdict(log)
+        self.verdict = Verdict(log, self.origin.started_at)
         self._bug = Bug(log, "in a tick")
 
     def configure(self, config: Config | None = None) -> report.Report:

@@ -134,11 +134,13 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the state file as JSON, with its health."
 )
+@click.option("--wide", is_flag=True, help="Add each GPU's UUID and full name to the table.")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, wide: bool) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
     from . import state  # noqa: PLC0415
-    from .status import ExitCode, checked, judge, render  # noqa: PLC0415
+    from .status import ExitCode, checked, judge  # noqa: PLC0415
+    from .statustext import render  # noqa: PLC0415
 
     cfg = _salvage(ctx)
     try:
@@ -165,7 +167,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
             {**st, "health": code.health, "health_reason": reason}, indent=2, sort_keys=True
         )
     else:
-        text = render(typed, now, code, reason)
+        text = render(typed, now, code, reason, wide=wide)
     _print(text)
     sys.exit(code)
 

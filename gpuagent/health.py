@@ -10,7 +10,7 @@ problems started and which ended, so that each is logged once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = [
@@ -63,6 +63,24 @@ ACTIONS = (
     "check_host",
 )
 
+# Which action applies when a GPU has several problems: the one that takes most (an RMA
+# covers a reboot, a reboot a reset …).
+_WEIGHT = {
+    a: i
+    for i, a in enumerate(
+        (
+            "none",
+            "restart_app",
+            "drain_p2p",
+            "check_host",
+            "reset_gpu",
+            "drain_and_reset",
+            "reboot",
+            "drain_and_rma",
+        )
+    )
+}
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -71,7 +89,8 @@ class Finding:
     fields carried into the state beside them (``(("xid", 79),)``).
 
     ``kind`` and ``extra`` together identify a problem across ticks: Xid 79 and Xid 48 on one
-    GPU are two problems, each with its own start and end.
+    GPU are two problems, each with its own start and end.  ``at`` is when the fault happened,
+    where the source knows (an Xid's first kernel record): the problem's ``since``.
     """
 
     kind: str
@@ -79,6 +98,9 @@ class Finding:
     action: str
     message: str
     extra: tuple[tuple[str, int | str], ...] = ()
+    # When the fault itself happened (wall s), where the source knows (an Xid: its first
+    # kernel record); not part of what the finding says.
+    at: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -155,7 +177,8 @@ class Tracker:
         for key, f in current.items():
             old = self._open.get(key)
             if old is None:
-                self._open[key] = Problem(key[0], f, now)
+                since = now if f.at is None else min(now, f.at)
+                self._open[key] = Problem(key[0], f, since)
                 started.append(self._open[key])
             elif old.finding != f:
                 # Same problem, new wording (another throttle reason): no new start.
@@ -167,13 +190,19 @@ class Tracker:
         return sorted(started, key=_slot_order), sorted(ended, key=_slot_order)
 
     def problems(self, slot: str) -> list[Problem]:
-        """The problems holding on ``slot``, worst first, then by kind."""
+        """The problems holding on ``slot``, worst first (critical first, then the action
+        that takes most), then by kind: the first one's action is the one that applies."""
         mine = [p for (s, _), p in self._open.items() if s == slot]
-        return sorted(mine, key=lambda p: (p.finding.severity != CRITICAL, p.finding.kind))
+        return sorted(mine, key=_worst_first)
 
     def slots(self) -> set[str]:
         """Every slot with a problem (``""`` for the host)."""
         return {s for s, _ in self._open}
+
+
+def _worst_first(p: Problem) -> tuple[bool, int, str]:
+    f = p.finding
+    return f.severity != CRITICAL, -_WEIGHT[f.action], f.kind
 
 
 def _slot_order(p: Problem) -> tuple[str, str]:

@@ -11,7 +11,8 @@ agent knows has ``gpuagent_gpu_healthy``, and each problem holding on it one
 and ``uuid``.  The kernel driver's Xids of this boot are counters per GPU and code
 (``gpuagent_gpu_xid_errors_total``, recounted from the journal when the agent restarts), with
 ``gpuagent_gpu_xid_info`` saying what each code means; NVSwitch SXids are
-``gpuagent_nvswitch_sxid_errors_total``.
+``gpuagent_nvswitch_sxid_errors_total``.  The agent's own trouble (the state's ``problems``)
+is ``gpuagent_agent_problem{kind}``.
 """
 
 from __future__ import annotations
@@ -171,6 +172,23 @@ def _problems(state: State) -> GaugeMetricFamily:
     return family
 
 
+def _worst(state: State) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "gpuagent_gpu_worst_problem",
+        "The one problem of a GPU (empty pci_slot and uuid: the host) whose action applies: "
+        "its worst, with the journal's message; one series a GPU with a problem; always 1.",
+        labels=[*GPU_LABELS, "kind", "severity", "action", "message"],
+    )
+    owners: list[tuple[str, str, list[ProblemEntry]]] = [("", "", state["host_problems"])]
+    for gpu in state["gpus"]:
+        owners.append((gpu["pci_slot"], _text(gpu["fields"].get("uuid")), gpu["problems"]))
+    for slot, uuid, problems in owners:
+        if problems:
+            p = problems[0]
+            family.add_metric([slot, uuid, p["kind"], p["severity"], p["action"], p["message"]], 1)
+    return family
+
+
 def _xids(state: State) -> list[Metric]:
     errors = CounterMetricFamily(
         "gpuagent_gpu_xid_errors",
@@ -252,6 +270,13 @@ def families(state: State) -> list[Metric]:
             "pci_slot",
             state["missing"],
         ),
+        _labelled(
+            "gpuagent_agent_problem",
+            "Present while the agent itself is in trouble (the state's problems): kind journal, "
+            "sysfs, state_file, textfile, internal or internal_publish; always 1.",
+            "kind",
+            sorted(state["problems"]),
+        ),
         _gauge(
             "gpuagent_interval_seconds",
             "Seconds between ticks.",
@@ -280,6 +305,7 @@ def families(state: State) -> list[Metric]:
             out.append(_gauge(name, doc, float(value)))
     out.extend(_gpu_families(state["gpus"]))
     out.append(_problems(state))
+    out.append(_worst(state))
     out.extend(_xids(state))
     return [f for f in out if f.samples]
 

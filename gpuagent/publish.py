@@ -157,8 +157,9 @@ class Publisher:
             self._write_state(with_problems(report, trouble).state)
             if written is not None:
                 trouble["state_file"] = written
-            self.textfile.write(with_problems(report, trouble).state)
-            self.notifier.status(report.status)
+            full = with_problems(report, trouble)
+            self.textfile.write(full.state)
+            self.notifier.status(full.status)
         except Exception as e:  # noqa: BLE001 - see Bug
             # As in a tick: I/O errors are handled where they happen; this is for a bug in
             # turning the report into the outputs, which must not stop the watchdog either.

@@ -9,13 +9,14 @@ Unix time in seconds unless a key says otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from .health import OK, UNKNOWN, Problem, worst
 from .smi import Value
-from .views import BusView, Gate, KernelView, ProbeState, ProbeView, SamplesView, plural
+from .statusline import Problems, status_line, with_trouble
+from .views import BusView, KernelView, ProbeState, ProbeView, SamplesView
 
 __all__ = [
     "Exit",
@@ -31,7 +32,6 @@ __all__ = [
     "XidEntry",
     "build",
     "finished",
-    "status_line",
     "with_problems",
 ]
 
@@ -142,11 +142,13 @@ class State(TypedDict):
 
 @dataclass(frozen=True)
 class Report:
-    """One tick's outcome: the tick's number, the status line and the state it writes."""
+    """One tick's outcome: the tick's number, the status line (the agent's trouble named in
+    it) and the state it writes; ``line`` is the status line without the trouble."""
 
     ticks: int
     status: str
     state: State
+    line: str
 
 
 @dataclass(frozen=True)
@@ -206,9 +208,6 @@ def _sxids(kernel: KernelView) -> list[SXidEntry]:
     ]
 
 
-Problems = Mapping[str, Sequence[Problem]]
-
-
 def _gpus(
     bus: BusView, samples: SamplesView, kernel: KernelView, problems: Problems
 ) -> list[GpuEntry]:
@@ -259,44 +258,6 @@ def _probe(probe: ProbeView) -> ProbeEntry:
     }
 
 
-def status_line(
-    bus: BusView, probe: ProbeView, missing: tuple[str, ...], problems: Problems, interval: float
-) -> str:
-    """The one-line sd_notify STATUS (also the state's ``status``); ``problems`` by slot
-    (``""``: the host), ``interval`` the tick's (s)."""
-    n = len(bus.gpus)
-    if n == 0:
-        return "no NVIDIA GPU on the PCI bus"
-    gpus = plural(n, "GPU")
-    if probe.gate is Gate.NO_GPU:
-        drivers = sorted({g.driver or "none" for g in bus.gpus})
-        return _attention(f"{gpus}, all bound to {', '.join(drivers)}; not sampled", problems)
-    if probe.gate is Gate.NVIDIA_SMI_MISSING:
-        return f"{gpus}, nvidia-smi not found"
-    if probe.gate is Gate.DRIVER_NOT_LOADED:
-        return _attention(f"{gpus}, NVIDIA driver not loaded; not probing", problems)
-    if probe.state is ProbeState.STUCK:
-        return f"{gpus}, nvidia-smi stuck in the driver; not probing"
-    if probe.state is ProbeState.FAILING:
-        wait = f"{probe.next_in_ticks * interval:g} s"
-        return f"{gpus}, nvidia-smi failing ({probe.failure}), next try in {wait}"
-    if probe.state is not ProbeState.OK:
-        return f"{gpus}, starting"
-    silent = [s for s in missing if s not in problems]
-    note = f", {len(silent)} missing from nvidia-smi" if silent else ""
-    return f"{_attention(gpus, problems) if problems else f'{gpus}, sampling'}{note}"
-
-
-def _attention(line: str, problems: Problems) -> str:
-    if not problems:
-        return line
-    ordered = sorted(problems)
-    named = [f"{s or 'host'} {problems[s][0].finding.name}" for s in ordered[:3]]
-    more = ", ..." if len(ordered) > 3 else ""
-    verb = "needs" if len(ordered) == 1 else "need"
-    return f"{line}, {len(ordered)} {verb} attention: {', '.join(named)}{more}"
-
-
 def build(
     origin: Origin,
     *,
@@ -311,7 +272,8 @@ def build(
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind."""
-    status = status_line(bus, probe, samples.missing, problems, origin.interval)
+    line = status_line(bus, probe, samples.missing, problems, origin.interval)
+    status = with_trouble(line, trouble)
     state: State = {
         "schema": origin.schema,
         "version": origin.version,
@@ -333,7 +295,7 @@ def build(
         "missing": list(samples.missing),
         "problems": dict(sorted(trouble.items())),
     }
-    return Report(ticks, status, state)
+    return Report(ticks, status, state, line)
 
 
 def with_problems(report: Report, trouble: Mapping[str, str]) -> Report:
@@ -341,7 +303,9 @@ def with_problems(report: Report, trouble: Mapping[str, str]) -> Report:
     if not trouble:
         return report
     problems = dict(sorted({**report.state["problems"], **trouble}.items()))
-    return Report(report.ticks, report.status, {**report.state, "problems": problems})
+    status = with_trouble(report.line, problems)
+    state: State = {**report.state, "status": status, "problems": problems}
+    return Report(report.ticks, status, state, report.line)
 
 
 def finished(report: Report, reason: str, now: float) -> State:

@@ -22,6 +22,7 @@ __all__ = [
     "deliberate",
     "error_finding",
     "inforom_warning",
+    "missing_finding",
     "row_findings",
     "smi_findings",
     "throttle_reasons",
@@ -32,6 +33,7 @@ __all__ = [
 # (logs.Event.problem).
 KINDS = (
     "lost",
+    "missing",
     "requires_reset",
     "recovery_action",
     "row_remap_pending",
@@ -226,6 +228,17 @@ def error_finding(text: str) -> Finding:
     """``lost``: nvidia-smi printed an error line for the GPU instead of its row."""
     action = "reset_gpu" if "reset" in text.lower() and "reboot" not in text.lower() else "reboot"
     return Finding("lost", CRITICAL, action, f"nvidia-smi cannot reach the GPU: {text}")
+
+
+def missing_finding() -> Finding:
+    """``missing``: a GPU bound to nvidia on the PCI bus that nvidia-smi does not report."""
+    return Finding(
+        "missing",
+        CRITICAL,
+        "reboot",
+        "missing from nvidia-smi, though bound to nvidia on the PCI bus (fallen off the bus "
+        "or failed: look for Xid 79)",
+    )
 
 
 def inforom_warning() -> Finding:

@@ -3,20 +3,18 @@ bound to nvidia that it does not report.
 
 A GPU nvidia-smi no longer answers for keeps its last sample, stale, under its slot; one that
 is handed to another driver (vfio-pci for a VM) loses it, since it is not nvidia-smi's to
-answer for.  A GPU missing from nvidia-smi is one warning when it goes missing and one line
-when it is reported again.
+answer for.  A GPU missing from nvidia-smi is a critical problem of kind ``missing``, logged
+by the verdict like every other.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from . import rules
-from .condition import ConditionSet
 from .health import Finding
 from .history import ThrottleWindow
-from .logs import Event, EventLog
+from .logs import EventLog
 from .pci import PciGpu
 from .pciaddr import sysfs_slot
 from .probe import ProbeResult
@@ -31,7 +29,7 @@ STALE_AFTER_INTERVALS = 2.5
 
 
 class Samples:
-    """Keeps each GPU's last sample and logs the GPUs nvidia-smi stops or starts reporting."""
+    """Keeps each GPU's last sample and finds the GPUs nvidia-smi stops reporting."""
 
     def __init__(
         self,
@@ -50,7 +48,6 @@ class Samples:
         self._reported: set[str] = set()
         self._missing: list[str] = []
         self._stale: set[str] = set()
-        self._silent = ConditionSet()
 
     def take(self, answer: ProbeResult, gpus: tuple[PciGpu, ...]) -> dict[str, list[Finding]]:
         """Keep a probe's rows (``answer.rows`` must be set), cross-check them against the bus
@@ -64,11 +61,14 @@ class Samples:
             self._samples[key] = Sample(row, now, mono)
             self.throttle.add(key, mono, rules.throttle_reasons(row))
         self._reported = set(by_slot)
-        self._cross_check(gpus, set(answer.gpu_errors))
+        silent = self._cross_check(gpus, set(answer.gpu_errors))
         throttled = self.throttle.findings(mono)
-        return rules.smi_findings(
+        out = rules.smi_findings(
             by_slot, answer.requires_reset, answer.gpu_errors, answer.inforom, throttled
         )
+        for slot in silent:
+            out.setdefault(slot, []).append(rules.missing_finding())
+        return out
 
     @property
     def named(self) -> frozenset[str]:
@@ -86,27 +86,12 @@ class Samples:
         """nvidia-smi cannot be asked (a gate holds): no sample is current any more."""
         self._reported = set()
 
-    def _cross_check(self, gpus: tuple[PciGpu, ...], lost: set[str]) -> None:
-        # A lost GPU is missing too, but its one journal line is the "lost" problem's.
+    def _cross_check(self, gpus: tuple[PciGpu, ...], lost: set[str]) -> list[str]:
+        """The GPUs bound to nvidia that the answer does not report and that nvidia-smi did
+        not name in an error line (those are ``lost``: one problem, not two)."""
         bound = [g.slot for g in gpus if g.driver == "nvidia"]
         self._missing = [slot for slot in bound if slot not in self._reported]
-        started, ended = self._silent.update(set(self._missing) - lost)
-        for slot in started:
-            self.log(
-                logging.WARNING,
-                Event.GPU_MISSING,
-                f"GPU {slot} is bound to nvidia on the PCI bus but nvidia-smi does not report it",
-                pci_slot=slot,
-            )
-        # One that left the bus instead is not "back": its gone_from_bus problem says so.
-        for slot in ended:
-            if slot in self._reported:
-                self.log(
-                    logging.INFO,
-                    Event.GPU_BACK,
-                    f"GPU {slot} is reported by nvidia-smi again",
-                    pci_slot=slot,
-                )
+        return [slot for slot in self._missing if slot not in lost]
 
     def mark_stale(self, gpus: tuple[PciGpu, ...], interval: float) -> SamplesView:
         """Judge each sample's age at the end of a tick of ``interval`` s; returns the view."""

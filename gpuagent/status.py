@@ -16,10 +16,20 @@ from enum import IntEnum
 from typing import Any, TypeGuard, cast
 
 from .health import HEALTH, SEVERITIES, Health, Severity
-from .report import GpuEntry, ProblemEntry, State
+from .report import ProblemEntry, State
 from .views import ProbeState
 
-__all__ = ["ExitCode", "checked", "clean", "judge", "malformed", "render"]
+__all__ = [
+    "ExitCode",
+    "ago",
+    "checked",
+    "clean",
+    "conditions",
+    "finite",
+    "judge",
+    "malformed",
+    "since",
+]
 
 
 class ExitCode(IntEnum):
@@ -43,7 +53,7 @@ SILENT_INTERVALS = 3
 SILENT_MIN = 30.0
 
 
-def _finite(value: object) -> TypeGuard[int | float]:
+def finite(value: object) -> TypeGuard[int | float]:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     try:
@@ -53,7 +63,7 @@ def _finite(value: object) -> TypeGuard[int | float]:
 
 
 def _time(value: object) -> bool:
-    return value is None or _finite(value)
+    return value is None or finite(value)
 
 
 def _problem_ok(p: object) -> bool:
@@ -63,7 +73,7 @@ def _problem_ok(p: object) -> bool:
         and p.get("severity") in SEVERITIES
         and isinstance(p.get("action"), str)
         and isinstance(p.get("message"), str)
-        and _finite(p.get("since"))
+        and finite(p.get("since"))
     )
 
 
@@ -72,7 +82,7 @@ def _count_ok(c: object, key: str) -> bool:
         isinstance(c, dict)
         and isinstance(c.get(key), int)
         and isinstance(c.get("count"), int)
-        and _finite(c.get("last"))
+        and finite(c.get("last"))
     )
 
 
@@ -99,9 +109,9 @@ def malformed(st: Mapping[str, Any]) -> str | None:
     """
     checks: list[tuple[str, bool]] = [
         ("pid", isinstance(st.get("pid"), int)),
-        ("interval", _finite(st.get("interval")) and st["interval"] > 0),
-        ("started_at", _finite(st.get("started_at"))),
-        ("updated_at", _finite(st.get("updated_at"))),
+        ("interval", finite(st.get("interval")) and st["interval"] > 0),
+        ("started_at", finite(st.get("started_at"))),
+        ("updated_at", finite(st.get("updated_at"))),
         ("ticks", isinstance(st.get("ticks"), int)),
         ("status", isinstance(st.get("status"), str)),
         ("exit", st.get("exit") is None or isinstance(st.get("exit"), dict)),
@@ -166,7 +176,7 @@ def judge(st: State, now: float) -> tuple[ExitCode, str]:
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
         if exit_info is not None:
-            return ExitCode.UNKNOWN, f"gpuagent is stopped since {_since(exit_info['at'], now)}"
+            return ExitCode.UNKNOWN, f"gpuagent is stopped since {since(exit_info['at'], now)}"
         if not _pid_alive(st["pid"]):
             return ExitCode.UNKNOWN, f"gpuagent (pid {st['pid']}) died without finishing"
         age = now - st["updated_at"]
@@ -180,15 +190,22 @@ def judge(st: State, now: float) -> tuple[ExitCode, str]:
 
 
 def _conditions(st: State) -> list[tuple[ExitCode, str]]:
+    found: list[tuple[ExitCode, str]] = []
+    owners: list[tuple[str, list[ProblemEntry]]] = [("host", st["host_problems"])]
+    for owner, problems in owners + [(g["pci_slot"], g["problems"]) for g in st["gpus"]]:
+        for p in problems:
+            found.append((_CODE[Severity(p["severity"])], f"{owner} {p['kind']}: {p['action']}"))
+    return found + conditions(st)
+
+
+def conditions(st: State) -> list[tuple[ExitCode, str]]:
+    """The host's conditions that are not a GPU's or the host's problem: nvidia-smi failing,
+    stuck or held back with GPUs on the bus, a GPU missing from it without a problem, stale
+    samples, and each of the agent's own troubles (``kind: reason``)."""
     probe = st["probe"]
     gpus = st["gpus"]
     found: list[tuple[ExitCode, str]] = []
-    sick = set()
-    owners: list[tuple[str, list[ProblemEntry]]] = [("host", st["host_problems"])]
-    for owner, problems in owners + [(g["pci_slot"], g["problems"]) for g in gpus]:
-        for p in problems:
-            sick.add(owner)
-            found.append((_CODE[Severity(p["severity"])], f"{owner} {p['kind']}: {p['action']}"))
+    sick = {g["pci_slot"] for g in gpus if g["problems"]}
     if probe["state"] in (ProbeState.FAILING, ProbeState.STUCK) and st["pci"]:
         found.append((ExitCode.CRITICAL, st["status"] or "probe failing"))
     if probe["state"] == ProbeState.GATED and st["pci"]:
@@ -198,29 +215,24 @@ def _conditions(st: State) -> list[tuple[ExitCode, str]]:
         found.append((ExitCode.CRITICAL, f"GPU missing from nvidia-smi: {', '.join(silent)}"))
     if any(g["stale"] and g["pci_slot"] not in sick for g in gpus):
         found.append((ExitCode.WARNING, "samples are stale"))
-    if st["problems"]:
-        trouble = "; ".join(f"{k}: {v}" for k, v in sorted(st["problems"].items()))
-        found.append((ExitCode.WARNING, trouble))
+    for kind, reason in sorted(st["problems"].items()):
+        found.append((ExitCode.WARNING, f"{kind}: {reason}"))
     return found
 
 
-def _since(at: object, now: float) -> str:
+def since(at: object, now: float) -> str:
     """``at`` (wall s) as local time and how long ago; "an unknown time" if it is not one."""
-    if not _finite(at):
+    if not finite(at):
         return "an unknown time"
     try:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
     except (OverflowError, OSError, ValueError):
         return "an unknown time"
-    return f"{stamp} ({_ago(now - at)} ago)"
+    return f"{stamp} ({ago(now - at)} ago)"
 
 
-def _plural(n: object, word: str) -> str:
-    """``1 failure``, ``2 failures``: a count from the state, made safe to print."""
-    return f"{clean(n)} {word}" if n == 1 else f"{clean(n)} {word}s"
-
-
-def _ago(seconds: float) -> str:
+def ago(seconds: float) -> str:
+    """A duration as ``45s``, ``12m``, ``3h05m``."""
     s = max(int(seconds), 0)
     if s < 120:
         return f"{s}s"
@@ -229,120 +241,6 @@ def _ago(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def _num(value: object, unit: str, digits: int = 0) -> str:
-    if _finite(value):
-        return f"{value:.{digits}f}{unit}"
-    return "-"
-
-
 def clean(value: object) -> str:
     """Text from the state (nvidia-smi's words) made safe to print on a terminal."""
     return "".join(c if c.isprintable() else "?" for c in str(value))
-
-
-def _next_try(ticks: object, interval: float) -> str:
-    """The next probe in seconds, as the status line says it (``next try in 20 s``)."""
-    if not _finite(ticks):
-        return "-"
-    return f"{ticks * interval:g} s"
-
-
-def _pair(used: object, total: object, unit: str) -> str:
-    if used is None and total is None:
-        return "-"
-    return f"{_num(used, '')}/{_num(total, '')} {unit}"
-
-
-def render(st: State, now: float, code: int, reason: str) -> str:
-    """Human text in the spirit of ``systemctl status``: header, probe line, one row a GPU.
-
-    ``st`` must have passed :func:`malformed`.
-    """
-    dot = "\u25cb" if code == ExitCode.UNKNOWN else "\u25cf"
-    probe = st["probe"]
-    exit_info = st["exit"]
-    if exit_info is None:
-        life = f"up {_ago(now - st['started_at'])}"
-    else:
-        # A finished agent's age stops at its end: it is not "up" any more.
-        ran = _ago(st["updated_at"] - st["started_at"])
-        life = f"finished {_ago(now - st['updated_at'])} ago after {ran}"
-    # A stopped agent's last status line is history: the header says it stopped.
-    title = reason if exit_info is not None and code == ExitCode.UNKNOWN else st["status"]
-    lines = [
-        f"{dot} gpuagent - {clean(title)}",
-        f"    pid {st['pid']}, {life}, {st['ticks']} ticks every {st['interval']:g} s, "
-        f"version {clean(st.get('version'))}",
-    ]
-    last = probe.get("last_success_at")
-    probe_line = f"    probe: {clean(probe['state'])}"
-    if probe.get("failure_class"):
-        probe_line += (
-            f" ({clean(probe['failure_class'])}, "
-            f"{_plural(probe.get('consecutive_failures'), 'failure')}, "
-            f"next try in {_next_try(probe.get('next_probe_in_ticks'), st['interval'])})"
-        )
-    probe_line += f", {_plural(probe.get('spawns_total', 0), 'spawn')}"
-    if _finite(probe.get("duration")):
-        probe_line += f", last took {probe['duration']:.2f} s"
-    if last is not None:
-        probe_line += f", last success {_ago(now - last)} ago"
-    lines.append(probe_line)
-    if probe.get("last_error"):
-        lines.append(f"    last error: {clean(probe['last_error'])}")
-    if code != ExitCode.OK and reason not in (st["status"], title):
-        lines.append(f"    {clean(reason)}")
-    for p in st["host_problems"]:
-        lines.append(f"    host: {_problem(p, now)}")
-    if st["gpus"]:
-        lines.append(
-            f"    {'SLOT':<13} {'IDX':>3} {'UUID':<40} {'HEALTH':<8} {'NAME':<20} {'TEMP':>5} "
-            f"{'UTIL':>5} {'MEMORY':>18} {'POWER':>13} AGE"
-        )
-    for g in st["gpus"]:
-        lines.extend(_gpu_lines(g, now, g["pci_slot"] in st["missing"]))
-    switches: dict[str, list[str]] = {}
-    for c in st.get("sxids", []):
-        switches.setdefault(c["pci_slot"], []).append(_count(f"SXid {c['sxid']}", c))
-    lines.extend(f"    NVSwitch {clean(slot)}: {'; '.join(c)}" for slot, c in switches.items())
-    return "\n".join(lines)
-
-
-def _clock(at: float) -> str:
-    try:
-        return time.strftime("%H:%M:%S", time.localtime(at))
-    except (OverflowError, OSError, ValueError):
-        return "?"
-
-
-def _count(name: str, c: Mapping[str, Any]) -> str:
-    """``Xid 79`` times its count and the last one's local time of day."""
-    return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
-
-
-def _problem(p: ProblemEntry, now: float) -> str:
-    return (
-        f"{clean(p['severity'])} {clean(p['kind'])}: {clean(p['message'])} "
-        f"(action: {clean(p['action'])}, since {_ago(now - p['since'])} ago)"
-    )
-
-
-def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
-    f = g["fields"]
-    age = "-" if g["sampled_at"] is None else _ago(now - g["sampled_at"])
-    index = f.get("index")
-    lines = [
-        f"    {clean(g['pci_slot']):<13} {clean(index) if index is not None else '-':>3} "
-        f"{clean(f.get('uuid') or '-'):<40} {clean(g['health']).upper():<8} "
-        f"{clean(f.get('name') or '-')[:20]:<20} "
-        f"{_num(f.get('temperature.gpu'), 'C'):>5} {_num(f.get('utilization.gpu'), '%'):>5} "
-        f"{_pair(f.get('memory.used'), f.get('memory.total'), 'MiB'):>18} "
-        f"{_pair(f.get('power.draw'), f.get('power.limit'), 'W'):>13} "
-        f"{'STALE ' + age if g['stale'] else age}"
-    ]
-    lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
-    if g.get("xids"):
-        lines.append("      " + "; ".join(_count(f"Xid {c['xid']}", c) for c in g["xids"]))
-    if missing and not g["problems"]:
-        lines.append("      - on the PCI bus, not reported by nvidia-smi")
-    return lines

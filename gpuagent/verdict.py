@@ -9,6 +9,7 @@ its end (info), each with the event of its kind.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 
 from . import rules
@@ -19,14 +20,21 @@ from .views import BusView
 __all__ = ["Verdict"]
 
 # Kinds with an event of their own; the others use logs.Event.problem(kind).
-_EVENTS = {"xid": Event.XID_PROBLEM, "init_failed": Event.GPU_INIT_FAILED}
+_EVENTS = {
+    "xid": Event.XID_PROBLEM,
+    "init_failed": Event.GPU_INIT_FAILED,
+    "missing": Event.GPU_MISSING,
+}
 
 
 class Verdict:
-    """Problems per GPU and the host, from every source; logs through ``log``."""
+    """Problems per GPU and the host, from every source; logs through ``log``.  A problem
+    whose fault happened before ``started`` (wall s: this agent's start; a restart, an
+    upgrade) is no new fault: its start is restated at info, ``still …, since 07:30:39``."""
 
-    def __init__(self, log: EventLog) -> None:
+    def __init__(self, log: EventLog, started: float = 0.0) -> None:
         self.log = log
+        self.started = started
         self.tracker = Tracker()
 
     def judge(self, now: float, bus: BusView, expected_gpus: int | None) -> None:
@@ -61,15 +69,16 @@ class Verdict:
             "action": f.action,
             **dict(f.extra),
         }
-        own = f.kind in _EVENTS
         if what == "end":
             self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {f.name} cleared", **fields)
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING
         event = _EVENTS.get(f.kind) or Event.problem(f.kind)
-        kind = "" if own else f"{f.kind} "
-        now = "is now " if what == "restated" else ""
-        text = f"{where}: {kind}{now}{f.severity}: {f.message}; action: {f.action}"
+        # One shape for every problem, Xids included: GPU <slot>: <severity> <kind>: <text>.
+        text = f"{where}: {f.severity} {f.kind}: {f.message}; action: {f.action}"
+        if what == "start" and p.since < self.started:
+            level, text = logging.INFO, f"{where}: still {text[len(where) + 2 :]}"
+            text += f"; since {time.strftime('%H:%M:%S', time.localtime(p.since))}"
         self.log(level, event, text, **fields)
 
     def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:

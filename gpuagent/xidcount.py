@@ -55,6 +55,8 @@ class XidCount:
             self.info.action,
             f"Xid {self.code} ({self.info.name}): {self.info.advice}",
             (("xid", self.code),),
+            # A warning that lapsed and came back starts again at its latest record.
+            at=self.first if self.info.severity == CRITICAL else self.last,
         )
 
 
@@ -88,6 +90,7 @@ class InitCount:
             "reboot",
             f"the driver could not initialise the GPU (RmInitAdapter failed{detail}); "
             "reboot the host, and if it repeats check the GPU's power and seating",
+            at=self.first,
         )
 
 

@@ -52,6 +52,7 @@ _PROM_TIMES = re.compile(
 # systemd's watchdog period: the daemon pings every 0.4 of it (12 s), so a 10 s tick shows
 # pings on some steps and not on others.
 WATCHDOG_USEC = "30000000"
+_CLOCK = re.compile(r"\bsince \d\d:\d\d:\d\d\b")
 
 Make = Callable[..., str]
 
@@ -178,7 +179,8 @@ class Golden:
     def clean(self, text: str) -> str:
         for path, token in self._tokens:
             text = text.replace(path, token)
-        return self._pid.sub("pid <pid>", text)
+        # A restated problem's start, in local time: the machine's time zone is not the test's.
+        return _CLOCK.sub("since <clock>", self._pid.sub("pid <pid>", text))
 
     def _normal(self, value: Any, key: str = "") -> Any:
         if key in STATE_TIMES and _number(value):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpuagent import __version__, report
+from gpuagent import __version__, report, rules
 from gpuagent.health import Finding, Problem
 from gpuagent.pci import PciGpu
 from gpuagent.report import GpuEntry, State
@@ -92,6 +92,10 @@ def state(
         now - 3600 if started_at is None else started_at,
         interval,
     )
+    # As the verdict would: a GPU missing from nvidia-smi has that problem too.
+    held: dict[str, list[Problem]] = {slot: list(ps) for slot, ps in (problems or {}).items()}
+    for slot in missing:
+        held.setdefault(slot, []).append(Problem(slot, rules.missing_finding(), now))
     written = report.build(
         origin,
         now=now,
@@ -100,7 +104,7 @@ def state(
         probe=probe,
         samples=SamplesView(samples, frozenset(samples) - frozenset(stale), tuple(missing)),
         kernel=kernel,
-        problems=problems or {},
+        problems=held,
         trouble=trouble or {},
     )
     if ended is None:

@@ -267,14 +267,17 @@ def test_gpu_vanishing_from_nvidia_smi(host: Host) -> None:
     assert report.state["missing"] == [host.slots[7]]
     assert len(host.events(Event.GPU_MISSING)) == 1
     assert host.slots[7] == host.events(Event.GPU_MISSING)[0].PCI_SLOT  # type: ignore[attr-defined]
-    assert report.status == "8 GPUs, sampling, 1 missing from nvidia-smi"
-    # Still known, with its last sample marked stale and its health unknown.
+    assert report.status == f"8 GPUs, 1 needs attention: {host.slots[7]} missing"
+    # Still known, with its last sample marked stale; missing is a critical problem, logged
+    # as one (an error, the shape of every problem's line).
     gone = report.state["gpus"][7]
-    assert (gone["pci_slot"], gone["stale"], gone["health"]) == (host.slots[7], True, "unknown")
+    assert (gone["pci_slot"], gone["stale"], gone["health"]) == (host.slots[7], True, "critical")
+    (line,) = host.events(Event.GPU_MISSING)
+    assert line.levelno == logging.ERROR
     host.healthy()
     host.tick()
     assert host.state["missing"] == []
-    assert len(host.events(Event.GPU_BACK)) == 1
+    assert len(host.events(Event.PROBLEM_CLEARED)) == 1
 
 
 def test_gpu_appearing_later_is_picked_up(host: Host) -> None:

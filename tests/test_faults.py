@@ -282,13 +282,20 @@ FAULTS = [
         "8 GPUs, all bound to vfio-pci; not sampled",
         0,
     ),
-    Fault("unreadable class file", _unreadable_class, "ok", None, "8 GPUs, sampling", 1),
+    Fault(
+        "unreadable class file",
+        _unreadable_class,
+        "ok",
+        None,
+        "8 GPUs, sampling; agent problem: sysfs",
+        1,
+    ),
     Fault(
         "GPU missing from nvidia-smi",
         lambda h: h.healthy(slots=h.slots[1:]),
         "ok",
         None,
-        "8 GPUs, sampling, 1 missing from nvidia-smi",
+        "8 GPUs, 1 needs attention: 0000:18:00.0 missing",
         1,
     ),
 ]

@@ -329,6 +329,7 @@ def test_every_kind_has_a_scenario() -> None:
     covered = {
         *ROW_FAULTS,
         "lost",
+        "missing",
         "no_driver",
         "inforom",
         "gone_from_bus",

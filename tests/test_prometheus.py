@@ -55,7 +55,7 @@ def test_promtool_check_rules_is_clean() -> None:
         [promtool, "check", "rules", RULES], check=False, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 11 rules found" in proc.stdout
+    assert "SUCCESS: 9 rules found" in proc.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -77,14 +77,14 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     with open(RULE_TESTS, encoding="utf-8") as f:
         tests = f.read()
     cases = re.findall(r"alertname: (\w+)\n\s+exp_alerts:( \[\])?", tests)
-    assert len(alerts) == 11
+    assert len(alerts) == 9
     for alert in alerts:
         outcomes = {empty == "" for name, empty in cases if name == alert}
         assert outcomes == {True, False}, alert
     with open(RULES, encoding="utf-8") as f:
         rules = f.read()
     # The two GPU-problem alerts share their annotations (a YAML anchor).
-    assert rules.count("summary:") == rules.count("description:") == 10
+    assert rules.count("summary:") == rules.count("description:") == 8
     assert rules.count("annotations: *problem") == 1
 
 
@@ -282,7 +282,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     assert stack.query("gpuagent_probe_failure_info") == []
     assert stack.query("gpuagent_gpu_missing") == []
     rules = get(f"{stack.prometheus}/api/v1/rules")["data"]["groups"]
-    assert [len(g["rules"]) for g in rules] == [8, 3]
+    assert [len(g["rules"]) for g in rules] == [8, 1]
 
     # The probe fails: up turns 0, the class is told, and the value series go stale.
     host.failing()
@@ -307,6 +307,24 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     assert stack.stop("gpuagent") == 0
     assert not os.path.exists(os.path.join(run, "gpuagent.prom"))
     stack.wait_for("gpuagent's series gone", lambda: stack.query("gpuagent_info") == [])
+
+
+def test_a_stopped_agent_keeps_its_open_critical_page(stack: Stack, tmp_path: str) -> None:
+    """A GPU requires a reset: GpuagentGpuProblemCritical is active; the agent stops (its
+    series leave Prometheus) and the alert stays active, the same alert, not resolved."""
+    host, _, _ = launch(stack, str(tmp_path))
+    sick = host.slots[5]
+    host.healthy(override={sick: {"power.draw": "[GPU requires reset]"}})
+    alert = f'ALERTS{{alertname="GpuagentGpuProblemCritical", pci_slot="{sick}"}}'
+    stack.wait_for("the GPU's critical page", lambda: stack.query(alert) or None, timeout=60)
+    (page,) = stack.query(alert)
+    only = stack.query('ALERTS{alertname="GpuagentGpuProblemCritical"}')
+    assert [a["metric"] for a in only] == [page["metric"]]
+    assert stack.stop("gpuagent") == 0
+    stack.wait_for("gpuagent's series gone", lambda: stack.query("gpuagent_info") == [])
+    time.sleep(5)  # five rule evaluations without the agent
+    (kept,) = stack.query(alert)
+    assert kept["metric"] == page["metric"]
 
 
 # The Grafana dashboard ------------------------------------------------------------------------

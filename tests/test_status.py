@@ -18,7 +18,8 @@ from gpuagent import state, unitstate
 from gpuagent.cli import main
 from gpuagent.report import State
 from gpuagent.smi import Failure
-from gpuagent.status import ExitCode, judge, malformed, render
+from gpuagent.status import ExitCode, judge, malformed
+from gpuagent.statustext import render
 from gpuagent.views import Gate, KernelView, ProbeState, ProbeView
 from gpuagent.xidcatalog import lookup
 from gpuagent.xidcount import XidCount
@@ -127,19 +128,21 @@ def test_render_rows_and_stale() -> None:
         "missing": [ABSENT],
     }
     st = base(**facts)
-    assert st["status"] == "2 GPUs, sampling, 1 missing from nvidia-smi"
+    assert st["status"] == f"2 GPUs, 1 needs attention: {ABSENT} missing"
     text = render(st, NOW, *judge(st, NOW))
-    assert text.splitlines()[0] == "\u25cf gpuagent - 2 GPUs, sampling, 1 missing from nvidia-smi"
-    assert "NVIDIA H200" in text
+    assert text.splitlines()[0] == f"\u25cf gpuagent - 2 GPUs, 1 needs attention: {ABSENT} missing"
+    assert "NVIDIA H200" not in text  # the name is --wide's
+    assert "NVIDIA H200" in render(st, NOW, *judge(st, NOW), wide=True)
+    assert "32362/143771 MiB" in render(st, NOW, *judge(st, NOW), wide=True)
     assert "52C" in text
-    assert "32362/143771 MiB" in text
+    assert "32/140 GiB" in text
     assert "627/700 W" in text
     assert "STALE 45s" in text
     assert "last took" not in text
     st = base(probe=probe(duration=1.234), **facts)
     assert ", last took 1.23 s" in render(st, NOW, *judge(st, NOW))
-    assert "\n      - on the PCI bus, not reported by nvidia-smi" in text
-    assert "0000:2a:00.0    - -" in text
+    assert "\n      - reboot: critical missing: missing from nvidia-smi, though" in text
+    assert "0000:2a:00.0    - CRITICAL" in text
 
 
 def write_state(tmp_path: str, st: Mapping[str, object]) -> str:
@@ -269,7 +272,7 @@ def test_terminal_control_characters_are_not_printed() -> None:
         samples={SLOT: states.sample({"name": "evil\x1b[2J\x00name"})},
         probe=failing(last_error="exit 1: \x1b]0;pwned\x07"),
     )
-    text = render(st, NOW, *judge(st, NOW))
+    text = render(st, NOW, *judge(st, NOW), wide=True)
     assert "\x1b" not in text and "\x00" not in text and "\x07" not in text
     assert "evil?[2J?name" in text
 
@@ -439,14 +442,64 @@ def test_render_shows_each_gpus_health_and_problems() -> None:
     code, reason = judge(st, NOW)
     assert code == ExitCode.CRITICAL
     assert reason == "host gpu_count: check_host; 0000:18:00.0 lost: reboot"
-    lines = render(st, NOW, code, reason).splitlines()
+    lines = render(st, NOW, code, reason, width=120).splitlines()
     assert (
-        "    host: critical gpu_count: 7 NVIDIA GPUs on the PCI bus where expected_gpus is 8 "
-        "(action: check_host, since 5m ago)" in lines
+        "    host: check_host: critical gpu_count: 7 NVIDIA GPUs on the PCI bus where "
+        "expected_gpus is 8 (since 5m ago)" in lines
     )
     (row,) = [ln for ln in lines if ln.startswith("    0000:18:00.0")]
+    assert row.split()[1:3] == ["3", "CRITICAL"]
+    assert lines[lines.index(row) + 1] == "      - reboot: critical lost: m (since 0s ago)"
+    lines = render(st, NOW, code, reason, wide=True).splitlines()
+    (row,) = [ln for ln in lines if ln.startswith("    0000:18:00.0")]
     assert row.split()[1:4] == ["3", "GPU-5c1e0d4a-0000-0000-0000-000000000000", "CRITICAL"]
-    assert lines[lines.index(row) + 1] == "      - critical lost: m (action: reboot, since 0s ago)"
+
+
+def test_text_shows_every_agent_condition_not_only_the_worst() -> None:
+    trouble = {"journal": "/var/log/journal: cannot read", "textfile": "ENOSPC"}
+    lost = states.problem("lost", "critical", "reboot")
+    st = base(problems={SLOT: [lost]}, trouble=trouble)
+    code, reason = judge(st, NOW)
+    assert code == ExitCode.CRITICAL and "journal" not in reason
+    text = render(st, NOW, code, reason)
+    assert "    warning: journal: /var/log/journal: cannot read" in text
+    assert "    warning: textfile: ENOSPC" in text
+
+
+def test_a_stale_row_shows_its_old_index_in_brackets() -> None:
+    moved = {**states.H200, "index": 0}
+    facts: dict[str, Any] = {
+        "bus": (states.nvidia(),),
+        "samples": {SLOT: states.sample(moved), ABSENT: states.sample(moved, at=NOW - 60)},
+        "stale": [ABSENT],
+    }
+    text = render(base(**facts), NOW, *judge(base(**facts), NOW))
+    (current,) = [ln for ln in text.splitlines() if ln.startswith(f"    {SLOT}")]
+    (gone,) = [ln for ln in text.splitlines() if ln.startswith(f"    {ABSENT}")]
+    assert current.split()[1] == "0"
+    assert gone.split()[1] == "(0)"
+
+
+def test_status_fits_80_columns(tmp_path: str) -> None:
+    """COLUMNS=80 gpuagent status: no line over 80 characters, whatever the problems say."""
+    now = time.time()
+    long = "a message long enough to need wrapping " * 4
+    problems = {
+        SLOT: [states.problem("lost", "critical", "reboot", message=long, since=now)],
+        "": [states.problem("gpu_count", "critical", "check_host", slot="", message=long)],
+    }
+    st = base(now, problems=problems, trouble={"journal": long})
+    conf = write_state(tmp_path, st)
+    env = {**os.environ, "COLUMNS": "80"}
+    argv = [sys.executable, "-m", "gpuagent", "--config", conf, "status"]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=30)
+    assert res.returncode == ExitCode.CRITICAL, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if len(ln) > 80] == []
+    assert "reboot: critical lost:" in res.stdout
+    wide = subprocess.run(
+        [*argv, "--wide"], env=env, capture_output=True, text=True, check=False, timeout=30
+    )
+    assert "NVIDIA H200" in wide.stdout
 
 
 def test_a_gpu_with_bad_xid_counts_is_malformed() -> None:

@@ -141,10 +141,15 @@ class Container:
         entries = [json.loads(line) for line in text.splitlines() if line.strip()]
         return [e for e in entries if e.get("MESSAGE_ID") == event.value]
 
-    def status(self, *args: str, config: str = "") -> subprocess.CompletedProcess[str]:
-        """``gpuagent status`` as an unprivileged user (``gpuagent detect`` etc. with args)."""
+    def status(
+        self, *args: str, config: str = "", columns: int = 0
+    ) -> subprocess.CompletedProcess[str]:
+        """``gpuagent status`` as an unprivileged user (``gpuagent detect`` etc. with args),
+        in a terminal ``columns`` wide where that is given."""
         command = args if args and not args[0].startswith("-") else ("status", *args)
-        env = ("env", f"GPUAGENT_CONFIG={config}") if config else ()
+        pairs = [f"GPUAGENT_CONFIG={config}"] if config else []
+        pairs += [f"COLUMNS={columns}"] if columns else []
+        env = ("env", *pairs) if pairs else ()
         return self.run("runuser", "-u", "nobody", "--", *env, "gpuagent", *command, check=False)
 
     def ticks(self) -> int:
@@ -423,10 +428,13 @@ def gpu_problem(c: Container) -> None:
     explained = c.out("journalctl", "-u", "gpuagent", "-x", "--no-pager")
     assert "The NVIDIA driver asks for a GPU recovery action" in explained
     assert "Reset: drain the GPU and reset it" in explained
-    status = c.status()
+    status = c.status(columns=80)
     assert status.returncode == 2, status.stdout + status.stderr
-    assert re.search(rf"^    {sick} +0 GPU-\S+ +CRITICAL ", status.stdout, re.M), status.stdout
-    assert "critical recovery_action: the driver asks for recovery: Reset" in status.stdout
+    assert re.search(rf"^    {sick} +0 +CRITICAL ", status.stdout, re.M), status.stdout
+    assert "reset_gpu: critical recovery_action: the driver asks for recovery" in status.stdout
+    assert [ln for ln in status.stdout.splitlines() if len(ln) > 80] == [], status.stdout
+    wide = c.status("--wide").stdout
+    assert re.search(rf"^    {sick} +0 GPU-\S+ +CRITICAL ", wide, re.M), wide
     st = json.loads(c.status("--json").stdout)
     assert st["health"] == "critical"
     problem = re.compile(
@@ -539,8 +547,16 @@ def xid_journal() -> str:
             return f.read().replace(device, slot.rpartition(".")[0])
 
     slots = fakesysfs.gpu_slots(3)
+    # Logged now, while the agent runs (make-test-journal's --start-usec): the corpus's own
+    # dmesg -T times would make them faults from before the agent started.
+    fell = re.sub(
+        r"^\[[A-Z][a-z]{2} [^]]*\] ",
+        "",
+        corpus("xid-79-driver535-pid-unknown-crashdump", "0000:a1:00", slots[0]),
+        flags=re.M,
+    )
     return (
-        corpus("xid-79-driver535-pid-unknown-crashdump", "0000:a1:00", slots[0])
+        fell
         + corpus("xid-13-driver535-a800-pid-unknown", "0000:43:00", slots[1])
         + "#@transport stdout\n#@identifier evil\n"
         + f"NVRM: Xid (PCI:{slots[2][:-2]}): 48, pid=1, name=evil, DBE (0x1,0x0)\n"
@@ -576,7 +592,9 @@ def test_xids_from_the_system_journal_under_systemd(
         with open(source, "w", encoding="utf-8") as f:
             f.write(xid_journal())
         made = os.path.join(tmp_path, "xid-test.journal")
-        subprocess.run([make, "--boot-id", boot, source, made], check=True, timeout=60)
+        now = str(int(time.time() * 1e6))
+        argv = [make, "--boot-id", boot, "--start-usec", now, source, made]
+        subprocess.run(argv, check=True, timeout=60)
         # The system journal is the files named system.journal and system@*.journal.
         target = f"/var/log/journal/{machine}/system@gpuagent-test.journal"
         c.run("mkdir", "-p", f"/var/log/journal/{machine}")
@@ -629,9 +647,14 @@ def xids_under_systemd(c: Container, slots: list[str]) -> None:
         re.M,
     )
     wait_for("the Xid counter in node_exporter", lambda: series.search(c.metrics()), 15)
-    # A restart reads the boot again: the same counts, and the fault is said once more.
+    # A restart reads the boot again: the same counts, and the fault is restated at info, with
+    # its real start: not a new fault.
     c.run("systemctl", "restart", "gpuagent")
     wait_for("the restarted agent's Xid line", lambda: len(c.events(Event.XID_PROBLEM)) == 2, 15)
+    again = c.events(Event.XID_PROBLEM)[1]
+    assert again["PRIORITY"] == "6", again
+    assert again["MESSAGE"].startswith(f"GPU {fell}: still critical xid: Xid 79 "), again
+    assert re.search(r"; since \d\d:\d\d:\d\d$", again["MESSAGE"]), again
     assert counts() == {(fell, 79): 1, (app, 13): 2}
     wait_for("the counter after the restart", lambda: series.search(c.metrics()), 15)
 

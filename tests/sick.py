@@ -1,0 +1,61 @@
+"""``scripts/demo --sick``: the captured host made sick, so that a newcomer sees every surface.
+
+Eight H200s replaying a real capture; GPU 1 has a critical Xid in this boot's journal (a real
+Xid 119 line moved to its slot), GPU 5 reads ``[GPU requires reset]``, and GPU 7 leaves the
+PCI bus while the agent runs.  ``python3 -m tests.sick DIR GPUAGENT`` runs the agent for a
+few ticks, then ``gpuagent status``, and exits with the status's exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+from tests import fakehost, fakesysfs, xidcorpus
+
+SHARED = os.path.join(os.path.dirname(fakehost.HERE), "..", "shared")
+MAKE = os.path.join(SHARED, "tools", "make-test-journal")
+RESET = "[GPU requires reset]"
+
+
+def _journal(directory: str, slot: str) -> str:
+    with open(xidcorpus.path("xid-119-gsp-rpc-timeout-xe9680"), encoding="utf-8") as f:
+        text = f.read().replace("0000:9b:00", slot[: -len(".0")])
+    # Logged just after the agent starts (its dmesg -T times dropped): a new fault to it, not
+    # one from before it started, which a restart would restate at info.
+    text = re.sub(r"^\[[A-Z][a-z]{2} [^]]*\] ", "", text, flags=re.M)
+    start = str(int((time.time() + 2) * 1e6))
+    source = os.path.join(directory, "kernel.txt")
+    with open(source, "w", encoding="utf-8") as f:
+        f.write(text)
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+        boot = f.read().strip().replace("-", "")
+    out = os.path.join(directory, "journal", "x.journal")
+    os.makedirs(os.path.dirname(out))
+    argv = [MAKE, "--boot-id", boot, "--start-usec", start, source, out]
+    subprocess.run(argv, check=True, timeout=60, stdout=subprocess.DEVNULL)
+    return os.path.dirname(out)
+
+
+def main(directory: str, gpuagent: str) -> int:
+    slots = fakesysfs.gpu_slots(8)
+    journal = _journal(directory, slots[1])
+    host = fakehost.create(directory, interval=0.2, journal_directory=journal)
+    host.healthy(override={slots[5]: {"power.draw": RESET, "temperature.gpu": RESET}})
+    env = {**os.environ, "GPUAGENT_CONFIG": host.conf}
+    run = subprocess.Popen([gpuagent, "run", "--ticks", "15"], env=env)
+    time.sleep(1.5)
+    fakesysfs.remove_device(host.root, slots[7])
+    host.healthy(
+        slots=slots[:7], override={slots[5]: {"power.draw": RESET, "temperature.gpu": RESET}}
+    )
+    run.wait(timeout=120)
+    print(flush=True)
+    return subprocess.run([gpuagent, "status"], env=env, check=False, timeout=60).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
