@@ -61,6 +61,9 @@ ACTIONS = (
     "drain_and_reset",
     "drain_and_rma",
     "check_host",
+    # A service the GPUs depend on (nvidia-fabricmanager, nvidia-persistenced) is down:
+    # restart it (systemctl restart UNIT), and see its journal for why it stopped.
+    "restart_service",
 )
 
 
