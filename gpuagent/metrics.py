@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from . import nvmetrics
 from .report import GpuEntry, ProblemEntry, State
 from .views import ProbeState
 
@@ -281,6 +282,7 @@ def families(state: State) -> list[Metric]:
     out.extend(_gpu_families(state["gpus"]))
     out.append(_problems(state))
     out.extend(_xids(state))
+    out.extend(nvmetrics.families(state))
     return [f for f in out if f.samples]
 
 

@@ -17,6 +17,7 @@ from typing import Any, TypeGuard, cast
 
 from .health import HEALTH, SEVERITIES, Health, Severity
 from .report import GpuEntry, ProblemEntry, State
+from .statusrows import clean, count, nvlink_row, services_row
 from .views import ProbeState
 
 __all__ = ["ExitCode", "checked", "clean", "judge", "malformed", "render"]
@@ -235,11 +236,6 @@ def _num(value: object, unit: str, digits: int = 0) -> str:
     return "-"
 
 
-def clean(value: object) -> str:
-    """Text from the state (nvidia-smi's words) made safe to print on a terminal."""
-    return "".join(c if c.isprintable() else "?" for c in str(value))
-
-
 def _next_try(ticks: object, interval: float) -> str:
     """The next probe in seconds, as the status line says it (``next try in 20 s``)."""
     if not _finite(ticks):
@@ -292,8 +288,10 @@ def render(st: State, now: float, code: int, reason: str) -> str:
         lines.append(f"    last error: {clean(probe['last_error'])}")
     if code != ExitCode.OK and reason not in (st["status"], title):
         lines.append(f"    {clean(reason)}")
-    for p in st["host_problems"]:
-        lines.append(f"    host: {_problem(p, now)}")
+    lines.extend(f"    host: {_problem(p, now)}" for p in st["host_problems"])
+    services = services_row(st.get("services"))
+    if services:
+        lines.append(f"    services: {services}")
     if st["gpus"]:
         lines.append(
             f"    {'SLOT':<13} {'IDX':>3} {'UUID':<40} {'HEALTH':<8} {'NAME':<20} {'TEMP':>5} "
@@ -303,27 +301,17 @@ def render(st: State, now: float, code: int, reason: str) -> str:
         lines.extend(_gpu_lines(g, now, g["pci_slot"] in st["missing"]))
     switches: dict[str, list[str]] = {}
     for c in st.get("sxids", []):
-        switches.setdefault(c["pci_slot"], []).append(_count(f"SXid {c['sxid']}", c))
+        switches.setdefault(c["pci_slot"], []).append(count(f"SXid {c['sxid']}", c))
     lines.extend(f"    NVSwitch {clean(slot)}: {'; '.join(c)}" for slot, c in switches.items())
     return "\n".join(lines)
 
 
-def _clock(at: float) -> str:
-    try:
-        return time.strftime("%H:%M:%S", time.localtime(at))
-    except (OverflowError, OSError, ValueError):
-        return "?"
-
-
-def _count(name: str, c: Mapping[str, Any]) -> str:
-    """``Xid 79`` times its count and the last one's local time of day."""
-    return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
-
-
 def _problem(p: ProblemEntry, now: float) -> str:
+    # A folded problem (a GPU's fabric while the fabric manager is down) names its cause.
+    cause = f"cause: host {clean(p['cause'])}, " if p.get("cause") else ""
     return (
         f"{clean(p['severity'])} {clean(p['kind'])}: {clean(p['message'])} "
-        f"(action: {clean(p['action'])}, since {_ago(now - p['since'])} ago)"
+        f"({cause}action: {clean(p['action'])}, since {_ago(now - p['since'])} ago)"
     )
 
 
@@ -340,9 +328,12 @@ def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
         f"{_pair(f.get('power.draw'), f.get('power.limit'), 'W'):>13} "
         f"{'STALE ' + age if g['stale'] else age}"
     ]
+    nvlink = nvlink_row(g.get("nvlink"))
+    if nvlink:
+        lines.append(f"      {nvlink}")
     lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
     if g.get("xids"):
-        lines.append("      " + "; ".join(_count(f"Xid {c['xid']}", c) for c in g["xids"]))
+        lines.append("      " + "; ".join(count(f"Xid {c['xid']}", c) for c in g["xids"]))
     if missing and not g["problems"]:
         lines.append("      - on the PCI bus, not reported by nvidia-smi")
     return lines

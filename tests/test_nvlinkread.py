@@ -53,7 +53,7 @@ def test_status_and_counters_every_n_ticks(host: FakeHost) -> None:
     assert [r.tick(host.smi, host.slots).ran for _ in range(5)] == [False, False, True] + [
         False
     ] * 2
-    assert host.spawns == 4
+    assert host.nvlink_spawns == 4
 
 
 def test_a_host_without_nvlink_learns_it_with_one_spawn(host: FakeHost) -> None:
@@ -63,11 +63,11 @@ def test_a_host_without_nvlink_learns_it_with_one_spawn(host: FakeHost) -> None:
     assert (first.no_nvlink, first.spawns, first.counters) == (True, 1, None)
     for _ in range(20):
         assert r.tick(host.smi, host.slots).no_nvlink
-    assert host.spawns == 1
+    assert host.nvlink_spawns == 1
     # Another set of GPUs (one hot-added) is asked once more.
     fakesysfs.add_device(host.root, "0000:e0:00.0", fakesysfs.NVIDIA, fakesysfs.H200, 0x030200)
     assert r.tick(host.smi, [*host.slots, "0000:e0:00.0"]).spawns == 1
-    assert host.spawns == 2
+    assert host.nvlink_spawns == 2
 
 
 def test_an_older_driver_that_prints_nothing_has_no_nvlink(host: FakeHost) -> None:
@@ -75,7 +75,7 @@ def test_an_older_driver_that_prints_nothing_has_no_nvlink(host: FakeHost) -> No
     r = reader(host, every=1)
     assert r.tick(host.smi, host.slots).no_nvlink
     r.tick(host.smi, host.slots)
-    assert host.spawns == 1
+    assert host.nvlink_spawns == 1
 
 
 def test_mig_mode_is_not_no_nvlink(host: FakeHost) -> None:
@@ -86,7 +86,7 @@ def test_mig_mode_is_not_no_nvlink(host: FakeHost) -> None:
     assert (read.no_nvlink, read.counters, read.spawns) == (False, None, 1)
     assert read.status.gpus[0].state is GpuState.MIG
     r.tick(host.smi, host.slots)
-    assert host.spawns == 2  # still watched
+    assert host.nvlink_spawns == 2  # still watched
 
 
 def test_a_line_it_cannot_read_is_one_warning_and_reads_go_on(host: FakeHost) -> None:
@@ -139,14 +139,14 @@ def test_nothing_runs_without_the_module_or_while_a_child_is_stuck(host: FakeHos
     assert r.tick(host.smi, host.slots).skipped == "busy"
     r.runner.stuck = None
     assert r.tick(host.smi, host.slots).spawns == 1
-    assert host.spawns == 1
+    assert host.nvlink_spawns == 1
 
 
 def test_no_binary_or_no_gpu_reads_nothing(host: FakeHost) -> None:
     r = reader(host, every=1)
     assert not r.tick(None, host.slots).ran
     assert not r.tick(host.smi, []).ran
-    assert host.spawns == 0
+    assert host.nvlink_spawns == 0
 
 
 def test_every_must_be_a_tick() -> None:
