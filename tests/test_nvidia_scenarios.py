@@ -230,3 +230,15 @@ def test_a_failing_bus_is_one_warning_and_a_problems_entry(host: Host) -> None:
     st = host.tick(1).state
     assert st["problems"] == {}
     assert len(host.events(Event.SYSTEM_BUS_RECOVERED)) == 1
+
+
+def test_an_unreadable_line_is_one_warning_naming_it_and_the_reads_go_on(host: Host) -> None:
+    nvlink(host, override={host.slots[1]: {"3": "26.562 furlongs"}})
+    host.make_agent(nvlink_interval=10.0)
+    st = host.tick(4).state
+    (line,) = host.events(Event.NVLINK_UNREADABLE)
+    assert line.levelno == logging.WARNING
+    assert "Link 3: 26.562 furlongs" in line.getMessage()
+    assert st["gpus"][0]["nvlink"]["active"] == 18  # the rest is read
+    assert st["probe"]["state"] == "ok"
+    assert host.nvlink_spawns == 8  # --status and --errorcounters, every tick

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpuagent.logs import Event
 from tests.system.test_deb import REPO, Container, container, deb, wait_for  # noqa: F401
 from tests.system.test_package import build
 from tests.tools import need
@@ -25,6 +26,10 @@ pytestmark = pytest.mark.system
 
 # The last commit of main whose package ran the service as a dynamic user (0.1.0).
 OLD_COMMIT = "59f171f193e806cd7ee71ef0388678ce18645cc3"
+# And the last one before 0.3.0, a build between releases: 0.2.0+git14.de2c3d4, which
+# debian/gpuagent.preinst must also take for a dynamic user's (dpkg orders it below 0.3.0).
+BETWEEN_COMMIT = "de2c3d45f927b4e15e3f6e15519a7d5e10bdd090"
+BETWEEN_VERSION = "0.2.0+git14.de2c3d4"
 FM = "nvidia-fabricmanager.service"
 PD = "nvidia-persistenced.service"
 DCGM = "nvidia-dcgm.service"
@@ -45,28 +50,46 @@ CHECK = "gpuagent-units-check.service"
 OUTPUT = "/run/gpuagent-units-check.json"
 
 
-@pytest.fixture(scope="module")
-def old_deb(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The .deb of OLD_COMMIT, built from a scratch copy of that tree."""
-    src = str(tmp_path_factory.mktemp("old-src"))
+def _old_build(factory: pytest.TempPathFactory, commit: str, version: str | None) -> str:
+    """The .deb of ``commit``, built from a scratch copy of that tree (as ``version``)."""
+    src = str(factory.mktemp("old-src"))
     archive = subprocess.run(
-        ["git", "-C", REPO, "archive", OLD_COMMIT], capture_output=True, check=False, timeout=60
+        ["git", "-C", REPO, "archive", commit], capture_output=True, check=False, timeout=60
     )
-    need(archive.returncode == 0, f"{OLD_COMMIT} is not in this checkout's history")
+    need(archive.returncode == 0, f"{commit} is not in this checkout's history")
     subprocess.run(["tar", "-x", "-C", src], input=archive.stdout, check=True, timeout=60)
-    subprocess.run(
-        ["git", "init", "-q", src], check=True, timeout=60
-    )  # build-deb.sh lists git's files
-    out = str(tmp_path_factory.mktemp("old-deb"))
+    # build-deb.sh lists git's files, and names the commit of a build between releases.
+    git = ["git", "-C", src, "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", src], check=True, timeout=60)
+    if version is not None:
+        subprocess.run([*git, "add", "-A"], check=True, timeout=60)
+        subprocess.run([*git, "commit", "-q", "-m", commit], check=True, timeout=60)
+    out = str(factory.mktemp("old-deb"))
+    env = {**os.environ, **({"GPUAGENT_VERSION": version} if version else {})}
     proc = subprocess.run(
         [os.path.join(src, "packaging", "build-deb.sh"), out],
         capture_output=True,
         text=True,
         check=False,
         timeout=600,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def old_deb(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The .deb of OLD_COMMIT (0.1.0)."""
+    return _old_build(tmp_path_factory, OLD_COMMIT, None)
+
+
+@pytest.fixture(scope="module")
+def between_deb(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The .deb of BETWEEN_COMMIT, as the build between releases it was."""
+    path = _old_build(tmp_path_factory, BETWEEN_COMMIT, BETWEEN_VERSION)
+    assert BETWEEN_VERSION in os.path.basename(path), path
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -169,12 +192,59 @@ def nvidia_units(c: Container) -> None:
     assert units[DCGM]["active_state"] in ("activating", "failed", "inactive")
     # GetUnitByPID under ProtectProc=invisible: systemd looks the process up, not the caller.
     assert got["pid"] == {"pid": int(fm_pid), "unit": FM, "error": ""}
+    the_agent_reports_them(c)
     # Not installed: a fact, not an error.
     c.run("systemctl", "stop", FM)
     c.run("rm", f"/etc/systemd/system/{FM}")
     c.run("systemctl", "daemon-reload")
     gone = units_as_the_service(c)["units"][FM]
     assert (gone["load_state"], gone["n_restarts"]) == ("not-found", None)
+    # No NVSwitch here: not installed is no problem, and the agent says so.
+    wait_for(
+        "the agent's read of the removed unit",
+        lambda: "fabric manager not installed" in c.status().stdout,
+        25,
+    )
+    # The other stand-ins go too: the upgrade after this one starts from a host without them.
+    c.run("systemctl", "stop", PD, DCGM)
+    c.run("rm", f"/etc/systemd/system/{PD}", f"/etc/systemd/system/{DCGM}")
+    c.run("systemctl", "daemon-reload")
+    c.run("systemctl", "reset-failed", check=False)
+
+
+def the_agent_reports_them(c: Container) -> None:
+    """The packaged agent's own reads (no GPU here): fabric manager running, persistenced
+    stopped, DCGM crash-looping, in `gpuagent status`, the journal and the textfile that
+    node_exporter serves, within two ticks (the packaged interval is 10 s)."""
+
+    def state() -> dict[str, Any]:
+        st: dict[str, Any] = json.loads(c.status("--json").stdout)
+        return st
+
+    def seen() -> bool:
+        # Read before the stand-ins were there, both were not-found (and inactive).
+        units = state().get("services", {})
+        fm, pd = units.get(FM, {}), units.get(PD, {})
+        return bool(
+            fm.get("active_state") == "active"
+            and (pd.get("load_state"), pd.get("active_state")) == ("loaded", "inactive")
+        )
+
+    wait_for("the agent's read of the units", seen, 25)
+    st = state()
+    assert st["services"][FM]["active_state"] == "active", st
+    assert st["services"][DCGM]["restarts"] >= 2, st
+    assert st["problems"] == {}, st  # the bus works for the static user
+    assert [p["kind"] for p in st["host_problems"]] == ["persistenced_down"], st
+    text = c.status().stdout
+    assert "services: fabric manager active, persistenced inactive (dead)" in text, text
+    assert c.events(Event.PROBLEM_PERSISTENCED_DOWN), c.journal()
+    # The textfile that node_exporter serves (this container's exporter listens on no port
+    # the test knows; tests/system/test_deb.py checks the exporter itself).
+    prom = c.out("cat", "/run/gpuagent/gpuagent.prom")
+    assert f'gpuagent_service_active{{unit="{PD}"}} 0.0' in prom, prom
+    assert f'gpuagent_service_active{{unit="{FM}"}} 1.0' in prom, prom
+    assert f'gpuagent_service_restarts_total{{unit="{DCGM}"}}' in prom, prom
 
 
 def purge_keeps_the_user(c: Container) -> None:
@@ -186,7 +256,12 @@ def purge_keeps_the_user(c: Container) -> None:
     assert static_user(c) is None
 
 
-def test_upgrade_and_units_over_the_bus(container: Container, old_deb: str, new_deb: str) -> None:  # noqa: F811
+def test_upgrade_and_units_over_the_bus(
+    container: Container,  # noqa: F811
+    old_deb: str,
+    between_deb: str,
+    new_deb: str,
+) -> None:
     c = container
     try:
         c.apt("update")
@@ -204,7 +279,8 @@ def test_upgrade_and_units_over_the_bus(container: Container, old_deb: str, new_
         c.run("sed", "-i", r"s/^\(passwd:.*\)$/\1 systemd/", "/etc/nsswitch.conf")
         c.run("sed", "-i", r"s/ systemd systemd$/ systemd/", "/etc/nsswitch.conf")
         assert re.search(r"^passwd:.* systemd\b", c.out("cat", "/etc/nsswitch.conf"), re.M)
-        upgrade(c, old_deb, new_deb, nss_systemd=True)
+        # From a build between releases (0.2.0+gitN, still a dynamic user's) this time.
+        upgrade(c, between_deb, new_deb, nss_systemd=True)
     except BaseException:
         tail = c.run("journalctl", "--no-pager", "-n", "200", check=False).stdout
         print(f"--- journalctl ---\n{tail}")
