@@ -23,13 +23,23 @@ from .history import ThrottleWindow
 from .kernel import KernelSource
 from .kernlog import KernelLog
 from .logs import EventLog
+from .nvlinksource import NvlinkSource
 from .probe import Prober, lookup
 from .probing import Probing
 from .samples import Samples
+from .services import Reader as UnitsReader
+from .services import ServicesSource
 from .state import SCHEMA
 from .verdict import Verdict
+from .views import BusView, ProbeState
 
 __all__ = ["Agent"]
+
+
+def _system_units() -> UnitsReader:
+    from .units import Units  # noqa: PLC0415 - a run by hand without D-Bus never needs it
+
+    return Units()
 
 
 class Agent:
@@ -45,6 +55,7 @@ class Agent:
         wall: Callable[[], float] = time.time,
         which: Callable[[str], str | None] = lookup,
         kernel_log: Callable[[str], KernelLog] = KernelLog,
+        units: Callable[[], UnitsReader] | None = None,
     ) -> None:
         self.config = config
         self.wall = wall
@@ -64,6 +75,10 @@ class Agent:
         self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
         self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log, self.origin.started_at)
+        self.nvlink = NvlinkSource(config, prober.runner, log, monotonic=monotonic)
+        self.services = ServicesSource(
+            config.sysfs_root, log, reader=(units or _system_units)(), monotonic=monotonic
+        )
         self._bug = Bug(log, "in a tick")
 
     def configure(self, config: Config | None = None) -> report.Report:
@@ -76,9 +91,12 @@ class Agent:
             self.kernel.configure(config.journal_directory, config.xid, config.xid_warning_hold)
             self.driver.configure(config)
             self.samples.configure(config.throttle_window, config.throttle_fraction)
+            self.nvlink.configure(config)
+            self.services.configure(config.sysfs_root)
             self.origin = replace(self.origin, interval=config.interval)
             self.config = config
         self.probing.expedite()
+        self.nvlink.expedite()
         return self._report()
 
     def tick(self, scanned: Callable[[str], None] | None = None) -> report.Report:
@@ -96,16 +114,19 @@ class Agent:
             if scanned is not None:
                 scanned(self._report().status)
                 scanned = None
+            self._services()
             answer = self.probing.step(bus)
             if self.probing.gated:
                 # What nvidia-smi said no longer holds once it cannot be asked.
                 self.verdict.report("smi", {})
                 self.samples.forget()
             elif answer is not None:
-                self.verdict.report("smi", self.samples.take(answer, bus.gpus))
+                found = self.samples.take(answer, bus.gpus)
+                self.verdict.report("smi", self.services.fold(found))
             self.samples.mark_stale(bus.gpus, self.config.interval)
             records = self.kernel.driver_records()
             self.verdict.report("driver", self.driver.findings(bus, self.probing.view, records))
+            self._nvlink(bus)
             self.verdict.judge(self.wall(), bus, self.config.expected_gpus)
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)
@@ -116,10 +137,31 @@ class Agent:
             self._bug.passed()
         return self._report()
 
+    def _services(self) -> None:
+        # Before the probe: its fabric findings are folded under the fabric manager's state.
+        rows = {slot: s.fields for slot, s in self.samples.view.samples.items()}
+        self.verdict.report("persistence", self.services.step(rows))
+        self.verdict.report("services", {"": self.services.host})
+
+    def _nvlink(self, bus: BusView) -> None:
+        if self.probing.gated:
+            self.verdict.report("nvlink", {})  # as for nvidia-smi's own findings
+            return
+        if self.probing.view.state is not ProbeState.OK or self.samples.view.missing:
+            # A failing or stuck nvidia-smi gets no more children, nor one that cannot reach
+            # a GPU (lost): the read would fail for the reason already said.  The last holds.
+            return
+        rows = [s.fields for s in self.samples.view.samples.values()]
+        slots = [g.slot for g in bus.probeable]
+        found = self.nvlink.step(self.probing.binary, slots, rows)
+        if found is not None:
+            self.verdict.report("nvlink", found)
+
     def _report(self) -> report.Report:
         trouble = {
             "sysfs": self.bus.trouble,
             "journal": self.kernel.error,
+            "system_bus": self.services.error,
             "internal": self._bug.reason,
         }
         view = self.bus.view
@@ -131,6 +173,8 @@ class Agent:
             probe=self.probing.view,
             samples=self.samples.view,
             kernel=self.kernel.view(view.slots),
+            nvlink=self.nvlink.view,
+            services=self.services.view,
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
         )

@@ -27,7 +27,12 @@ _DURATIONS = {
     "driver_absent_grace",
     "xid_warning_hold",
     "throttle_window",
+    "nvlink_interval",
+    "nvlink_window",
 }
+_BUDGETS = {"nvlink_recovery_budget", "nvlink_replay_budget"}
+# A budget beyond this is no budget at all; it also keeps huge TOML integers out.
+_MAX_BUDGET = 1_000_000_000
 # Below a millisecond the loop would spend its time scheduling; a day is beyond any use.
 _DURATION_RANGE = (0.001, 86400.0)
 # Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
@@ -59,6 +64,12 @@ def check_key(source: str, key: str, value: Any) -> Any:
     if key == "backoff_after":
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
             raise ConfigError(f"{where}: expected an integer from 1 to 1000, got {_show(value)}")
+        return value
+    if key in _BUDGETS:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_BUDGET:
+            raise ConfigError(
+                f"{where}: expected an integer from 0 to {_MAX_BUDGET}, got {_show(value)}"
+            )
         return value
     if key == "expected_gpus":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:

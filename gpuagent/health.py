@@ -61,6 +61,9 @@ ACTIONS = (
     "drain_and_reset",
     "drain_and_rma",
     "check_host",
+    # A service the GPUs depend on (nvidia-fabricmanager, nvidia-persistenced) is down:
+    # restart it (systemctl restart UNIT), and see its journal for why it stopped.
+    "restart_service",
 )
 
 # Which action applies when a GPU has several problems: the one that takes most (an RMA
@@ -71,6 +74,7 @@ _WEIGHT = {
         (
             "none",
             "restart_app",
+            "restart_service",
             "drain_p2p",
             "check_host",
             "reset_gpu",

@@ -20,7 +20,7 @@ EX_RUNNING = 75
 
 class AlreadyRunning(Exception):
     """Another agent holds the lock; ``pid`` is its pid, or None if it has not written it or
-    the lock is another user's (``foreign``: the service's dynamic user, say)."""
+    the lock is another user's (``foreign``: the service's user, say)."""
 
     def __init__(self, path: str, pid: int | None, *, foreign: bool = False) -> None:
         if foreign:

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from . import nvmetrics
 from .report import GpuEntry, ProblemEntry, State
 from .views import ProbeState
 
@@ -183,8 +184,11 @@ def _worst(state: State) -> GaugeMetricFamily:
     for gpu in state["gpus"]:
         owners.append((gpu["pci_slot"], _text(gpu["fields"].get("uuid")), gpu["problems"]))
     for slot, uuid, problems in owners:
-        if problems:
-            p = problems[0]
+        # A problem folded under a host's cause (a GPU's fabric while the fabric manager is
+        # down) is that cause's to page for, not its GPU's.
+        own = [p for p in problems if not p.get("cause")]
+        if own:
+            p = own[0]
             family.add_metric([slot, uuid, p["kind"], p["severity"], p["action"], p["message"]], 1)
     return family
 
@@ -307,6 +311,7 @@ def families(state: State) -> list[Metric]:
     out.append(_problems(state))
     out.append(_worst(state))
     out.extend(_xids(state))
+    out.extend(nvmetrics.families(state))
     return [f for f in out if f.samples]
 
 

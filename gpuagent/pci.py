@@ -12,10 +12,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["NVIDIA_VENDOR", "PciGpu", "Scanner", "is_nvidia_gpu", "module_loaded", "scan"]
+__all__ = [
+    "NVIDIA_VENDOR",
+    "PciGpu",
+    "Scanner",
+    "is_nvidia_gpu",
+    "is_nvswitch",
+    "module_loaded",
+    "nvswitches",
+    "scan",
+]
 
 NVIDIA_VENDOR = 0x10DE
 _GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
+# NVSwitches show up as NVIDIA functions of class "Bridge / other" (0x0680xx).
+_NVSWITCH_CLASS = 0x0680
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,11 @@ class PciGpu:
 def is_nvidia_gpu(vendor: int, pci_class: int) -> bool:
     """Classify a function from its ``vendor`` and 24-bit ``class`` values."""
     return vendor == NVIDIA_VENDOR and (pci_class >> 8) in _GPU_CLASSES
+
+
+def is_nvswitch(vendor: int, pci_class: int) -> bool:
+    """Whether a function with ``vendor`` and 24-bit ``class`` is an NVSwitch."""
+    return vendor == NVIDIA_VENDOR and (pci_class >> 8) == _NVSWITCH_CLASS
 
 
 def _read(path: str) -> str | None:
@@ -168,6 +184,34 @@ def _identify(dev: str) -> tuple[str, str] | None:
 def scan(sysfs_root: str) -> tuple[list[PciGpu], list[str]]:
     """One scan without memory (``gpuagent detect``); see :meth:`Scanner.scan`."""
     return Scanner(sysfs_root).scan()
+
+
+def nvswitches(sysfs_root: str) -> tuple[list[str], list[str]]:
+    """The slots of the NVSwitches on the bus (sorted) and one-line problems naming files.
+
+    Read afresh on each call (two small files per function): NVSwitches do not come and go,
+    so a caller needs this rarely (the fabric manager check), not every tick.
+    """
+    base = os.path.join(sysfs_root, "bus", "pci", "devices")
+    try:
+        slots = sorted(os.listdir(base))
+    except OSError as e:
+        return [], [f"{base}: cannot list PCI devices: {e.strerror}"]
+    found: list[str] = []
+    problems: list[str] = []
+    for slot in slots:
+        dev = os.path.join(base, slot)
+        try:
+            vendor = _hex(_read(os.path.join(dev, "vendor")))
+            if vendor != NVIDIA_VENDOR:
+                continue
+            pci_class = _hex(_read(os.path.join(dev, "class")))
+        except (OSError, UnicodeDecodeError) as e:
+            problems.append(f"{dev}: cannot read: {getattr(e, 'strerror', None) or e}")
+            continue
+        if pci_class is not None and is_nvswitch(vendor, pci_class):
+            found.append(slot)
+    return found, problems
 
 
 def _driver(dev: str) -> str | None:

@@ -47,6 +47,9 @@ class Probing:
         self.backoff = Backoff(config.backoff_after, cap_ticks(config.interval, config.retry_max))
         self.prober.configure(config.probe_timeout)
         self._view = ProbeView(fields=prober.fields)
+        # nvidia-smi's path as the last tick's gates found it (None: not looked up, or not
+        # found): the NVLink reads use the same.
+        self.binary: str | None = None
         self._smi_missing: Condition[bool] = Condition()
         self._unloaded: Condition[bool] = Condition()
         self._outage: Condition[bool] = Condition()
@@ -79,6 +82,7 @@ class Probing:
         naming GPUs), else None.  Never raises for anything nvidia-smi does."""
         was_gated = self._view.gate is not None
         gate, path = self._gate(bus)
+        self.binary = path
         if gate is None and was_gated:
             # Whatever kept the probe off has cleared (a GPU appeared, the driver or
             # nvidia-smi came back): look now, not when the old backoff says.

@@ -11,16 +11,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict
 
 from .health import OK, UNKNOWN, Problem, worst
-from .smi import Value
+from .schema import (
+    Exit,
+    GpuEntry,
+    NvlinkEntry,
+    PciEntry,
+    ProbeEntry,
+    ProblemEntry,
+    ServiceEntry,
+    State,
+    SXidEntry,
+    XidEntry,
+)
 from .statusline import Problems, status_line, with_trouble
-from .views import BusView, KernelView, ProbeState, ProbeView, SamplesView
+from .views import (
+    BusView,
+    KernelView,
+    NvlinkGpu,
+    NvlinkView,
+    ProbeState,
+    ProbeView,
+    SamplesView,
+    ServicesView,
+)
 
 __all__ = [
     "Exit",
     "GpuEntry",
+    "NvlinkEntry",
     "Origin",
     "PciEntry",
     "ProbeEntry",
@@ -28,116 +48,13 @@ __all__ = [
     "Problems",
     "Report",
     "SXidEntry",
+    "ServiceEntry",
     "State",
     "XidEntry",
     "build",
     "finished",
     "with_problems",
 ]
-
-
-class ProblemEntry(TypedDict):
-    """A problem on a GPU or the host: ``severity`` warning or critical, ``action`` one of
-    :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``xid`` for kind ``xid``."""
-
-    kind: str
-    severity: str
-    action: str
-    message: str
-    since: float
-    xid: NotRequired[int]
-
-
-class XidEntry(TypedDict):
-    """One Xid code counted on a GPU this boot: ``first`` and ``last`` record's time,
-    ``severity`` none, warning or critical."""
-
-    xid: int
-    count: int
-    first: float
-    last: float
-    name: str
-    severity: str
-    action: str
-
-
-class SXidEntry(TypedDict):
-    """One SXid code counted on an NVSwitch (its slot, or ``nvswitchN``) this boot."""
-
-    pci_slot: str
-    sxid: int
-    count: int
-    first: float
-    last: float
-    fatal: bool
-
-
-class GpuEntry(TypedDict):
-    """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
-    without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
-    critical, unknown), problems and Xid counts."""
-
-    pci_slot: str
-    uuid: str | None
-    fields: dict[str, Value]
-    sampled_at: float | None
-    stale: bool
-    health: str
-    problems: list[ProblemEntry]
-    xids: list[XidEntry]
-
-
-# "class" is a keyword: the functional form.
-PciEntry = TypedDict(
-    "PciEntry", {"slot": str, "device_id": str, "class": str, "driver": str | None}
-)
-
-
-class ProbeEntry(TypedDict):
-    """The probe: ``state`` (:class:`~gpuagent.views.ProbeState`), ``gate`` while one holds,
-    the failing probe's ``failure_class``, ``next_probe_in_ticks`` (None while gated),
-    ``duration`` of the last run (s)."""
-
-    state: str
-    gate: str | None
-    failure_class: str | None
-    consecutive_failures: int
-    next_probe_in_ticks: int | None
-    spawns_total: int
-    last_error: str | None
-    last_success_at: float | None
-    fields: list[str]
-    duration: float | None
-
-
-class Exit(TypedDict):
-    """How the agent ended: ``reason`` ``ticks`` (ran the ticks asked for) or ``signal``."""
-
-    reason: str
-    at: float
-
-
-class State(TypedDict):
-    """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
-    ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
-    nvidia-smi does not report."""
-
-    schema: int
-    version: str
-    pid: int
-    started_at: float
-    updated_at: float
-    ticks: int
-    interval: float
-    exit: Exit | None
-    status: str
-    pci: list[PciEntry]
-    probe: ProbeEntry
-    gpus: list[GpuEntry]
-    sxids: list[SXidEntry]
-    host_problems: list[ProblemEntry]
-    missing: list[str]
-    problems: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -174,6 +91,8 @@ def _problem(p: Problem) -> ProblemEntry:
     for key, value in f.extra:
         if key == "xid" and isinstance(value, int):
             entry["xid"] = value
+        elif key == "cause" and isinstance(value, str):
+            entry["cause"] = value
     return entry
 
 
@@ -208,8 +127,25 @@ def _sxids(kernel: KernelView) -> list[SXidEntry]:
     ]
 
 
+def _nvlink(gpu: NvlinkGpu) -> NvlinkEntry:
+    return {
+        "links": gpu.links,
+        "active": gpu.links - len(gpu.inactive),
+        "inactive": list(gpu.inactive),
+        "counters": {
+            str(n): {_counter(name): v for name, v in values.items()}
+            for n, values in sorted(gpu.counters.items())
+        },
+    }
+
+
+def _counter(name: str) -> str:
+    """``Recovery Errors`` -> ``recovery``, ``CRC Errors`` -> ``crc``."""
+    return name.lower().removesuffix(" errors").replace(" ", "_")
+
+
 def _gpus(
-    bus: BusView, samples: SamplesView, kernel: KernelView, problems: Problems
+    bus: BusView, samples: SamplesView, kernel: KernelView, problems: Problems, nvlink: NvlinkView
 ) -> list[GpuEntry]:
     """One entry per GPU known: on the bus now, seen on it before, named by nvidia-smi or by
     the kernel."""
@@ -217,6 +153,7 @@ def _gpus(
     xids = _xids(kernel)
     slots = (set(bus.seen) | set(samples.samples) | set(problems) | set(xids)) - {""}
     out: list[GpuEntry] = []
+    links = nvlink.gpus
     for slot in sorted(slots):
         s = samples.samples.get(slot)
         mine = problems.get(slot, ())
@@ -239,6 +176,8 @@ def _gpus(
                 "xids": xids.get(slot, []),
             }
         )
+        if slot in links:
+            out[-1]["nvlink"] = _nvlink(links[slot])
     return out
 
 
@@ -267,6 +206,8 @@ def build(
     probe: ProbeView,
     samples: SamplesView,
     kernel: KernelView,
+    nvlink: NvlinkView,
+    services: ServicesView,
     problems: Problems,
     trouble: Mapping[str, str],
 ) -> Report:
@@ -289,10 +230,20 @@ def build(
             for g in bus.gpus
         ],
         "probe": _probe(probe),
-        "gpus": _gpus(bus, samples, kernel, problems),
+        "gpus": _gpus(bus, samples, kernel, problems, nvlink),
         "sxids": _sxids(kernel),
         "host_problems": [_problem(p) for p in problems.get("", ())],
         "missing": list(samples.missing),
+        "services": {
+            name: {
+                "load_state": u.load_state,
+                "active_state": u.active_state,
+                "sub_state": u.sub_state,
+                "result": u.result,
+                "restarts": u.restarts,
+            }
+            for name, u in sorted(services.units.items())
+        },
         "problems": dict(sorted(trouble.items())),
     }
     return Report(ticks, status, state, line)

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-import time
-from collections.abc import Mapping
-from typing import Any
 
 from .report import GpuEntry, ProblemEntry, State
 from .status import ExitCode, ago, clean, conditions, finite
+from .statusrows import count, nvlink_row, services_row
 
 __all__ = ["render"]
 
@@ -88,6 +86,9 @@ def render(
         if text not in (st["status"], title):
             lines.append(f"    {severity.health}: {clean(text)}")
     lines.extend(f"    host: {_problem(p, now)}" for p in st["host_problems"])
+    services = services_row(st.get("services"))
+    if services:
+        lines.append(f"    services: {services}")
     out = [line for text in lines for line in _wrap(text, width)]
     if st["gpus"]:
         out.append(_row(_WIDE if wide else _NARROW, None, wide))
@@ -97,7 +98,7 @@ def render(
             out.extend(_wrap(text, width))
     switches: dict[str, list[str]] = {}
     for c in st.get("sxids", []):
-        switches.setdefault(c["pci_slot"], []).append(_count(f"SXid {c['sxid']}", c))
+        switches.setdefault(c["pci_slot"], []).append(count(f"SXid {c['sxid']}", c))
     for slot, counts in switches.items():
         out.extend(_wrap(f"    NVSwitch {clean(slot)}: {'; '.join(counts)}", width))
     return "\n".join(out)
@@ -160,30 +161,22 @@ def _row(columns: _Columns, g: GpuEntry | None, wide: bool, now: float = 0) -> s
     return "    " + " ".join([*cells, "STALE " + age if g["stale"] else age])
 
 
-def _clock(at: float) -> str:
-    try:
-        return time.strftime("%H:%M:%S", time.localtime(at))
-    except (OverflowError, OSError, ValueError):
-        return "?"
-
-
-def _count(name: str, c: Mapping[str, Any]) -> str:
-    """``Xid 79`` times its count and the last one's local time of day."""
-    return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
-
-
 def _problem(p: ProblemEntry, now: float) -> str:
-    """The action first: what to do, then what is wrong."""
+    """The action first: what to do, then what is wrong; a folded problem (a GPU's fabric
+    while the fabric manager is down) names its cause."""
+    cause = f"cause: host {clean(p['cause'])}, " if p.get("cause") else ""
     return (
         f"{clean(p['action'])}: {clean(p['severity'])} {clean(p['kind'])}: "
-        f"{clean(p['message'])} (since {ago(now - p['since'])} ago)"
+        f"{clean(p['message'])} ({cause}since {ago(now - p['since'])} ago)"
     )
 
 
 def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
-    lines = [f"      - {_problem(p, now)}" for p in g["problems"]]
+    nvlink = nvlink_row(g.get("nvlink"))
+    lines = [f"      {nvlink}"] if nvlink else []
+    lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
     if g.get("xids"):
-        lines.append("      " + "; ".join(_count(f"Xid {c['xid']}", c) for c in g["xids"]))
+        lines.append("      " + "; ".join(count(f"Xid {c['xid']}", c) for c in g["xids"]))
     kinds = {p["kind"] for p in g["problems"]}
     if missing and not kinds & {"missing", "lost"}:
         lines.append("      - on the PCI bus, not reported by nvidia-smi")

@@ -1,7 +1,7 @@
 """What ``gpuagent check-config`` says about a configuration that the packaged service could
 not use, though the root running the check can.
 
-The service runs as a dynamic user: other users' rights, plus the supplementary groups
+The service runs as the system user ``gpuagent``: other users' rights, plus the supplementary groups
 ``video`` and ``systemd-journal`` of its unit.  A config file or drop-in of the service's own
 that this user may not read is an error (exit 78): the service would not start, or not
 reload.  For any other path it is a warning, as are a ``state_file`` outside
@@ -86,12 +86,12 @@ def check(
             continue
         if own:
             errors.append(
-                f"{name}: {why}, and the packaged service (a dynamic user) is one: it would "
+                f"{name}: {why}, and the packaged service (user gpuagent) is one: it would "
                 f"fail to start or reload ({_FIX})"
             )
         else:
             warnings.append(
-                f"{name}: {why}, and the packaged service (a dynamic user) is one: it would "
+                f"{name}: {why}, and the packaged service (user gpuagent) is one: it would "
                 f"fail to start or reload on it ({_FIX})"
             )
     if not cfg.state_file.startswith("/run/gpuagent/"):

@@ -1,8 +1,7 @@
 """What systemd knows of gpuagent.service, for ``gpuagent status`` when there is no state file.
 
-systemd removes ``/run/gpuagent`` when the service stops, and keeping it
-(``RuntimeDirectoryPreserve=yes``) moves it under ``/run/private``, out of other users'
-reach, because the unit has ``DynamicUser=yes``.  So a stopped service leaves no state file
+systemd removes ``/run/gpuagent`` when the service stops (the unit does not keep it: a
+stopped agent's state would read as a live one's).  So a stopped service leaves no state file
 to read, and systemd is asked instead: stopped since when, failed with which status, or not
 run since boot.  Only imported on that path: ``gpuagent status`` must start fast.
 """

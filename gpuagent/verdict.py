@@ -27,6 +27,10 @@ _EVENTS = {
 }
 
 
+def _caused(p: Problem) -> bool:
+    return any(key == "cause" for key, _ in p.finding.extra)
+
+
 class Verdict:
     """Problems per GPU and the host, from every source; logs through ``log``.  A problem
     whose fault happened before ``started`` (wall s: this agent's start; a restart, an
@@ -52,12 +56,18 @@ class Verdict:
         # Passthrough (vfio-pci …) is on purpose; a display driver holding the GPU is not.
         exempt = [g.slot for g in gpus if rules.deliberate(g)]
         started, ended = self.tracker.settle(now, exempt)
+        # A problem with a cause (a GPU's fabric under fabricmanager_down) is the cause's to
+        # say: no line of its own, nor for its uncaused self ending or starting beside it.
+        quiet = {(p.slot, p.finding.kind) for p in [*started, *ended] if _caused(p)}
         for p in started:
-            self._log(p, "start")
+            if (p.slot, p.finding.kind) not in quiet:
+                self._log(p, "start")
         for p in self.tracker.restated:
-            self._log(p, "restated")
+            if not _caused(p):
+                self._log(p, "restated")
         for p in ended:
-            self._log(p, "end")
+            if (p.slot, p.finding.kind) not in quiet:
+                self._log(p, "end")
 
     def _log(self, p: Problem, what: str) -> None:
         f = p.finding
@@ -82,7 +92,8 @@ class Verdict:
         self.log(level, event, text, **fields)
 
     def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
-        """Replace everything ``source`` (``smi``, ``xid``) found with ``findings`` (by slot)."""
+        """Replace everything ``source`` (``smi``, ``xid``, ``nvlink``, ``services``,
+        ``persistence``) found with ``findings`` (by slot)."""
         self.tracker.report(source, findings)
 
     def problems(self) -> dict[str, list[Problem]]:

@@ -18,10 +18,14 @@ __all__ = [
     "BusView",
     "Gate",
     "KernelView",
+    "NvlinkGpu",
+    "NvlinkView",
     "ProbeState",
     "ProbeView",
     "Sample",
     "SamplesView",
+    "ServicesView",
+    "UnitView",
     "plural",
 ]
 
@@ -119,3 +123,41 @@ class KernelView:
     xids: Mapping[tuple[str, int], XidCount]
     sxids: Mapping[tuple[str, int], SXidCount]
     uuids: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class NvlinkGpu:
+    """One GPU's links as last read: how many, which are not up (by number), and each link's
+    error counters by counter name (``replay``, ``recovery``, ``crc``; None: N/A)."""
+
+    links: int
+    inactive: tuple[int, ...]
+    counters: Mapping[int, Mapping[str, int | None]]
+
+
+@dataclass(frozen=True)
+class NvlinkView:
+    """The NVLink reads: each GPU's links by slot (GPUs in MIG mode and without NVLink left
+    out), whether the host's GPUs have no NVLink at all, and the reads' spawns so far."""
+
+    gpus: Mapping[str, NvlinkGpu]
+    no_nvlink: bool = False
+    spawns_total: int = 0
+
+
+@dataclass(frozen=True)
+class UnitView:
+    """One of NVIDIA's systemd units as last read over D-Bus."""
+
+    load_state: str
+    active_state: str
+    sub_state: str
+    result: str
+    restarts: int | None
+
+
+@dataclass(frozen=True)
+class ServicesView:
+    """NVIDIA's units by name; empty when not watched (no system bus) or the bus failed."""
+
+    units: Mapping[str, UnitView]

@@ -17,6 +17,7 @@ from gpuagent.probe import Prober
 from gpuagent.report import ProbeEntry, Report, State
 from gpuagent.runner import Runner
 from tests import fakehost
+from tests.fake_units import FakeUnits
 from tests.fakehost import FakeHost
 
 
@@ -47,6 +48,7 @@ class Host(FakeHost):
     agent: Agent | None = None
     runner: Runner | None = None
     report: Report | None = None
+    units: FakeUnits = field(default_factory=FakeUnits)
 
     def config(self, **overrides: Any) -> Config:
         base = Config(
@@ -60,14 +62,21 @@ class Host(FakeHost):
         )
         return replace(base, **overrides)
 
-    def make_agent(self, **overrides: Any) -> Agent:
+    def make_agent(self, units: FakeUnits | None = None, **overrides: Any) -> Agent:
         logger = logging.getLogger(f"test.{id(self)}")
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
         logger.handlers[:] = [self.logs]
         cfg = self.config(**overrides)
         self.runner = Runner(timeout=cfg.probe_timeout, kill_grace=0.3)
-        self.agent = Agent(cfg, Prober(self.runner), EventLog(logger), monotonic=self.clock)
+        self.units = units or FakeUnits()
+        self.agent = Agent(
+            cfg,
+            Prober(self.runner),
+            EventLog(logger),
+            monotonic=self.clock,
+            units=lambda: self.units,
+        )
         return self.agent
 
     def tick(self, n: int = 1) -> Report:
@@ -128,3 +137,11 @@ def public_dir() -> Iterator[str]:
     os.chmod(path, 0o755)  # noqa: S103 - the point: every user may search it
     yield path
     shutil.rmtree(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_system_bus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees a host without a system bus (as a container without systemd), whatever
+    the machine running them has: the agent's units source then says so once and reads
+    nothing.  Tests of the units give their own bus or reader."""
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/system_bus_socket")

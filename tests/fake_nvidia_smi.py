@@ -18,6 +18,12 @@ one step (tests rewrite it between ticks):
 - ``"override": {"<slot>": {"field": "cell"}}`` with ``capture`` and ``slots``: those cells
   in that GPU's row (``[GPU requires reset]``, ``Reset``).
 - ``"reject": ["field", ...]``: fields this "driver" does not know (exit 2 with the message).
+- ``"nvlink": {"status": "<file>", "errorcounters": "<file>", "exit": 0}`` answers
+  ``nvlink --status`` / ``-s`` and ``nvlink --errorcounters`` / ``-e`` from captures in
+  data/corpus/nvlink (or errors), made one GPU per ``slots`` entry with ``"override"`` applied
+  (see ``replay.nvlink_answer``); ``"hang"`` inside it hangs those calls only.  A step
+  without ``"nvlink"`` answers them with nothing, as drivers before 595 do on a GPU without
+  NVLink, or with its error.
 
 Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
 """
@@ -66,6 +72,8 @@ def main() -> int:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(float(step["hang"]))
         return 0
+    if sys.argv[1:2] == ["nvlink"]:
+        return _nvlink(step)
     query = (_arg("--query-gpu=") or "").split(",")
     rejected = [f for f in query if f in step.get("reject", [])]
     if rejected:
@@ -100,6 +108,38 @@ def main() -> int:
             out.write(last.read())
     out.flush()
     return code
+
+
+_NVLINK_ARGS = {"--status": "status", "-s": "status", "--errorcounters": "errorcounters"}
+
+
+def _nvlink(step: dict[str, Any]) -> int:
+    which = next((_NVLINK_ARGS.get(a) for a in sys.argv[2:] if a in _NVLINK_ARGS), None)
+    if which is None and "-e" in sys.argv[2:]:
+        which = "errorcounters"
+    nv = step.get("nvlink")
+    if not isinstance(nv, dict):
+        if "error" in step:
+            with open(os.path.join(replay.CORPUS, "errors", str(step["error"])), "rb") as f:
+                sys.stdout.buffer.write(f.read())
+            return int(step.get("exit", 0))
+        return 0
+    if "hang" in nv:
+        time.sleep(float(nv["hang"]))
+        return 0
+    if which is None or which not in nv:
+        sys.stdout.write("nvidia-smi nvlink: this fake knows only --status and --errorcounters\n")
+        return 2
+    text = replay.nvlink_answer(
+        replay.nvlink_capture(str(nv[which])),
+        step.get("slots"),
+        nv.get("override"),
+        counters=which == "errorcounters",
+        links=int(nv.get("links", 18)),
+    )
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return int(nv.get("exit", 0))
 
 
 if __name__ == "__main__":

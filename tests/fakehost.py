@@ -53,13 +53,22 @@ class FakeHost:
     def failing(self, error: str = MISMATCH, code: int = 18) -> None:
         self.scenario(error=error, exit=code)
 
+    def calls(self) -> list[list[str]]:
+        """The fake nvidia-smi's command lines so far."""
+        if not os.path.exists(self.calls_log):
+            return []
+        with open(self.calls_log) as f:
+            return [json.loads(line) for line in f]
+
     @property
     def spawns(self) -> int:
-        """How many times the fake nvidia-smi has run."""
-        if not os.path.exists(self.calls_log):
-            return 0
-        with open(self.calls_log) as f:
-            return sum(1 for _ in f)
+        """How many times the fake nvidia-smi has run as the probe (its nvlink reads apart)."""
+        return sum(1 for argv in self.calls() if argv[:1] != ["nvlink"])
+
+    @property
+    def nvlink_spawns(self) -> int:
+        """How many times it has run as ``nvidia-smi nvlink ...``."""
+        return sum(1 for argv in self.calls() if argv[:1] == ["nvlink"])
 
 
 def _toml(value: object) -> str:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 CORPUS = os.path.join(DATA, "corpus")
@@ -76,6 +77,12 @@ def bus_id(slot: str) -> str:
     return f"{int(domain, 16):08X}:{rest.upper()}"
 
 
+def gpu_uuid(index: int, slot: str) -> str:
+    """The UUID the fake host's GPU ``index`` in ``slot`` has, in every answer."""
+    serial = int(slot.replace(":", "").replace(".", ""), 16)
+    return f"GPU-{index:08x}-0000-0000-0000-{serial:012x}"
+
+
 def answer(
     cap: Capture,
     query: list[str],
@@ -99,11 +106,10 @@ def answer(
         rows = []
         for i, slot in enumerate(slots):
             row = list(cap.rows[0])
-            serial = int(slot.replace(":", "").replace(".", ""), 16)
             for name, value in (
                 ("index", str(i)),
                 ("pci.bus_id", bus_id(slot)),
-                ("uuid", f"GPU-{i:08x}-0000-0000-0000-{serial:012x}"),
+                ("uuid", gpu_uuid(i, slot)),
             ):
                 if name in cap.fields:
                     row[cap.fields.index(name)] = value
@@ -120,3 +126,71 @@ def answer(
             cells = [nounits(c) for c in cells]
         out.append(", ".join(cells))
     return "\n".join(out) + "\n", 0
+
+
+_NVLINK_HEADER = re.compile(r"^GPU \d+: (?P<name>.*?)(?: \(UUID: [^)]*\))?$")
+_NVLINK_LINE = re.compile(r"^(?P<indent>\s*)Link (?P<n>\d+): (?P<value>.*)$")
+
+
+def nvlink_capture(name: str) -> str:
+    """The text of ``corpus/nvlink/<name>``, or of ``corpus/errors/<name>``."""
+    for sub in ("nvlink", "errors"):
+        path = os.path.join(CORPUS, sub, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8", newline="") as f:
+                return f.read()
+    raise FileNotFoundError(name)
+
+
+def nvlink_answer(
+    text: str,
+    slots: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    counters: bool = False,
+    links: int = 18,
+) -> str:
+    """``nvidia-smi nvlink --status`` (or ``--errorcounters``) from a capture's text.
+
+    Without ``slots``, the capture as it is.  With ``slots``, its first GPU block stands for
+    one GPU per slot, the header renumbered and given the UUID of :func:`gpu_uuid`.  For
+    ``--status`` the block's link lines are kept; for ``--errorcounters`` the capture's
+    group of link 0 is repeated for each of ``links`` links (the only capture is trimmed).
+    ``overrides`` then changes one GPU: ``{slot: "<whole-GPU line>"}`` replaces its block
+    (MIG mode, all links inactive); ``{slot: {"3": "<inactive>"}}`` a link's value, and
+    ``{slot: {"14": {"Recovery Errors": "542"}}}`` a link's counter.
+    """
+    if slots is None:
+        return text
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if _NVLINK_HEADER.match(ln))
+    header = _NVLINK_HEADER.match(lines[start])
+    assert header is not None
+    body: list[str] = []
+    for ln in lines[start + 1 :]:
+        if _NVLINK_HEADER.match(ln):
+            break
+        body.append(ln)
+    if counters:
+        group = [ln for ln in body if (m := _NVLINK_LINE.match(ln)) and m["n"] == "0"]
+        one = [*group, ""]
+        body = [ln.replace("Link 0:", f"Link {n}:") for n in range(links) for ln in one]
+    out = []
+    for i, slot in enumerate(slots):
+        out.append(f"GPU {i}: {header['name']} (UUID: {gpu_uuid(i, slot)})")
+        change = (overrides or {}).get(slot, {})
+        if isinstance(change, str):
+            out.append(change)
+            continue
+        for ln in body:
+            m = _NVLINK_LINE.match(ln)
+            new = change.get(m["n"]) if m else None
+            line = ln
+            if m and isinstance(new, str):
+                line = f"{m['indent']}Link {m['n']}: {new}"
+            elif m and isinstance(new, dict):
+                name, _, _ = m["value"].rpartition(": ")
+                if name in new:
+                    line = f"{m['indent']}Link {m['n']}: {name}: {new[name]}"
+            out.append(line)
+    return "\n".join(out) + "\n"

@@ -16,7 +16,16 @@ from gpuagent.pci import PciGpu
 from gpuagent.report import GpuEntry, State
 from gpuagent.smi import Row
 from gpuagent.state import SCHEMA
-from gpuagent.views import BusView, KernelView, ProbeState, ProbeView, Sample, SamplesView
+from gpuagent.views import (
+    BusView,
+    KernelView,
+    NvlinkView,
+    ProbeState,
+    ProbeView,
+    Sample,
+    SamplesView,
+    ServicesView,
+)
 
 __all__ = ["H200", "NOW", "NO_KERNEL", "SLOT", "gpu", "nvidia", "problem", "sample", "state"]
 
@@ -72,6 +81,8 @@ def state(
     probe: ProbeView | None = None,
     problems: Mapping[str, Sequence[Problem]] | None = None,
     trouble: Mapping[str, str] | None = None,
+    nvlink: NvlinkView | None = None,
+    services: ServicesView | None = None,
     kernel: KernelView = NO_KERNEL,
     ended: tuple[str, float] | None = None,
 ) -> State:
@@ -104,6 +115,8 @@ def state(
         probe=probe,
         samples=SamplesView(samples, frozenset(samples) - frozenset(stale), tuple(missing)),
         kernel=kernel,
+        nvlink=nvlink or NvlinkView({}),
+        services=services or ServicesView({}),
         problems=held,
         trouble=trouble or {},
     )

@@ -14,6 +14,7 @@ from gpuagent.runner import Runner
 from gpuagent.smi import FIELDS
 from tests import fakesysfs, replay
 from tests.conftest import Host
+from tests.fake_units import FakeUnits
 from tests.fakehost import H200_LOAD
 from tests.test_smi import BLOCKED
 
@@ -50,7 +51,14 @@ def test_gpu_less_host_never_spawns(tmp_path: str) -> None:
     logger.propagate = False
     logger.handlers[:] = [h.logs]
     h.runner = Runner(timeout=5.0)
-    h.agent = Agent(h.config(), Prober(h.runner), EventLog(logger), monotonic=h.clock, which=which)
+    h.agent = Agent(
+        h.config(),
+        Prober(h.runner),
+        EventLog(logger),
+        monotonic=h.clock,
+        which=which,
+        units=FakeUnits,
+    )
     snap = h.tick(1000).state
     assert snap["probe"]["spawns_total"] == 0
     assert which_calls == []

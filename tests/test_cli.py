@@ -215,7 +215,7 @@ def test_check_config_fails_on_a_file_the_service_could_not_read(
         assert (res.exit_code, res.stdout) == (78, ""), res.stderr
         assert res.stderr == (
             f"error: {dropin}: other users may not read it (mode 0600), and the packaged "
-            "service (a dynamic user) is one: it would fail to start or reload "
+            "service (user gpuagent) is one: it would fail to start or reload "
             "(chmod o+r, or group video)\n"
         )
     # Another path: a warning is enough.

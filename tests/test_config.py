@@ -259,3 +259,54 @@ def test_salvage_drops_a_bad_xid_table_and_keeps_the_rest(tmp_path: str) -> None
     cfg, error = salvage(path, required=True)
     assert (cfg.throttle_window, cfg.xid) == (30.0, {})
     assert error is not None and "xid.94.severity" in str(error)
+
+
+def test_nvlink_defaults() -> None:
+    cfg = Config()
+    assert (cfg.nvlink_interval, cfg.nvlink_window) == (60.0, 600.0)
+    assert (cfg.nvlink_recovery_budget, cfg.nvlink_replay_budget) == (0, 16)
+
+
+def test_nvlink_values_are_read(tmp_path: str) -> None:
+    path = write(
+        tmp_path,
+        "nvlink_interval = 30\nnvlink_window = 900.5\nnvlink_recovery_budget = 2\n"
+        "nvlink_replay_budget = 100\n",
+    )
+    cfg = load(path, required=True)
+    assert (cfg.nvlink_interval, cfg.nvlink_window) == (30.0, 900.5)
+    assert isinstance(cfg.nvlink_interval, float)
+    assert (cfg.nvlink_recovery_budget, cfg.nvlink_replay_budget) == (2, 100)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        # Less than one tick: a config error, not a silent read on every tick.
+        (
+            "nvlink_interval = 5",
+            "nvlink_interval: expected at least one tick (interval 10 s), got 5",
+        ),
+        ("interval = 30\nnvlink_interval = 29.9", "expected at least one tick (interval 30 s)"),
+        ("nvlink_interval = 0", "nvlink_interval: expected seconds between"),
+        ('nvlink_interval = "60"', "nvlink_interval: expected a number of seconds"),
+        ("nvlink_window = -1", "nvlink_window: expected seconds between"),
+        ("nvlink_window = true", "nvlink_window: expected a number of seconds"),
+        ("nvlink_recovery_budget = -1", "nvlink_recovery_budget: expected an integer from 0 to"),
+        ("nvlink_replay_budget = 1.5", "nvlink_replay_budget: expected an integer from 0 to"),
+        ("nvlink_replay_budget = true", "nvlink_replay_budget: expected an integer from 0 to"),
+        ("nvlink_replay_budget = 10000000000", "nvlink_replay_budget: expected an integer from 0"),
+    ],
+)
+def test_bad_nvlink_values(tmp_path: str, text: str, needle: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load(path, required=True)
+    assert str(err.value).startswith(path + ": ")
+    assert needle in str(err.value)
+
+
+def test_a_long_interval_with_the_default_nvlink_interval_is_fine(tmp_path: str) -> None:
+    # Only a value set in the file is checked: the default becomes one read per tick.
+    assert load(write(tmp_path, "interval = 120\n"), required=True).nvlink_interval == 60.0
+    assert load(write(tmp_path, "nvlink_interval = 10\n"), required=True).nvlink_interval == 10.0

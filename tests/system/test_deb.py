@@ -566,7 +566,7 @@ def xid_journal() -> str:
 def test_xids_from_the_system_journal_under_systemd(
     deb: str, container: Container, tmp_path: str
 ) -> None:
-    """The packaged service (DynamicUser, the sandbox as shipped) reads the container's own
+    """The packaged service (user gpuagent, the sandbox as shipped) reads the container's own
     journal: a journal file of this boot placed in /var/log/journal/<machine-id>/."""
     c = container
     make = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")

@@ -100,7 +100,9 @@ def test_the_issue_s_settings() -> None:
         "RestartPreventExitStatus": "78",
         "RuntimeDirectory": "gpuagent",
         "RuntimeDirectoryMode": "0755",
-        "DynamicUser": "yes",
+        # A static system user: the system bus refuses a dynamic one.
+        "User": "gpuagent",
+        "Group": "gpuagent",
         "SupplementaryGroups": "video systemd-journal",
         "Documentation": "man:gpuagent(8)",
         "CapabilityBoundingSet": "",
@@ -119,7 +121,18 @@ def test_the_issue_s_settings() -> None:
         "-+/usr/bin/gpuagent link-textfile",
         "/usr/bin/gpuagent reload $MAINPID",
     ]
-    # It would hide the state file from other users (DynamicUser=yes: /run/private).
+    # A stopped agent's state would read as a live one's.
     assert "RuntimeDirectoryPreserve" not in s
+    # Everything DynamicUser=yes implied (systemd.exec(5)), written out.
+    assert "DynamicUser" not in s
+    implied = {
+        "ProtectSystem": "strict",
+        "PrivateTmp": "yes",
+        "RemoveIPC": "yes",
+        "NoNewPrivileges": "yes",
+        "RestrictSUIDSGID": "yes",
+    }
+    assert {k: s.get(k, [None])[0] for k in implied} == implied
+    assert s["ProtectHome"][0] in ("yes", "read-only")
     assert "@system-service" in s["SystemCallFilter"]
     assert s["WatchdogSec"] and s["MemoryMax"] and s["TasksMax"]

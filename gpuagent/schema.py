@@ -1,0 +1,151 @@
+"""The state file's shape: TypedDicts (no code).  :mod:`gpuagent.report` alone writes them;
+``gpuagent status`` and the metrics read them (through ``report``, which re-exports them).
+Times are Unix time in seconds unless a key says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+from .smi import Value
+
+__all__ = [
+    "Exit",
+    "GpuEntry",
+    "NvlinkEntry",
+    "PciEntry",
+    "ProbeEntry",
+    "ProblemEntry",
+    "SXidEntry",
+    "ServiceEntry",
+    "State",
+    "XidEntry",
+]
+
+
+class ProblemEntry(TypedDict):
+    """A problem on a GPU or the host: ``severity`` warning or critical, ``action`` one of
+    :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``xid`` for kind ``xid``."""
+
+    kind: str
+    severity: str
+    action: str
+    message: str
+    since: float
+    xid: NotRequired[int]
+    cause: NotRequired[str]
+
+
+class XidEntry(TypedDict):
+    """One Xid code counted on a GPU this boot: ``first`` and ``last`` record's time,
+    ``severity`` none, warning or critical."""
+
+    xid: int
+    count: int
+    first: float
+    last: float
+    name: str
+    severity: str
+    action: str
+
+
+class SXidEntry(TypedDict):
+    """One SXid code counted on an NVSwitch (its slot, or ``nvswitchN``) this boot."""
+
+    pci_slot: str
+    sxid: int
+    count: int
+    first: float
+    last: float
+    fatal: bool
+
+
+class NvlinkEntry(TypedDict):
+    """A GPU's NVLink as last read: ``links`` its links, ``active`` those up, ``inactive``
+    the others' numbers, ``counters`` each link's error counters (``replay``, ``recovery``,
+    ``crc``; None: N/A) by link number."""
+
+    links: int
+    active: int
+    inactive: list[int]
+    counters: dict[str, dict[str, int | None]]
+
+
+class ServiceEntry(TypedDict):
+    """One of NVIDIA's systemd units as systemd says (``restarts``: its NRestarts)."""
+
+    load_state: str
+    active_state: str
+    sub_state: str
+    result: str
+    restarts: int | None
+
+
+class GpuEntry(TypedDict):
+    """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
+    without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
+    critical, unknown), problems and Xid counts."""
+
+    pci_slot: str
+    uuid: str | None
+    fields: dict[str, Value]
+    sampled_at: float | None
+    stale: bool
+    health: str
+    problems: list[ProblemEntry]
+    xids: list[XidEntry]
+    nvlink: NotRequired[NvlinkEntry]
+
+
+# "class" is a keyword: the functional form.
+PciEntry = TypedDict(
+    "PciEntry", {"slot": str, "device_id": str, "class": str, "driver": str | None}
+)
+
+
+class ProbeEntry(TypedDict):
+    """The probe: ``state`` (:class:`~gpuagent.views.ProbeState`), ``gate`` while one holds,
+    the failing probe's ``failure_class``, ``next_probe_in_ticks`` (None while gated),
+    ``duration`` of the last run (s)."""
+
+    state: str
+    gate: str | None
+    failure_class: str | None
+    consecutive_failures: int
+    next_probe_in_ticks: int | None
+    spawns_total: int
+    last_error: str | None
+    last_success_at: float | None
+    fields: list[str]
+    duration: float | None
+
+
+class Exit(TypedDict):
+    """How the agent ended: ``reason`` ``ticks`` (ran the ticks asked for) or ``signal``."""
+
+    reason: str
+    at: float
+
+
+class State(TypedDict):
+    """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
+    ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
+    nvidia-smi does not report."""
+
+    schema: int
+    version: str
+    pid: int
+    started_at: float
+    updated_at: float
+    ticks: int
+    interval: float
+    exit: Exit | None
+    status: str
+    pci: list[PciEntry]
+    probe: ProbeEntry
+    gpus: list[GpuEntry]
+    sxids: list[SXidEntry]
+    host_problems: list[ProblemEntry]
+    missing: list[str]
+    services: dict[str, ServiceEntry]
+    problems: dict[str, str]

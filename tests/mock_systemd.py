@@ -1,0 +1,102 @@
+"""A python-dbusmock template of the part of systemd's org.freedesktop.systemd1 that
+gpuagent.units reads: GetUnit, LoadUnit, GetUnitByPID, and units with the Unit and Service
+interfaces' LoadState, ActiveState, SubState, Id, Result and NRestarts.
+
+As systemd does: GetUnit fails with NoSuchUnit for a unit that is not loaded now, LoadUnit
+loads any name (LoadState not-found when there is no such unit file), GetUnitByPID fails
+with NoUnitForPID.  Parameters: ``{"units": {name: {prop: value, ..., "loaded": bool}},
+"pids": {"1234": name}}``; ``SetUnit(name, props, loaded)`` on the mock interface changes a
+unit while it runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dbus
+import dbus.service
+from dbusmock import MOCK_IFACE, mockobject
+
+BUS_NAME = "org.freedesktop.systemd1"
+MAIN_OBJ = "/org/freedesktop/systemd1"
+MAIN_IFACE = "org.freedesktop.systemd1.Manager"
+SYSTEM_BUS = True
+UNIT_IFACE = "org.freedesktop.systemd1.Unit"
+SERVICE_IFACE = "org.freedesktop.systemd1.Service"
+_DEFAULTS = {
+    "LoadState": "not-found",
+    "ActiveState": "inactive",
+    "SubState": "dead",
+    "Result": "success",
+    "NRestarts": 0,
+}
+
+
+def _path(name: str) -> str:
+    return f"{MAIN_OBJ}/unit/" + "".join(c if c.isalnum() else f"_{ord(c):02x}" for c in name)
+
+
+def _set(mock: Any, name: str, props: dict[str, Any], loaded: bool) -> str:
+    path = _path(name)
+    values = {**_DEFAULTS, **props}
+    unit = {
+        "Id": dbus.String(name),
+        **{k: dbus.String(values[k]) for k in ("LoadState", "ActiveState", "SubState")},
+    }
+    service = {
+        "Result": dbus.String(values["Result"]),
+        "NRestarts": dbus.UInt32(values["NRestarts"]),
+    }
+    if path not in mockobject.objects:
+        mock.AddObject(path, UNIT_IFACE, unit, [])
+        mockobject.objects[path].AddProperties(SERVICE_IFACE, service)
+    else:
+        mockobject.objects[path].UpdateProperties(UNIT_IFACE, unit)
+        mockobject.objects[path].UpdateProperties(SERVICE_IFACE, service)
+    if loaded:
+        mock.loaded_units.add(name)
+    else:
+        mock.loaded_units.discard(name)
+    return path
+
+
+def load(mock: Any, parameters: dict[str, Any]) -> None:
+    mock.loaded_units = set()
+    mock.pids = {int(pid): str(name) for pid, name in parameters.get("pids", {}).items()}
+    for name, given in parameters.get("units", {}).items():
+        props = dict(given)
+        loaded = bool(props.pop("loaded", True))
+        _set(mock, str(name), props, loaded)
+
+
+def _error(name: str, text: str) -> dbus.exceptions.DBusException:
+    return dbus.exceptions.DBusException(text, name=f"org.freedesktop.systemd1.{name}")
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="s", out_signature="o")  # type: ignore[untyped-decorator]
+def GetUnit(self: Any, name: str) -> str:
+    if str(name) not in self.loaded_units:
+        raise _error("NoSuchUnit", f"Unit {name} not loaded.")
+    return _path(str(name))
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="s", out_signature="o")  # type: ignore[untyped-decorator]
+def LoadUnit(self: Any, name: str) -> str:
+    path = _path(str(name))
+    if path not in mockobject.objects:
+        return _set(self, str(name), {}, True)
+    self.loaded_units.add(str(name))
+    return path
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="u", out_signature="o")  # type: ignore[untyped-decorator]
+def GetUnitByPID(self: Any, pid: int) -> str:
+    name = self.pids.get(int(pid))
+    if name is None:
+        raise _error("NoUnitForPID", f"PID {pid} does not belong to any loaded unit.")
+    return _path(name)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="sa{sv}b")  # type: ignore[untyped-decorator]
+def SetUnit(self: Any, name: str, props: dict[str, Any], loaded: bool) -> None:
+    _set(self, str(name), {str(k): v for k, v in props.items()}, bool(loaded))
