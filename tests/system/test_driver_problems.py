@@ -46,7 +46,7 @@ def test_driver_problems_under_systemd(deb: str, container: Container) -> None: 
         assert "bound to nouveau, not nvidia: blacklist nouveau" in wrong["MESSAGE"]
         absent = one(c.events(Event.problem("no_driver_module")), "no_driver_module")
         assert (absent["PRIORITY"], absent["ACTION"]) == ("3", "check_host")
-        assert absent["MESSAGE"].startswith("host: no_driver_module critical: ")
+        assert absent["MESSAGE"].startswith("host: critical no_driver_module: ")
         status = c.status()
         assert status.returncode == 2, status.stdout + status.stderr
         assert "wrong_driver" in status.stdout and "no_driver_module" in status.stdout
