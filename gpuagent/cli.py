@@ -1,5 +1,6 @@
-"""Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config`` (thin; no logic
-here), and the unit's helpers ``link-textfile`` and ``reload``.
+"""Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config``, ``slurm-check``
+(:mod:`gpuagent.schedcli`) (thin; no logic here), and the unit's helpers ``link-textfile`` and
+``reload``.
 
 Imports beyond click, json and tomllib happen inside the commands that need them, so that
 ``gpuagent status`` starts fast.
@@ -15,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from . import config
+from . import config, schedcli
 
 __all__ = ["main"]
 
@@ -134,9 +135,19 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the state file as JSON, with its health."
 )
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["text", "json", "npd"]),
+    default="text",
+    help="npd: one line for node-problem-detector; exit 0 ok, 1 a problem, 2 unknown.",
+)
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
+def status(ctx: click.Context, as_json: bool, form: str) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
+    if form == "npd":
+        schedcli.npd(ctx)
+    as_json = as_json or form == "json"
     from . import state  # noqa: PLC0415
     from .status import ExitCode, checked, clean, judge, render  # noqa: PLC0415
 
@@ -201,6 +212,9 @@ def _print(text: str) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, out.fileno())
         os.close(devnull)
+
+
+main.add_command(schedcli.slurm_check)
 
 
 @main.command("check-config")

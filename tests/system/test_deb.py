@@ -270,13 +270,18 @@ def no_gpu(c: Container) -> None:
 
 def fake_gpu_host(c: Container) -> None:
     """8 H200s on a fake bus, the fake nvidia-smi failing with exit 18 (an upgrade)."""
+    fake_host(c, {"error": MISMATCH, "exit": 18})
+
+
+def fake_host(c: Container, scenario: dict[str, object]) -> None:
+    """8 H200s on a fake bus for the service, the fake nvidia-smi playing ``scenario``."""
     c.copy(os.path.join(REPO, "tests"), f"{FAKE}/tests")
     c.run("rm", "-rf", f"{FAKE}/tests/system")
     c.run("chmod", "-R", "a+rX", FAKE)
     make = f"from tests import fakesysfs; fakesysfs.gpu_host('{FAKE}/sys', 8)"
     c.run("env", f"PYTHONPATH={FAKE}", "python3", "-c", make)
     c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG)
-    c.write(f"{FAKE}/scenario.json", json.dumps({"error": MISMATCH, "exit": 18}))
+    c.write(f"{FAKE}/scenario.json", json.dumps(scenario))
     c.write("/etc/systemd/system/gpuagent.service.d/test.conf", DROP_IN)
     c.run("systemctl", "daemon-reload")
     c.run("systemctl", "restart", "gpuagent")
