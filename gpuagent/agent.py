@@ -90,7 +90,7 @@ class Agent:
             elif answer is not None:
                 self.verdict.report("smi", self.samples.take(answer, bus.gpus))
             self.samples.mark_stale(bus.gpus, self.config.interval)
-            self.verdict.judge(self.wall(), bus, self.config.expected_gpus)
+            self.verdict.judge(self.wall(), bus, self.config.expected_gpus, self.kernel.cleared)
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)
             if scanned is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from . import clears
 from .condition import Condition, Edge
 from .health import Finding
 from .kernlog import KernelLog
@@ -39,6 +40,8 @@ class KernelSource:
         self._open_log = open_log
         self.journal = open_log(directory)
         self.xids = XidCounter()
+        # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
+        self.cleared: dict[str, clears.Clear] = {}
         self._trouble: Condition[str] = Condition()
 
     @property
@@ -53,11 +56,12 @@ class KernelSource:
             self.journal.close()
             self.journal = self._open_log(directory)
             self.xids = XidCounter()
+            self.cleared = {}
 
     def poll(self, slots: list[str]) -> dict[str, list[Finding]]:
         """Read what is new (on the first call: the whole boot); ``slots`` are the GPUs' PCI
         slots on the bus now.  Returns every GPU's Xid and init-failure problems, by slot."""
-        self.journal.poll(self.xids.add)
+        self.journal.poll(self.xids.add, self._clear)
         self._note(self.journal.error)
         for first in self.xids.take_new(slots):
             if first.finding is not None:
@@ -71,6 +75,15 @@ class KernelSource:
                 fields = {"xid": first.code, "action": action}
             self.log(level, event, first.message, pci_slot=first.slot, **fields)
         return self.xids.findings(slots)
+
+    def _clear(self, at: float, fields: dict[str, bytes]) -> None:
+        if fields.get("MESSAGE_ID") != Event.OPERATOR_CLEAR.value.encode():
+            return
+        clear = clears.parse(fields, at)
+        if clear is None:
+            return  # not root's, or not a clear the agent honours
+        self.xids.clear(clear.slot, clears.LATCHING if clear.kind == clears.ALL else (clear.kind,))
+        self.cleared[clear.slot] = clear
 
     def _note(self, error: str | None) -> None:
         edge = self._trouble.update(error)
@@ -96,4 +109,5 @@ class KernelSource:
             self.xids.counts(slots),
             self.xids.sxid_counts(),
             self.xids.uuids(slots),
+            dict(self.cleared),
         )

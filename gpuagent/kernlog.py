@@ -1,7 +1,8 @@
 """The kernel's records of this boot from the systemd journal, read without blocking.
 
 On :meth:`KernelLog.poll`'s first call the journal is opened and read from this boot's first
-kernel record (``_TRANSPORT=kernel``, ``_BOOT_ID`` of the running boot), so an agent restart
+kernel record (``_TRANSPORT=kernel``, ``_BOOT_ID`` of the running boot; with them, in journal
+order, the entries matching ``also``: root's ``gpuagent clear``), so an agent restart
 counts the same records again and nothing logged while it was down is missed; later calls
 take only what was appended since, and return at once when nothing was.  Reading the system
 journal takes membership of the ``systemd-journal`` group; ``/dev/kmsg`` is not used.
@@ -10,10 +11,16 @@ journal takes membership of the ``systemd-journal`` group; ``/dev/kmsg`` is not 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["KernelLog"]
+__all__ = ["CLEARS", "KernelLog"]
+
+# The agent's own entries read in order with the kernel's: `gpuagent clear` from root
+# (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
+CLEARS = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
+# The fields of such an entry handed to the other sink.
+_FIELDS = ("MESSAGE_ID", "_UID", "PCI_SLOT", "KIND", "CLEARED_BY")
 
 # Records read between two reopenings of the journal while the boot is read (see poll()).
 START_CHUNK = 10_000
@@ -37,6 +44,14 @@ def _reason(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+def _kernel(reader: Any) -> bool:
+    """Whether the reader's entry is the kernel's (not one matching ``also``)."""
+    try:
+        return reader._get("_TRANSPORT") in (b"kernel", "kernel")
+    except KeyError:
+        return True
+
+
 class KernelLog:
     """This boot's kernel records from the journal in ``directory`` (``""``: the local system
     journal).
@@ -53,8 +68,10 @@ class KernelLog:
         *,
         open_reader: Callable[[str], Any] = _open_reader,
         chunk: int = START_CHUNK,
+        also: Mapping[str, str] = CLEARS,
     ) -> None:
         self.directory = directory
+        self.also = dict(also)
         self.chunk = chunk
         self.error: str | None = None
         self._open_reader = open_reader
@@ -62,6 +79,7 @@ class KernelLog:
         # Where the last read stopped: a reopened journal goes on from there, not from the
         # boot's start, so no record is handed out twice.
         self._cursor: str | None = None
+        self._other: Callable[[float, dict[str, bytes]], None] | None = None
 
     @property
     def where(self) -> str:
@@ -79,8 +97,13 @@ class KernelLog:
                 "(is it in the systemd-journal group, and is systemd-journald running?)"
             )
         try:
-            reader.add_match(_TRANSPORT="kernel")
+            # This boot AND (the kernel's records OR the entries matching ``also``).
             reader.this_boot()
+            reader.add_conjunction()
+            reader.add_match(_TRANSPORT="kernel")
+            if self.also:
+                reader.add_disjunction()
+                reader.add_match(**self.also)
             # sd-journal watches the files only once its fd exists: ask for it before reading,
             # or what is appended while the boot is read could go unnoticed.
             reader.fileno()
@@ -93,11 +116,18 @@ class KernelLog:
             raise
         return reader
 
-    def poll(self, sink: Callable[[float, str], None]) -> int:
+    def poll(
+        self,
+        sink: Callable[[float, str], None],
+        other: Callable[[float, dict[str, bytes]], None] | None = None,
+    ) -> int:
         """Hand each kernel record logged since the last call (on the first: the whole boot)
         to ``sink(time, message)``: ``time`` is its ``__REALTIME_TIMESTAMP`` in s since the
         epoch, ``message`` its whole ``MESSAGE`` (newlines kept, bytes that are not UTF-8
-        replaced).  Returns how many it handed over."""
+        replaced); each entry matching ``also``, in order among them, to ``other(time,
+        fields)`` (the fields it has of MESSAGE_ID, _UID, PCI_SLOT, KIND, CLEARED_BY, as
+        bytes).  Returns how many it handed over."""
+        self._other = other
         count = 0
         try:
             if self._reader is None:
@@ -137,6 +167,10 @@ class KernelLog:
                     moved = True
                     if self._cursor is not None and reader.test_cursor(self._cursor):
                         continue  # seek_cursor lands on the entry already read
+                if self.also and not _kernel(reader):
+                    self._hand_other(reader)
+                    count += 1
+                    continue
                 try:
                     raw = reader._get("MESSAGE")
                 except KeyError:
@@ -150,6 +184,16 @@ class KernelLog:
                 with contextlib.suppress(OSError, ValueError, RuntimeError):
                     self._cursor = reader._get_cursor()
         return count
+
+    def _hand_other(self, reader: Any) -> None:
+        if self._other is None:
+            return
+        got: dict[str, bytes] = {}
+        for name in _FIELDS:
+            with contextlib.suppress(KeyError):
+                value = reader._get(name)
+                got[name] = value if isinstance(value, bytes) else str(value).encode()
+        self._other(reader._get_realtime() / 1e6, got)
 
     def fileno(self) -> int | None:
         """The journal's inotify descriptor (readable when it changed), or ``None`` while the

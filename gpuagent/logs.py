@@ -75,6 +75,8 @@ class Event(Enum):
     PROBLEM_REBOOT_PENDING = "40d9b1d3c7f94089903cca7384f9cd05"
     PROBLEM_DRIVER_HUNG = "fa9696a19d9e41edbbea190c1695ddfb"
     PROBLEM_CLEARED = "ab7e7a89442b441ba8b34cd8d0a968d0"
+    # Sent by `gpuagent clear` (root), read back by the agent with the kernel's records.
+    OPERATOR_CLEAR = "9c49e6436dd14aaea07c537ddc3d294c"
 
     @classmethod
     def failing(cls, failure_class: str) -> Event:

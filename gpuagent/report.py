@@ -9,15 +9,17 @@ Unix time in seconds unless a key says otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from .health import OK, UNKNOWN, Problem, worst
 from .smi import Value
-from .views import BusView, Gate, KernelView, ProbeState, ProbeView, SamplesView, plural
+from .statusline import Problems, status_line
+from .views import BusView, KernelView, ProbeState, ProbeView, SamplesView
 
 __all__ = [
+    "ClearEntry",
     "Exit",
     "GpuEntry",
     "Origin",
@@ -72,10 +74,19 @@ class SXidEntry(TypedDict):
     fatal: bool
 
 
+class ClearEntry(TypedDict):
+    """An operator's clear of ``kind`` (``all``: every latching kind) ``by`` a user ``at``."""
+
+    kind: str
+    by: str
+    at: float
+
+
 class GpuEntry(TypedDict):
     """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
     without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
-    critical, unknown), problems and Xid counts."""
+    critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
+    the GPU has no problem since."""
 
     pci_slot: str
     uuid: str | None
@@ -85,6 +96,7 @@ class GpuEntry(TypedDict):
     health: str
     problems: list[ProblemEntry]
     xids: list[XidEntry]
+    cleared: NotRequired[ClearEntry]
 
 
 # "class" is a keyword: the functional form.
@@ -206,9 +218,6 @@ def _sxids(kernel: KernelView) -> list[SXidEntry]:
     ]
 
 
-Problems = Mapping[str, Sequence[Problem]]
-
-
 def _gpus(
     bus: BusView, samples: SamplesView, kernel: KernelView, problems: Problems
 ) -> list[GpuEntry]:
@@ -228,18 +237,20 @@ def _gpus(
             health = OK if slot in samples.fresh else UNKNOWN
         fields = s.fields if s else {}
         smi_uuid = fields.get("uuid")
-        out.append(
-            {
-                "pci_slot": slot,
-                "uuid": kernel.uuids.get(slot) or (smi_uuid if isinstance(smi_uuid, str) else None),
-                "fields": fields,
-                "sampled_at": s.sampled_at if s else None,
-                "stale": s is not None and slot not in samples.fresh,
-                "health": health,
-                "problems": [_problem(p) for p in mine],
-                "xids": xids.get(slot, []),
-            }
-        )
+        entry: GpuEntry = {
+            "pci_slot": slot,
+            "uuid": kernel.uuids.get(slot) or (smi_uuid if isinstance(smi_uuid, str) else None),
+            "fields": fields,
+            "sampled_at": s.sampled_at if s else None,
+            "stale": s is not None and slot not in samples.fresh,
+            "health": health,
+            "problems": [_problem(p) for p in mine],
+            "xids": xids.get(slot, []),
+        }
+        c = kernel.cleared.get(slot)
+        if c is not None and not mine:
+            entry["cleared"] = {"kind": c.kind, "by": c.by, "at": c.at}
+        out.append(entry)
     return out
 
 
@@ -257,44 +268,6 @@ def _probe(probe: ProbeView) -> ProbeEntry:
         "fields": list(probe.fields),
         "duration": probe.duration,
     }
-
-
-def status_line(
-    bus: BusView, probe: ProbeView, missing: tuple[str, ...], problems: Problems, interval: float
-) -> str:
-    """The one-line sd_notify STATUS (also the state's ``status``); ``problems`` by slot
-    (``""``: the host), ``interval`` the tick's (s)."""
-    n = len(bus.gpus)
-    if n == 0:
-        return "no NVIDIA GPU on the PCI bus"
-    gpus = plural(n, "GPU")
-    if probe.gate is Gate.NO_GPU:
-        drivers = sorted({g.driver or "none" for g in bus.gpus})
-        return f"{gpus}, all bound to {', '.join(drivers)}; not sampled"
-    if probe.gate is Gate.NVIDIA_SMI_MISSING:
-        return f"{gpus}, nvidia-smi not found"
-    if probe.gate is Gate.DRIVER_NOT_LOADED:
-        return f"{gpus}, NVIDIA driver not loaded; not probing"
-    if probe.state is ProbeState.STUCK:
-        return f"{gpus}, nvidia-smi stuck in the driver; not probing"
-    if probe.state is ProbeState.FAILING:
-        wait = probe.next_in_ticks * interval
-        return f"{gpus}, nvidia-smi failing ({probe.failure}), next try in {wait:g} s"
-    if probe.state is ProbeState.OK:
-        return _ok_line(gpus, missing, problems)
-    return f"{gpus}, starting"
-
-
-def _ok_line(gpus: str, missing: tuple[str, ...], problems: Problems) -> str:
-    ordered = sorted(problems)
-    silent = [s for s in missing if s not in problems]
-    note = f", {len(silent)} missing from nvidia-smi" if silent else ""
-    if not ordered:
-        return f"{gpus}, sampling{note}"
-    named = [f"{s or 'host'} {problems[s][0].finding.name}" for s in ordered[:3]]
-    more = ", ..." if len(ordered) > 3 else ""
-    verb = "needs" if len(ordered) == 1 else "need"
-    return f"{gpus}, {len(ordered)} {verb} attention: {', '.join(named)}{more}{note}"
 
 
 def build(

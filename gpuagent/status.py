@@ -8,13 +8,20 @@ nothing wrong with it.
 
 from __future__ import annotations
 
-import math
 import os
-import time
 from collections.abc import Mapping
 from enum import IntEnum
-from typing import Any, TypeGuard, cast
+from typing import Any, cast
 
+from .fmt import ago as _ago
+from .fmt import clean
+from .fmt import clock as _clock
+from .fmt import finite as _finite
+from .fmt import next_try as _next_try
+from .fmt import num as _num
+from .fmt import pair as _pair
+from .fmt import plural as _plural
+from .fmt import since as _since
 from .health import HEALTH, SEVERITIES, Health, Severity
 from .report import GpuEntry, ProblemEntry, State
 from .views import ProbeState
@@ -41,15 +48,6 @@ _CODE = {Severity.WARNING: ExitCode.WARNING, Severity.CRITICAL: ExitCode.CRITICA
 SILENT_INTERVALS = 3
 # ...but never less than this, so that a tick stretched by a probe timeout is not a hang.
 SILENT_MIN = 30.0
-
-
-def _finite(value: object) -> TypeGuard[int | float]:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _time(value: object) -> bool:
@@ -88,7 +86,12 @@ def _gpu_ok(g: object) -> bool:
         and all(_problem_ok(p) for p in g["problems"])
         and isinstance(g.get("xids", []), list)
         and all(_count_ok(c, "xid") for c in g.get("xids", []))
+        and _cleared_ok(g.get("cleared", {"kind": "", "by": "", "at": 0}))
     )
+
+
+def _cleared_ok(c: object) -> bool:
+    return isinstance(c, dict) and isinstance(c.get("by"), str) and _finite(c.get("at"))
 
 
 def malformed(st: Mapping[str, Any]) -> str | None:
@@ -204,55 +207,6 @@ def _conditions(st: State) -> list[tuple[ExitCode, str]]:
     return found
 
 
-def _since(at: object, now: float) -> str:
-    """``at`` (wall s) as local time and how long ago; "an unknown time" if it is not one."""
-    if not _finite(at):
-        return "an unknown time"
-    try:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
-    except (OverflowError, OSError, ValueError):
-        return "an unknown time"
-    return f"{stamp} ({_ago(now - at)} ago)"
-
-
-def _plural(n: object, word: str) -> str:
-    """``1 failure``, ``2 failures``: a count from the state, made safe to print."""
-    return f"{clean(n)} {word}" if n == 1 else f"{clean(n)} {word}s"
-
-
-def _ago(seconds: float) -> str:
-    s = max(int(seconds), 0)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def _num(value: object, unit: str, digits: int = 0) -> str:
-    if _finite(value):
-        return f"{value:.{digits}f}{unit}"
-    return "-"
-
-
-def clean(value: object) -> str:
-    """Text from the state (nvidia-smi's words) made safe to print on a terminal."""
-    return "".join(c if c.isprintable() else "?" for c in str(value))
-
-
-def _next_try(ticks: object, interval: float) -> str:
-    """The next probe in seconds, as the status line says it (``next try in 20 s``)."""
-    if not _finite(ticks):
-        return "-"
-    return f"{ticks * interval:g} s"
-
-
-def _pair(used: object, total: object, unit: str) -> str:
-    if used is None and total is None:
-        return "-"
-    return f"{_num(used, '')}/{_num(total, '')} {unit}"
-
-
 def render(st: State, now: float, code: int, reason: str) -> str:
     """Human text in the spirit of ``systemctl status``: header, probe line, one row a GPU.
 
@@ -308,13 +262,6 @@ def render(st: State, now: float, code: int, reason: str) -> str:
     return "\n".join(lines)
 
 
-def _clock(at: float) -> str:
-    try:
-        return time.strftime("%H:%M:%S", time.localtime(at))
-    except (OverflowError, OSError, ValueError):
-        return "?"
-
-
 def _count(name: str, c: Mapping[str, Any]) -> str:
     """``Xid 79`` times its count and the last one's local time of day."""
     return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
@@ -345,4 +292,7 @@ def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
         lines.append("      " + "; ".join(_count(f"Xid {c['xid']}", c) for c in g["xids"]))
     if missing and not g["problems"]:
         lines.append("      - on the PCI bus, not reported by nvidia-smi")
+    cleared = g.get("cleared")
+    if cleared is not None:
+        lines.append(f"      cleared by {clean(cleared['by'])} at {_clock(cleared['at'])}")
     return lines

@@ -9,9 +9,11 @@ its end (info), each with the event of its kind.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 
 from . import rules
+from .clears import Clear
 from .health import CRITICAL, Finding, Problem, Tracker
 from .logs import Event, EventLog
 from .views import BusView
@@ -28,10 +30,19 @@ class Verdict:
     def __init__(self, log: EventLog) -> None:
         self.log = log
         self.tracker = Tracker()
+        self._cleared: Mapping[str, Clear] = {}
 
-    def judge(self, now: float, bus: BusView, expected_gpus: int | None) -> None:
+    def judge(
+        self,
+        now: float,
+        bus: BusView,
+        expected_gpus: int | None,
+        cleared: Mapping[str, Clear] | None = None,
+    ) -> None:
         """Settle the sources at wall time ``now`` (s) with the bus as scanned and log what
-        started, changed and ended."""
+        started, changed and ended; ``cleared`` is each GPU's last operator's clear (an end
+        it covers says so)."""
+        self._cleared = cleared or {}
         gpus = list(bus.gpus)
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
@@ -61,6 +72,12 @@ class Verdict:
         }
         own = f.kind in _EVENTS
         if what == "end":
+            by = self._cleared.get(p.slot)
+            if by is not None and by.covers(f.kind):
+                at = time.strftime("%H:%M:%S", time.localtime(by.at))
+                text = f"{where}: {f.name} cleared by an operator ({by.by} at {at})"
+                self.log(logging.INFO, Event.PROBLEM_CLEARED, text, cleared_by=by.by, **fields)
+                return
             self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {f.name} cleared", **fields)
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING

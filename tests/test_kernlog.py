@@ -298,6 +298,12 @@ class BrokenReader:
     def add_match(self, **_: str) -> None:
         pass
 
+    def add_conjunction(self) -> None:
+        pass
+
+    def add_disjunction(self) -> None:
+        pass
+
     def this_boot(self) -> None:
         pass
 
