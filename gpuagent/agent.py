@@ -20,12 +20,14 @@ from .condition import Bug
 from .config import Config
 from .kernel import KernelSource
 from .kernlog import KernelLog
+from .known import KnownGpus
 from .logs import EventLog
 from .probe import Prober, lookup
 from .probing import Probing
 from .samples import Samples
 from .state import SCHEMA
 from .verdict import Verdict
+from .views import BusView
 
 __all__ = ["Agent"]
 
@@ -43,6 +45,7 @@ class Agent:
         wall: Callable[[], float] = time.time,
         which: Callable[[str], str | None] = lookup,
         kernel_log: Callable[[str], KernelLog] = KernelLog,
+        state_directory: str | None = None,
     ) -> None:
         self.config = config
         self.wall = wall
@@ -53,6 +56,8 @@ class Agent:
         self.probing = Probing(config, prober, log, which=which, wall=wall)
         self.samples = Samples(log, monotonic=monotonic, wall=wall)
         self.verdict = Verdict(log)
+        self.known = KnownGpus(state_directory, log)
+        self.bus.remember(self.known.gpus)
         self._bug = Bug(log, "in a tick")
 
     def configure(self, config: Config | None = None) -> report.Report:
@@ -79,6 +84,7 @@ class Agent:
             bus = self.bus.scan()
             # Whatever the gates say: a GPU the driver cannot reach still has its Xids.
             self.verdict.report("xid", self.kernel.poll(bus.slots))
+            bus = self._remember(bus)
             if scanned is not None:
                 scanned(self._report().status)
                 scanned = None
@@ -100,11 +106,31 @@ class Agent:
             self._bug.passed()
         return self._report()
 
+    def _remember(self, bus: BusView) -> BusView:
+        """Forget the GPUs root said left for good; remember those on the bus now."""
+        gone = self.kernel.take_forgotten()
+        if gone:
+            self.known.forget(gone)
+            bus = self.bus.forget(gone)
+        uuids = self.kernel.xids.uuids(bus.slots)
+        rows = self.samples.view.samples
+        present: dict[str, dict[str, str | None]] = {}
+        for slot in bus.slots:
+            row = rows[slot].fields if slot in rows else {}
+            uuid, name = row.get("uuid") or uuids.get(slot), row.get("name")
+            present[slot] = {
+                "uuid": uuid if isinstance(uuid, str) else None,
+                "name": name if isinstance(name, str) else None,
+            }
+        self.known.update(present)
+        return bus
+
     def _report(self) -> report.Report:
         trouble = {
             "sysfs": self.bus.trouble,
             "journal": self.kernel.error,
             "internal": self._bug.reason,
+            "known_gpus": self.known.error,
         }
         view = self.bus.view
         return report.build(

@@ -8,6 +8,7 @@ appear after the first scan one info line.  The scan itself is :class:`gpuagent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 
 from . import pci
@@ -56,6 +57,15 @@ class Bus:
             tuple(problems),
             pci.module_loaded(self.scanner.root),
         )
+        return self.view
+
+    def remember(self, slots: Iterable[str]) -> None:
+        """Count ``slots`` as seen on the bus (the GPUs this host had before a restart)."""
+        self.view = replace(self.view, seen=self.view.seen | frozenset(slots))
+
+    def forget(self, slots: Iterable[str]) -> BusView:
+        """Forget that ``slots`` were ever seen (they left for good); returns the view."""
+        self.view = replace(self.view, seen=self.view.seen - frozenset(slots))
         return self.view
 
     @property

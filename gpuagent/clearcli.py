@@ -44,7 +44,8 @@ def _held(state_file: str, slot: str) -> list[str] | None:
 @click.pass_context
 def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     """After a repair, end the GPU's problems that hold until the next boot (xid,
-    init_failed); root only.  A problem read live is refused (exit 1)."""
+    init_failed), or forget a GPU gone from the bus for good (gone_from_bus); root only.  A
+    problem read live is refused (exit 1)."""
     import pwd  # noqa: PLC0415
 
     from . import clears  # noqa: PLC0415
@@ -67,7 +68,7 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     held = _held(config.salvage(path, required=required)[0].state_file, where)
     if held is not None:
         live = sorted({k for k in held if clears.refusal(k) is not None})
-        ends = [k for k in held if k in clears.LATCHING and (every or k == what)]
+        ends = [k for k in held if clears.Clear(where, what, "", 0).covers(k)]
         if not ends:
             said = f"; {', '.join(live)} read live: it ends with its cause" if live else ""
             click.echo(f"gpuagent: {where} has no {what} problem to clear{said}", err=True)

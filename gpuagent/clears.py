@@ -15,12 +15,14 @@ from dataclasses import dataclass
 
 from .pciaddr import parse_device
 
-__all__ = ["ALL", "LATCHING", "Clear", "fields", "parse", "refusal", "slot_of"]
+__all__ = ["ALL", "GONE", "LATCHING", "Clear", "fields", "parse", "refusal", "slot_of"]
 
 # The kinds that hold until the next boot unless an operator clears them.
 LATCHING = ("xid", "init_failed")
 # KIND for every latching problem of the GPU (`gpuagent clear SLOT --all`).
 ALL = "all"
+# The one kind read from the bus that a clear accepts: the GPU left for good, forget it.
+GONE = "gone_from_bus"
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,17 @@ class Clear:
 
     def covers(self, kind: str) -> bool:
         """Whether this clear ends a problem of ``kind``."""
-        return kind in LATCHING and self.kind in (kind, ALL)
+        return (kind in LATCHING and self.kind in (kind, ALL)) or kind == self.kind == GONE
 
 
 def refusal(kind: str) -> str | None:
     """Why a problem of ``kind`` cannot be cleared by hand, or None if it can."""
-    if kind == ALL or kind in LATCHING:
+    if kind in (ALL, GONE) or kind in LATCHING:
         return None
     return (
         f"{kind} is read live (nvidia-smi, the PCI bus): it ends when its cause does; "
-        f"only {', '.join(LATCHING)} hold until a clear or the next boot"
+        f"only {', '.join(LATCHING)} hold until a clear or the next boot, and {GONE} "
+        "until a clear forgets the GPU"
     )
 
 

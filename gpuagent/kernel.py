@@ -42,6 +42,7 @@ class KernelSource:
         self.xids = XidCounter()
         # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
         self.cleared: dict[str, clears.Clear] = {}
+        self._forgotten: list[str] = []
         self._trouble: Condition[str] = Condition()
 
     @property
@@ -84,6 +85,13 @@ class KernelSource:
             return  # not root's, or not a clear the agent honours
         self.xids.clear(clear.slot, clears.LATCHING if clear.kind == clears.ALL else (clear.kind,))
         self.cleared[clear.slot] = clear
+        if clear.kind == clears.GONE:
+            self._forgotten.append(clear.slot)
+
+    def take_forgotten(self) -> list[str]:
+        """The GPUs root said left for good (``gone_from_bus`` cleared) since the last call."""
+        gone, self._forgotten = self._forgotten, []
+        return gone
 
     def _note(self, error: str | None) -> None:
         edge = self._trouble.update(error)

@@ -60,14 +60,21 @@ class Host(FakeHost):
         )
         return replace(base, **overrides)
 
-    def make_agent(self, **overrides: Any) -> Agent:
+    def make_agent(self, state_directory: str | None = None, **overrides: Any) -> Agent:
+        """An agent on this host; ``state_directory`` is the unit's $STATE_DIRECTORY."""
         logger = logging.getLogger(f"test.{id(self)}")
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
         logger.handlers[:] = [self.logs]
         cfg = self.config(**overrides)
         self.runner = Runner(timeout=cfg.probe_timeout, kill_grace=0.3)
-        self.agent = Agent(cfg, Prober(self.runner), EventLog(logger), monotonic=self.clock)
+        self.agent = Agent(
+            cfg,
+            Prober(self.runner),
+            EventLog(logger),
+            monotonic=self.clock,
+            state_directory=state_directory,
+        )
         return self.agent
 
     def tick(self, n: int = 1) -> Report:

@@ -220,3 +220,17 @@ def test_the_kernel_log_s_match_is_the_event_s() -> None:
     from gpuagent.kernlog import CLEARS  # noqa: PLC0415
 
     assert {"MESSAGE_ID": Event.OPERATOR_CLEAR.value, "_UID": "0"} == CLEARS
+
+
+def test_gone_from_bus_is_the_one_bus_kind_a_clear_accepts(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    gone = states.problem("gone_from_bus", "critical", "reboot", slot=SLOT, since=time.time())
+    st = states.state(now=time.time(), bus=(), problems={SLOT: [gone]})
+    conf = write_state(str(tmp_path), st)
+    code, out, _ = clear_cli(conf, SLOT, "gone_from_bus")
+    assert code == 0 and out.startswith(f"{SLOT}: gone_from_bus cleared by ")
+    assert sent.entries[-1]["KIND"] == "gone_from_bus"
+    assert Clear(SLOT, "gone_from_bus", "root", 0).covers("gone_from_bus")
+    assert not Clear(SLOT, "all", "root", 0).covers("gone_from_bus")

@@ -100,6 +100,8 @@ def test_the_issue_s_settings() -> None:
         "RestartPreventExitStatus": "78",
         "RuntimeDirectory": "gpuagent",
         "RuntimeDirectoryMode": "0755",
+        # $STATE_DIRECTORY: the GPUs this host had (known.py).
+        "StateDirectory": "gpuagent",
         "DynamicUser": "yes",
         "SupplementaryGroups": "video systemd-journal",
         "Documentation": "man:gpuagent(8)",
