@@ -319,6 +319,9 @@ def driver_upgrade(c: Container) -> None:
     assert c.prop("StatusText") == "8 GPUs, sampling"
     status = c.status()
     assert status.returncode == 0, status.stdout + status.stderr
+    # StateDirectory=gpuagent: the GPUs this host had, remembered (known.py).
+    known = json.loads(c.out("cat", "/var/lib/gpuagent/gpus.json"))
+    assert sorted(g["pci_slot"] for g in known["gpus"]) == slots
 
 
 def second_agent(c: Container) -> None:
@@ -525,6 +528,8 @@ def purge(c: Container) -> None:
         "/usr/lib/systemd/system/gpuagent.service",
         "/etc/systemd/system/multi-user.target.wants/gpuagent.service",
         "/run/gpuagent",
+        "/var/lib/gpuagent",
+        "/var/lib/private/gpuagent",
         "/usr/lib/systemd/catalog/gpuagent.catalog",
         "/usr/bin/gpuagent",
     ):
