@@ -1,6 +1,6 @@
 """Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config``, ``slurm-check``
-(:mod:`gpuagent.schedcli`), ``clear`` (:mod:`gpuagent.clearcli`) (thin; no logic here), and
-the unit's helpers ``link-textfile`` and ``reload``.
+(:mod:`gpuagent.schedcli`), ``clear`` (:mod:`gpuagent.clearcli`), ``history`` (thin; no
+logic here), and the unit's helpers ``link-textfile`` and ``reload``.
 
 Imports beyond click, json and tomllib happen inside the commands that need them, so that
 ``gpuagent status`` starts fast.
@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from . import clearcli, config, schedcli
+from . import clearcli, config, historycli, schedcli
 
 __all__ = ["main"]
 
@@ -216,6 +216,7 @@ def _print(text: str) -> None:
 
 main.add_command(schedcli.slurm_check)
 main.add_command(clearcli.clear)
+main.add_command(historycli.history)
 
 
 @main.command("check-config")
