@@ -18,6 +18,7 @@ from . import __version__, report
 from .bus import Bus
 from .condition import Bug
 from .config import Config
+from .earlier import EarlierBoots
 from .kernel import KernelSource
 from .kernlog import KernelLog
 from .known import KnownGpus
@@ -57,6 +58,9 @@ class Agent:
         self.samples = Samples(log, monotonic=monotonic, wall=wall)
         self.verdict = Verdict(log)
         self.known = KnownGpus(state_directory, log)
+        self.earlier = EarlierBoots(
+            config.journal_directory, config.history_days, config.recurrence_boots
+        )
         self.bus.remember(self.known.gpus)
         self._bug = Bug(log, "in a tick")
 
@@ -83,7 +87,8 @@ class Agent:
         try:
             bus = self.bus.scan()
             # Whatever the gates say: a GPU the driver cannot reach still has its Xids.
-            self.verdict.report("xid", self.kernel.poll(bus.slots))
+            found, uuids = self.kernel.poll(bus.slots), self.kernel.xids.uuids(bus.slots)
+            self.verdict.report("xid", self.earlier.escalate(found, uuids, self.kernel.cleared))
             bus = self._remember(bus)
             if scanned is not None:
                 scanned(self._report().status)
@@ -143,4 +148,5 @@ class Agent:
             kernel=self.kernel.view(view.slots),
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
+            history=self.earlier.summary,
         )

@@ -7,43 +7,15 @@ kernel's records and the agent's lines; anyone else is told so.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import click
 
 from . import config
 
 __all__ = ["history"]
-
-_FIELDS = (
-    "_BOOT_ID",
-    "_TRANSPORT",
-    "_SYSTEMD_UNIT",
-    "_UID",
-    "MESSAGE",
-    "MESSAGE_ID",
-    "PCI_SLOT",
-    "PROBLEM",
-    "ACTION",
-    "XID",
-    "KIND",
-    "CLEARED_BY",
-)
-
-
-def _entries(reader: Any) -> Iterator[tuple[float, dict[str, bytes]]]:
-    while reader._next():
-        got: dict[str, bytes] = {}
-        for name in _FIELDS:
-            with contextlib.suppress(KeyError):
-                value = reader._get(name)
-                got[name] = value if isinstance(value, bytes) else str(value).encode()
-        yield reader._get_realtime() / 1e6, got
 
 
 @click.command("history")
@@ -58,6 +30,7 @@ def history(ctx: click.Context, slot: str | None, as_json: bool, days: int) -> N
     from systemd import journal  # noqa: PLC0415
 
     from . import clears, timeline  # noqa: PLC0415
+    from .earlier import entries  # noqa: PLC0415
     from .logs import Event  # noqa: PLC0415
 
     where = None
@@ -85,7 +58,7 @@ def history(ctx: click.Context, slot: str | None, as_json: bool, days: int) -> N
         reader.add_disjunction()
         reader.add_match(MESSAGE_ID=Event.OPERATOR_CLEAR.value, _UID="0")
         reader.seek_realtime(max(time.time() - days * 86400, 0.0))
-        steps = timeline.events(_entries(reader), where)
+        steps = timeline.events(entries(reader), where)
     finally:
         reader.close()
     if as_json:

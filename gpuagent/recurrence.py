@@ -7,8 +7,7 @@ critical Xids, the agent's own problem starts, root's clears — and counts *boo
 records.  A GPU is its UUID where both sides know one, else its slot; a clear of a kind on
 a GPU means the boots before it no longer count (the operator repaired it).
 
-Not wired into the agent yet: the sliced read of the earlier boots, the config keys
-``history_days`` / ``recurrence_boots`` and the status line are still to come.
+:mod:`gpuagent.earlier` reads the earlier boots into it.
 """
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ class Recurrence:
     def __init__(self, needed: int = 2) -> None:
         self.needed = needed
         self._hits: list[Hit] = []
-        self._clears: list[tuple[float, str, str]] = []  # (at, slot, kind or "all")
+        self._clears: dict[tuple[str, str], float] = {}  # (slot, kind or "all"): last at
 
     def add(self, hit: Hit) -> None:
         """One critical problem seen in an earlier boot (any number per boot)."""
@@ -53,13 +52,14 @@ class Recurrence:
 
     def clear(self, at: float, slot: str, kind: str) -> None:
         """Root cleared ``kind`` (``all``: every kind) on ``slot`` at ``at``."""
-        self._clears.append((at, slot, kind))
+        self._clears[slot, kind] = max(at, self._clears.get((slot, kind), at))
 
     def boots(self, slot: str, uuid: str | None, kind: str, code: int) -> list[tuple[str, float]]:
         """The earlier boots (and each one's first hit) in which the GPU had the problem since
         its last clear, oldest first."""
         cleared = max(
-            (at for at, s, k in self._clears if s == slot and k in (kind, "all")), default=None
+            (at for (s, k), at in self._clears.items() if s == slot and k in (kind, "all")),
+            default=None,
         )
         first: dict[str, float] = {}
         for h in self._hits:

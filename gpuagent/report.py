@@ -132,7 +132,8 @@ class Exit(TypedDict):
 class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
     ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
-    nvidia-smi does not report."""
+    nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
+    earlier boots, this boot only, N earlier boots)."""
 
     schema: int
     version: str
@@ -150,6 +151,7 @@ class State(TypedDict):
     host_problems: list[ProblemEntry]
     missing: list[str]
     problems: dict[str, str]
+    history: str
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,7 @@ def build(
     kernel: KernelView,
     problems: Problems,
     trouble: Mapping[str, str],
+    history: str = "this boot only",
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind."""
@@ -305,6 +308,7 @@ def build(
         "host_problems": [_problem(p) for p in problems.get("", ())],
         "missing": list(samples.missing),
         "problems": dict(sorted(trouble.items())),
+        "history": history,
     }
     return Report(ticks, status, state)
 

@@ -107,6 +107,7 @@ def malformed(st: Mapping[str, Any]) -> str | None:
         ("updated_at", _finite(st.get("updated_at"))),
         ("ticks", isinstance(st.get("ticks"), int)),
         ("status", isinstance(st.get("status"), str)),
+        ("history", isinstance(st.get("history", ""), str)),
         ("exit", st.get("exit") is None or isinstance(st.get("exit"), dict)),
         ("pci", isinstance(st.get("pci"), list)),
         ("probe", isinstance(st.get("probe"), dict)),
@@ -244,6 +245,8 @@ def render(st: State, now: float, code: int, reason: str) -> str:
     lines.append(probe_line)
     if probe.get("last_error"):
         lines.append(f"    last error: {clean(probe['last_error'])}")
+    if st.get("history"):
+        lines.append(f"    history: {clean(st.get('history'))}")
     if code != ExitCode.OK and reason not in (st["status"], title):
         lines.append(f"    {clean(reason)}")
     for p in st["host_problems"]:

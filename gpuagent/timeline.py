@@ -17,7 +17,24 @@ from .logs import Event
 from .pciaddr import device_of
 from .xid import GpuUuid, Xid, assess, parse
 
-__all__ = ["UNIT", "Step", "events", "render"]
+__all__ = ["FIELDS", "UNIT", "Step", "events", "render", "steps"]
+
+# The fields of a journal entry that the timeline reads.
+FIELDS = (
+    "_BOOT_ID",
+    "_TRANSPORT",
+    "_SYSTEMD_UNIT",
+    "_UID",
+    "MESSAGE",
+    "MESSAGE_ID",
+    "PCI_SLOT",
+    "PROBLEM",
+    "SEVERITY",
+    "ACTION",
+    "XID",
+    "KIND",
+    "CLEARED_BY",
+)
 
 UNIT = "gpuagent.service"
 _STARTS = {
@@ -39,9 +56,13 @@ class Step:
     kind: str | None = None
     xid: int | None = None
     action: str | None = None
+    # Not in the JSON: what recurrence counts (critical only).
+    severity: str | None = None
 
     def as_json(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        del out["severity"]
+        return out
 
 
 def _text(entry: Mapping[str, object], key: str) -> str | None:
@@ -64,7 +85,7 @@ def events(entries: Iterable[tuple[float, Mapping[str, object]]], slot: str | No
         if this != boot:
             boot = this
             out.append(Step(boot, at, None, None, "boot"))
-        for step in _steps(boot, at, entry, uuids, told):
+        for step in steps(boot, at, entry, uuids, told):
             if want is None or (step.pci_slot and device_of(step.pci_slot) == want):
                 out.append(step)
     if slot is not None:
@@ -80,13 +101,15 @@ def _after(steps: list[Step], i: int) -> bool:
     )
 
 
-def _steps(
+def steps(
     boot: str,
     at: float,
     entry: Mapping[str, object],
     uuids: dict[str, str],
     told: set[tuple[str, str, int]],
 ) -> list[Step]:
+    """The steps one entry of ``boot`` at ``at`` makes; ``uuids`` (the driver's UUID lines by
+    device) and ``told`` (the Xids already stepped) carry over from entry to entry."""
     if _text(entry, "_TRANSPORT") == "kernel":
         found: list[Step] = []
         for e in parse(_text(entry, "MESSAGE") or ""):
@@ -99,8 +122,9 @@ def _steps(
                 told.add(key)
                 slot = f"{e.device}.{e.function or 0}"
                 info = assess(e)
+                uuid = uuids.get(e.device)
                 found.append(
-                    Step(boot, at, slot, uuids.get(e.device), "xid", "xid", e.code, info.action)
+                    Step(boot, at, slot, uuid, "xid", "xid", e.code, info.action, info.severity)
                 )
         return found
     where = _text(entry, "PCI_SLOT")
@@ -115,11 +139,11 @@ def _steps(
         return []
     code = _text(entry, "XID")
     xid = int(code) if code and code.isdigit() else None
-    kind, action = _text(entry, "PROBLEM"), _text(entry, "ACTION")
+    kind, action, severity = (_text(entry, k) for k in ("PROBLEM", "ACTION", "SEVERITY"))
     if message_id == Event.PROBLEM_CLEARED.value:
         return [Step(boot, at, where, uuid, "problem_end", kind, xid, action)]
     if message_id in _STARTS:
-        return [Step(boot, at, where, uuid, "problem_start", kind, xid, action)]
+        return [Step(boot, at, where, uuid, "problem_start", kind, xid, action, severity)]
     return []
 
 

@@ -1,0 +1,75 @@
+"""Recurrence across boots, wired: the earlier boots of a real journal file (make-test-journal,
+several boots in one file) read in slices by the agent on a fake host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuagent.earlier import EarlierBoots
+from gpuagent.report import State
+from tests.conftest import Host
+from tests.test_kernel import FELL_OFF
+from tests.test_kernlog import make, this_boot
+
+__all__ = ["make"]  # the fixture
+
+SLOT = "0000:18:00.0"
+A = "0123456789abcdef0123456789abcdef"
+B = "fedcba9876543210fedcba9876543210"
+
+
+def xid(state: State) -> list[tuple[str, str]]:
+    return [
+        (p["action"], p["message"])
+        for g in state["gpus"]
+        if g["pci_slot"] == SLOT
+        for p in g["problems"]
+        if p["kind"] == "xid"
+    ]
+
+
+def test_the_same_xid_in_two_earlier_boots_asks_for_rma(host: Host, make: Any) -> None:
+    journal = make(
+        FELL_OFF + f"#@boot {B}\n" + FELL_OFF + f"#@boot {this_boot()}\n" + FELL_OFF, boot=A
+    )
+    host.make_agent(journal_directory=journal, history_days=3650)
+    st = host.tick().state
+    assert st["history"] == "2 earlier boots"
+    ((action, message),) = xid(st)
+    assert action == "drain_and_rma"
+    assert message.startswith(f"Xid 79 on {SLOT} in 3 boots since 2024-04-05; ")
+
+
+def test_boots_not_records(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF * 3 + f"#@boot {this_boot()}\n" + FELL_OFF, boot=A)
+    host.make_agent(journal_directory=journal, history_days=3650)
+    st = host.tick().state
+    assert st["history"] == "1 earlier boot"
+    assert [a for a, _ in xid(st)] == ["reboot"]
+
+
+def test_a_journal_of_this_boot_only_escalates_nothing(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal, history_days=3650)
+    st = host.tick().state
+    assert st["history"] == "this boot only"
+    assert [a for a, _ in xid(st)] == ["reboot"]
+
+
+def test_read_in_slices_and_said_until_done(make: Any) -> None:
+    lines = "".join(f"kernel: line {i}\n" for i in range(5000))
+    journal = make(lines + f"#@boot {this_boot()}\n" + "kernel: now\n", boot=A)
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.001  # each look at the clock: 1 ms later
+        return now[0]
+
+    earlier = EarlierBoots(journal, 100000, 2, clock=clock)
+    slices = 0
+    while not earlier.done:
+        assert earlier.summary == "reading earlier boots"
+        earlier.step()
+        slices += 1
+    assert slices >= 50  # 5000 records, 8 between looks at the clock, 10 looks a slice
+    assert earlier.summary == "1 earlier boot"
