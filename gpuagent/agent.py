@@ -99,7 +99,8 @@ class Agent:
                 self.verdict.report("smi", {})
                 self.samples.forget()
             elif answer is not None:
-                self.verdict.report("smi", self.samples.take(answer, bus.gpus))
+                found = self.samples.take(answer, bus.gpus)
+                self.verdict.report("smi", self.earlier.recur(found, uuids))
             self.samples.mark_stale(bus.gpus, self.config.interval)
             self.verdict.judge(self.wall(), bus, self.config.expected_gpus, self.kernel.cleared)
         except Exception as e:  # noqa: BLE001 - see Bug

@@ -153,10 +153,17 @@ class EarlierBoots:
         """Read on a slice, then this boot's ``findings`` (by slot) with the recurring ones
         escalated; ``cleared`` is this boot's clears by slot (they restart the count)."""
         self.step()
-        if not self.done:
-            return findings
         for slot, c in cleared.items():
             self.recurrence.clear(c.at, slot, c.kind)
+        return self.recur(findings, uuids)
+
+    def recur(
+        self, findings: dict[str, list[Finding]], uuids: Mapping[str, str]
+    ) -> dict[str, list[Finding]]:
+        """Another source's ``findings`` (nvidia-smi's) with the recurring ones escalated, once
+        the read is done (reads nothing itself)."""
+        if not self.done:
+            return findings
         return {
             slot: [self.recurrence.escalate(slot, uuids.get(slot), f) for f in fs]
             for slot, fs in findings.items()

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpuagent.earlier import EarlierBoots
+from gpuagent.logs import Event
 from gpuagent.report import State
 from tests.conftest import Host
 from tests.test_kernel import FELL_OFF
-from tests.test_kernlog import make, this_boot
+from tests.test_kernlog import append, export_entry, make, this_boot
 
 __all__ = ["make"]  # the fixture
 
@@ -73,3 +74,45 @@ def test_read_in_slices_and_said_until_done(make: Any) -> None:
         slices += 1
     assert slices >= 50  # 5000 records, 8 between looks at the clock, 10 looks a slice
     assert earlier.summary == "1 earlier boot"
+
+
+def agent_problem(boot: str, at: float, slot: str) -> bytes:
+    """The agent's start line of a critical recovery_action, as the journal stores it."""
+    return export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
+            ("__MONOTONIC_TIMESTAMP", b"5000000"),
+            ("_BOOT_ID", boot.encode()),
+            ("_TRANSPORT", b"stdout"),
+            ("_SYSTEMD_UNIT", b"gpuagent.service"),
+            ("MESSAGE_ID", Event.PROBLEM_RECOVERY_ACTION.value.encode()),
+            ("PCI_SLOT", slot.encode()),
+            ("PROBLEM", b"recovery_action"),
+            ("SEVERITY", b"critical"),
+            ("ACTION", b"reset_gpu"),
+            ("MESSAGE", b"GPU: recovery_action critical"),
+        ]
+    )
+
+
+def test_nvidia_smi_s_problem_recurring_asks_for_rma(host: Host, make: Any) -> None:
+    sick = host.slots[0]
+    journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
+    append(journal, agent_problem(A, 1_700_000_100, sick) + agent_problem(B, 1_700_086_500, sick))
+    now = export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", b"1700200000000000"),
+            ("__MONOTONIC_TIMESTAMP", b"1000000"),
+            ("_BOOT_ID", this_boot().encode()),
+            ("_TRANSPORT", b"kernel"),
+            ("MESSAGE", b"this boot"),
+        ]
+    )
+    append(journal, now)
+    host.healthy(override={sick: {"gpu_recovery_action": "Reset"}})
+    host.make_agent(journal_directory=journal, history_days=3650)
+    st = host.tick().state
+    assert st["history"] == "2 earlier boots"
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == sick)["problems"]
+    assert (p["kind"], p["action"]) == ("recovery_action", "drain_and_rma")
+    assert p["message"].startswith(f"recovery_action on {sick} in 3 boots since 2023-11-1")
