@@ -21,6 +21,9 @@ from .recurrence import Hit, Recurrence
 __all__ = ["SLICE", "EarlierBoots", "entries"]
 
 SLICE = 0.010
+# Entries read between two reopenings of the journal: sd-journal keeps what it mapped, and a
+# reader reopened at its cursor keeps the agent's RSS near its budget (as kernlog does).
+CHUNK = 10_000
 _CLEAR = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
 
 
@@ -81,6 +84,9 @@ class EarlierBoots:
         self._boot = ""
         self._uuids: dict[str, str] = {}
         self._told: set[tuple[str, str, int]] = set()
+        self._read = 0
+        # The cursor a reopened reader was sought to (its first entry is the last one read).
+        self._resume: str | None = None
 
     @property
     def summary(self) -> str:
@@ -100,14 +106,29 @@ class EarlierBoots:
             deadline = self._clock() + budget
             n = 0
             while self._reader._next():
+                if self._resume is not None:
+                    cursor, self._resume = self._resume, None
+                    if self._reader.test_cursor(cursor):
+                        continue  # seek_cursor lands on the entry already read
                 if not self._take(self._reader._get_realtime() / 1e6, _fields(self._reader)):
                     break
                 n += 1
+                self._read += 1
+                if self._read % CHUNK == 0:
+                    self._reopen()
                 if n % 8 == 0 and self._clock() >= deadline:
                     return
         except (OSError, ValueError, RuntimeError):
             pass  # what was read counts; the journal's trouble is the kernel source's to say
         self._finish()
+
+    def _reopen(self) -> None:
+        cursor = self._reader._get_cursor()
+        self._reader.close()
+        self._reader = None
+        self._start()
+        self._reader.seek_cursor(cursor)
+        self._resume = cursor
 
     def _start(self) -> None:
         directory, days = self._args

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from gpuagent import earlier
 from gpuagent.earlier import EarlierBoots
 from gpuagent.logs import Event
 from gpuagent.report import State
@@ -116,3 +119,16 @@ def test_nvidia_smi_s_problem_recurring_asks_for_rma(host: Host, make: Any) -> N
     (p,) = next(g for g in st["gpus"] if g["pci_slot"] == sick)["problems"]
     assert (p["kind"], p["action"]) == ("recovery_action", "drain_and_rma")
     assert p["message"].startswith(f"recovery_action on {sick} in 3 boots since 2023-11-1")
+
+
+def test_reopened_every_chunk_nothing_is_read_twice_or_missed(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(earlier, "CHUNK", 100)
+    xid79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    lines = "".join(xid79 if i % 50 == 0 else f"kernel: line {i}\n" for i in range(1000))
+    journal = make(lines + f"#@boot {this_boot()}\nkernel: now\n", boot=A)
+    reading = EarlierBoots(journal, 100000, 2)
+    while not reading.done:
+        reading.step()
+    assert len(reading.recurrence._hits) == 20
