@@ -19,9 +19,11 @@ from .bus import Bus
 from .condition import Bug
 from .config import Config
 from .driverstate import DriverState
+from .earlier import EarlierBoots
 from .history import ThrottleWindow
 from .kernel import KernelSource
 from .kernlog import KernelLog
+from .known import KnownGpus
 from .logs import EventLog
 from .nvlinksource import NvlinkSource
 from .probe import Prober, lookup
@@ -56,6 +58,7 @@ class Agent:
         which: Callable[[str], str | None] = lookup,
         kernel_log: Callable[[str], KernelLog] = KernelLog,
         units: Callable[[], UnitsReader] | None = None,
+        state_directory: str | None = None,
     ) -> None:
         self.config = config
         self.wall = wall
@@ -79,6 +82,11 @@ class Agent:
         self.services = ServicesSource(
             config.sysfs_root, log, reader=(units or _system_units)(), monotonic=monotonic
         )
+        self.known = KnownGpus(state_directory, log)
+        self.earlier = EarlierBoots(
+            config.journal_directory, config.history_days, config.recurrence_boots
+        )
+        self.bus.remember(self.known.gpus)
         self._bug = Bug(log, "in a tick")
 
     def configure(self, config: Config | None = None) -> report.Report:
@@ -109,8 +117,8 @@ class Agent:
         try:
             bus = self.bus.scan()
             # Whatever the gates say: a GPU the driver cannot reach still has its Xids.
-            xids = self.kernel.poll(bus, self.samples.named, self.bus.describe)
-            self.verdict.report("xid", xids)
+            self._xids(bus)
+            bus = self._remember(bus)
             if scanned is not None:
                 scanned(self._report().status)
                 scanned = None
@@ -122,12 +130,13 @@ class Agent:
                 self.samples.forget()
             elif answer is not None:
                 found = self.samples.take(answer, bus.gpus)
+                found = self.earlier.recur(found, self.kernel.xids.uuids(bus.slots))
                 self.verdict.report("smi", self.services.fold(found))
             self.samples.mark_stale(bus.gpus, self.config.interval)
             records = self.kernel.driver_records()
             self.verdict.report("driver", self.driver.findings(bus, self.probing.view, records))
             self._nvlink(bus)
-            self.verdict.judge(self.wall(), bus, self.config.expected_gpus)
+            self.verdict.judge(self.wall(), bus, self.config.expected_gpus, self.kernel.cleared)
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)
             if scanned is not None:
@@ -136,6 +145,11 @@ class Agent:
         else:
             self._bug.passed()
         return self._report()
+
+    def _xids(self, bus: BusView) -> None:
+        found = self.kernel.poll(bus, self.samples.named, self.bus.describe)
+        uuids = self.kernel.xids.uuids(bus.slots)
+        self.verdict.report("xid", self.earlier.escalate(found, uuids, self.kernel.cleared))
 
     def _services(self) -> None:
         # Before the probe: its fabric findings are folded under the fabric manager's state.
@@ -157,12 +171,32 @@ class Agent:
         if found is not None:
             self.verdict.report("nvlink", found)
 
+    def _remember(self, bus: BusView) -> BusView:
+        """Forget the GPUs root said left for good; remember those on the bus now."""
+        gone = self.kernel.take_forgotten()
+        if gone:
+            self.known.forget(gone)
+            bus = self.bus.forget(gone)
+        uuids = self.kernel.xids.uuids(bus.slots)
+        rows = self.samples.view.samples
+        present: dict[str, dict[str, str | None]] = {}
+        for slot in bus.slots:
+            row = rows[slot].fields if slot in rows else {}
+            uuid, name = row.get("uuid") or uuids.get(slot), row.get("name")
+            present[slot] = {
+                "uuid": uuid if isinstance(uuid, str) else None,
+                "name": name if isinstance(name, str) else None,
+            }
+        self.known.update(present)
+        return bus
+
     def _report(self) -> report.Report:
         trouble = {
             "sysfs": self.bus.trouble,
             "journal": self.kernel.error,
             "system_bus": self.services.error,
             "internal": self._bug.reason,
+            "known_gpus": self.known.error,
         }
         view = self.bus.view
         return report.build(
@@ -177,4 +211,5 @@ class Agent:
             services=self.services.view,
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
+            history=self.earlier.summary,
         )

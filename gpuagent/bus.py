@@ -8,6 +8,7 @@ appear after the first scan one info line.  The scan itself is :class:`gpuagent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 
 from . import pci
@@ -61,6 +62,15 @@ class Bus:
     def describe(self, slot: str) -> str:
         """What sits at PCI ``slot`` per sysfs (:func:`gpuagent.pci.describe`)."""
         return pci.describe(self.scanner.root, slot)
+
+    def remember(self, slots: Iterable[str]) -> None:
+        """Count ``slots`` as seen on the bus (the GPUs this host had before a restart)."""
+        self.view = replace(self.view, seen=self.view.seen | frozenset(slots))
+
+    def forget(self, slots: Iterable[str]) -> BusView:
+        """Forget that ``slots`` were ever seen (they left for good); returns the view."""
+        self.view = replace(self.view, seen=self.view.seen - frozenset(slots))
+        return self.view
 
     @property
     def trouble(self) -> str | None:

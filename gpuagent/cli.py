@@ -1,5 +1,6 @@
-"""Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config`` (thin; no logic
-here), the unit's helpers ``link-textfile`` and ``reload``, and ``units`` (debugging).
+"""Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config``, ``slurm-check``
+(:mod:`gpuagent.schedcli`), ``clear`` (:mod:`gpuagent.clearcli`), ``history`` (thin; no
+logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units`` (debugging).
 
 Imports beyond click, json and tomllib happen inside the commands that need them, so that
 ``gpuagent status`` starts fast.
@@ -11,12 +12,11 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 
-from . import config
+from . import clearcli, config, historycli, schedcli, unitscli
 
 __all__ = ["main"]
 
@@ -136,9 +136,19 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     "--json", "as_json", is_flag=True, help="Print the state file as JSON, with its health."
 )
 @click.option("--wide", is_flag=True, help="Add each GPU's UUID and full name to the table.")
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["text", "json", "npd"]),
+    default="text",
+    help="npd: one line for node-problem-detector; exit 0 ok, 1 a problem, 2 unknown.",
+)
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, wide: bool) -> None:
+def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
+    if form == "npd":
+        schedcli.npd(ctx)
+    as_json = as_json or form == "json"
     from . import state  # noqa: PLC0415
     from .status import ExitCode, checked, judge  # noqa: PLC0415
     from .statustext import render  # noqa: PLC0415
@@ -203,6 +213,12 @@ def _print(text: str) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, out.fileno())
         os.close(devnull)
+
+
+main.add_command(schedcli.slurm_check)
+main.add_command(clearcli.clear)
+main.add_command(historycli.history)
+main.add_command(unitscli.units)
 
 
 @main.command("check-config")
@@ -280,47 +296,6 @@ def link_textfile(ctx: click.Context, remove: bool) -> None:
     except OSError as e:
         click.echo(f"gpuagent: cannot link {cfg.textfile}: {e.strerror or e}", err=True)
         sys.exit(1)
-
-
-# Hidden: a debugging aid for the D-Bus reads the agent makes (gpuagent(8) describes it).
-@main.command(hidden=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--pid", type=click.IntRange(min=1), help="Also name the unit of process PID.")
-def units(as_json: bool, pid: int | None) -> None:
-    """Show NVIDIA's systemd units as the agent reads them over the system bus; exit 1 if
-    it cannot."""
-    from . import units as units_  # noqa: PLC0415
-    from .status import clean  # noqa: PLC0415
-
-    reader = units_.Units()
-    result = reader.read()
-    owner = reader.unit_for_pid(pid) if pid is not None else None
-    if as_json:
-        out: dict[str, Any] = {
-            "watch": result.watch.value,
-            "error": result.error,
-            "units": {name: asdict(u) for name, u in result.units.items()},
-        }
-        if owner is not None:
-            out["pid"] = {"pid": pid, "unit": owner.unit, "error": owner.error}
-        click.echo(json.dumps(out, indent=2))
-    else:
-        for name, u in result.units.items():
-            restarts = "-" if u.n_restarts is None else u.n_restarts
-            click.echo(
-                f"{name}  {u.load_state} {u.active_state} {u.sub_state}  "
-                f"result {u.result or '-'}  restarts {restarts}"
-            )
-        if owner is not None and owner.watch is units_.Watch.OK:
-            click.echo(f"pid {pid}: {owner.unit or 'in no unit'}")
-    if result.watch is units_.Watch.NOT_WATCHED:
-        click.echo("gpuagent: no system bus socket: NVIDIA's units are not watched", err=True)
-    elif result.watch is units_.Watch.ERROR:
-        click.echo(f"gpuagent: {clean(result.error)}", err=True)
-    if owner is not None and owner.error:
-        click.echo(f"gpuagent: pid {pid}: {clean(owner.error)}", err=True)
-    reader.close()
-    sys.exit(0 if result.watch is units_.Watch.OK and not (owner and owner.error) else 1)
 
 
 @main.command()

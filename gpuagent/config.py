@@ -73,6 +73,10 @@ class Config:
     # A warning-class Xid problem (a Nonfatal NVLink 145, an ECC 63) ends this long after
     # its last record.
     xid_warning_hold: float = 3600.0
+    # Earlier boots read from the journal at start, for recurrence (days back), and in how
+    # many of them the same critical problem must have hit a GPU to ask for its RMA.
+    history_days: int = 30
+    recurrence_boots: int = 2
     # A GPU is throttled when the hardware slows it down in at least this fraction of the
     # samples of the last throttle_window seconds.
     throttle_fraction: float = 0.1

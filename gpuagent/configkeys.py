@@ -71,6 +71,10 @@ def check_key(source: str, key: str, value: Any) -> Any:
                 f"{where}: expected an integer from 0 to {_MAX_BUDGET}, got {_show(value)}"
             )
         return value
+    if key in ("history_days", "recurrence_boots"):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3650:
+            raise ConfigError(f"{where}: expected an integer from 1 to 3650, got {_show(value)}")
+        return value
     if key == "expected_gpus":
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
             raise ConfigError(f"{where}: expected an integer from 0 to 1024, got {_show(value)}")

@@ -128,7 +128,11 @@ class Daemon:
             wake_fd=self.signals.wake_fd,
             interrupted=lambda: self.signals.stop,
         )
-        self.agent = Agent(cfg, Prober(self.runner), self.log, monotonic=monotonic)
+        # StateDirectory=gpuagent: where the GPUs this host had are remembered.
+        remembered = os.environ.get("STATE_DIRECTORY", "").split(":")[0] or None
+        self.agent = Agent(
+            cfg, Prober(self.runner), self.log, monotonic=monotonic, state_directory=remembered
+        )
         self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier)
         # The last tick's report (None before the first tick).
         self.report: Report | None = None

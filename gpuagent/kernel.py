@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from . import clears
 from .condition import Condition, Edge
 from .driver import ApiMismatch, absence_reason, api_mismatch
 from .driverstate import DriverRecords
@@ -52,6 +53,9 @@ class KernelSource:
         self.xids = XidCounter(overrides)
         self.hold = hold
         self.wall = wall
+        # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
+        self.cleared: dict[str, clears.Clear] = {}
+        self._forgotten: list[str] = []
         self._trouble: Condition[str] = Condition()
         self._reasons: list[str] = []
         self._mismatch: ApiMismatch | None = None
@@ -78,6 +82,7 @@ class KernelSource:
             self.journal = self._open_log(directory)
             self.xids = XidCounter(overrides)
             self._mismatch = None
+            self.cleared = {}
 
     def poll(
         self,
@@ -90,7 +95,7 @@ class KernelSource:
         GPU: neither on ``bus`` now nor ever seen on it, never ``named`` by nvidia-smi, nor
         by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there."""
         slots = bus.slots
-        self.journal.poll(self._record, self._loader_record)
+        self.journal.poll(self._record, self._loader_record, self._clear)
         self._note(self.journal.error)
         gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
         self._strays = frozenset(s for s, _ in self.xids.counts(slots) if s not in gpus)
@@ -140,6 +145,22 @@ class KernelSource:
         reasons, self._reasons = self._reasons, []
         return DriverRecords(tuple(reasons), self._mismatch)
 
+    def _clear(self, at: float, fields: dict[str, bytes]) -> None:
+        if fields.get("MESSAGE_ID") != Event.OPERATOR_CLEAR.value.encode():
+            return
+        clear = clears.parse(fields, at)
+        if clear is None:
+            return  # not root's, or not a clear the agent honours
+        self.xids.clear(clear.slot, clears.LATCHING if clear.kind == clears.ALL else (clear.kind,))
+        self.cleared[clear.slot] = clear
+        if clear.kind == clears.GONE:
+            self._forgotten.append(clear.slot)
+
+    def take_forgotten(self) -> list[str]:
+        """The GPUs root said left for good (``gone_from_bus`` cleared) since the last call."""
+        gone, self._forgotten = self._forgotten, []
+        return gone
+
     def _note(self, error: str | None) -> None:
         edge = self._trouble.update(error)
         if edge is Edge.STARTED:
@@ -167,6 +188,7 @@ class KernelSource:
             {k: c for k, c in xids.items() if k[0] not in self._strays},
             self.xids.sxid_counts(),
             self.xids.uuids(slots),
+            dict(self.cleared),
         )
 
 

@@ -13,15 +13,24 @@ the fields journald sets itself (``_TRANSPORT``, ``_COMM``, ``_SYSTEMD_UNIT``), 
 program can forge through ``logger`` or ``sd_journal_send``, and are handed to their own sink:
 never to the one that counts Xids.  One match with OR-ed terms (``sd_journal_add_disjunction``)
 reads both in one pass.
+
+With them, in journal order, come root's ``gpuagent clear`` entries (:data:`CLEARS`:
+``MESSAGE_ID`` and ``_UID=0``, which journald sets), handed to a third sink with their fields.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["LOADERS", "KernelLog"]
+__all__ = ["CLEARS", "LOADERS", "KernelLog"]
+
+# The agent's own entries read in order with the kernel's: `gpuagent clear` from root
+# (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
+CLEARS = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
+# The fields of such an entry handed to the clears' sink.
+_FIELDS = ("MESSAGE_ID", "_UID", "PCI_SLOT", "KIND", "CLEARED_BY")
 
 # Records read between two reopenings of the journal while the boot is read (see poll()).
 START_CHUNK = 10_000
@@ -35,6 +44,7 @@ LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 Sink = Callable[[float, str], None]
+FieldSink = Callable[[float, dict[str, bytes]], None]
 
 
 def _open_reader(directory: str) -> Any:
@@ -45,13 +55,16 @@ def _open_reader(directory: str) -> Any:
     return journal.Reader(flags=journal.LOCAL_ONLY | journal.SYSTEM_ONLY)
 
 
-def match(reader: Any) -> None:
+def match(reader: Any, also: Mapping[str, str] = CLEARS) -> None:
     """Restrict ``reader`` to what :class:`KernelLog` reads: (the kernel's records, or a
-    module loader's) of this boot."""
+    module loader's, or the entries matching all of ``also``) of this boot."""
     reader.add_match(_TRANSPORT="kernel")
     for field, values in LOADERS:
         reader.add_disjunction()
         reader.add_match(*(f"{field}={v}" for v in values))
+    if also:
+        reader.add_disjunction()
+        reader.add_match(**also)
     reader.add_conjunction()
     reader.this_boot()
 
@@ -82,8 +95,10 @@ class KernelLog:
         *,
         open_reader: Callable[[str], Any] = _open_reader,
         chunk: int = START_CHUNK,
+        also: Mapping[str, str] = CLEARS,
     ) -> None:
         self.directory = directory
+        self.also = dict(also)
         self.chunk = chunk
         self.error: str | None = None
         self._open_reader = open_reader
@@ -108,7 +123,7 @@ class KernelLog:
                 "(is it in the systemd-journal group, and is systemd-journald running?)"
             )
         try:
-            match(reader)
+            match(reader, self.also)
             # sd-journal watches the files only once its fd exists: ask for it before reading,
             # or what is appended while the boot is read could go unnoticed.
             reader.fileno()
@@ -121,15 +136,17 @@ class KernelLog:
             raise
         return reader
 
-    def poll(self, sink: Sink, loaders: Sink | None = None) -> int:
+    def poll(self, sink: Sink, loaders: Sink | None = None, other: FieldSink | None = None) -> int:
         """Hand each kernel record logged since the last call (on the first: the whole boot)
         to ``sink(time, message)``: ``time`` is its ``__REALTIME_TIMESTAMP`` in s since the
         epoch, ``message`` its whole ``MESSAGE`` (newlines kept, bytes that are not UTF-8
         replaced).  The module loaders' records (:data:`LOADERS`) go to ``loaders`` the same
-        way, never to ``sink``; without ``loaders`` they are skipped.  Returns how many
-        records it handed over (to either)."""
+        way, never to ``sink``; without ``loaders`` they are skipped.  Each entry matching
+        ``also`` (root's clears), in order among them, goes to ``other(time, fields)`` (the
+        fields it has of MESSAGE_ID, _UID, PCI_SLOT, KIND, CLEARED_BY, as bytes), never to
+        the others.  Returns how many records it handed over (to any)."""
         count = 0
-        sinks = (sink, loaders)
+        sinks = (sink, loaders, other)
         try:
             if self._reader is None:
                 # Reading maps (and pages in) the journal as it goes, and sd-journal keeps what
@@ -155,10 +172,15 @@ class KernelLog:
         self.error = None
         return count
 
-    def _drain(self, reader: Any, sinks: tuple[Sink, Sink | None], limit: int | None = None) -> int:
+    def _drain(
+        self,
+        reader: Any,
+        sinks: tuple[Sink, Sink | None, FieldSink | None],
+        limit: int | None = None,
+    ) -> int:
         # The reader's private accessors fetch one field each; iterating it would decode every
         # field of every entry, several times the cost at start.
-        kernel, loaders = sinks
+        kernel, loaders, other = sinks
         count = 0
         moved = False
         try:
@@ -167,10 +189,20 @@ class KernelLog:
                     moved = True
                     if self._cursor is not None and reader.test_cursor(self._cursor):
                         continue  # seek_cursor lands on the entry already read
-                # The match let in the kernel's records and the loaders'; only the kernel's
-                # transport is the driver's (a loader's record is stdout, syslog or journal).
+                # The match let in the kernel's records, the loaders' and root's clears; only
+                # the kernel's transport is the driver's (a loader's record is stdout, syslog
+                # or journal), and a clear is told by the fields journald set.
                 try:
-                    sink = kernel if reader._get("_TRANSPORT") == b"kernel" else loaders
+                    transport = reader._get("_TRANSPORT")
+                except KeyError:
+                    continue
+                if transport != b"kernel" and self._is_also(reader):
+                    if other is not None:
+                        other(reader._get_realtime() / 1e6, _fields(reader))
+                        count += 1
+                    continue
+                try:
+                    sink = kernel if transport == b"kernel" else loaders
                     if sink is None:
                         continue
                     raw = reader._get("MESSAGE")
@@ -186,6 +218,18 @@ class KernelLog:
                     self._cursor = reader._get_cursor()
         return count
 
+    def _is_also(self, reader: Any) -> bool:
+        if not self.also:
+            return False
+        for name, want in self.also.items():
+            try:
+                value = reader._get(name)
+            except KeyError:
+                return False
+            if (value if isinstance(value, bytes) else str(value).encode()) != want.encode():
+                return False
+        return True
+
     def fileno(self) -> int | None:
         """The journal's inotify descriptor (readable when it changed), or ``None`` while the
         journal is not open."""
@@ -196,3 +240,12 @@ class KernelLog:
         if self._reader is not None:
             reader, self._reader = self._reader, None
             reader.close()
+
+
+def _fields(reader: Any) -> dict[str, bytes]:
+    got: dict[str, bytes] = {}
+    for name in _FIELDS:
+        with contextlib.suppress(KeyError):
+            value = reader._get(name)
+            got[name] = value if isinstance(value, bytes) else str(value).encode()
+    return got

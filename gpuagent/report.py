@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .health import OK, UNKNOWN, Problem, worst
 from .schema import (
+    ClearEntry,
     Exit,
     GpuEntry,
     NvlinkEntry,
@@ -38,6 +39,7 @@ from .views import (
 )
 
 __all__ = [
+    "ClearEntry",
     "Exit",
     "GpuEntry",
     "NvlinkEntry",
@@ -178,6 +180,9 @@ def _gpus(
         )
         if slot in links:
             out[-1]["nvlink"] = _nvlink(links[slot])
+        c = kernel.cleared.get(slot)
+        if c is not None and not mine:
+            out[-1]["cleared"] = {"kind": c.kind, "by": c.by, "at": c.at}
     return out
 
 
@@ -210,6 +215,7 @@ def build(
     services: ServicesView,
     problems: Problems,
     trouble: Mapping[str, str],
+    history: str = "this boot only",
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind."""
@@ -245,6 +251,7 @@ def build(
             for name, u in sorted(services.units.items())
         },
         "problems": dict(sorted(trouble.items())),
+        "history": history,
     }
     return Report(ticks, status, state, line)
 

@@ -10,6 +10,7 @@ from typing import NotRequired, TypedDict
 from .smi import Value
 
 __all__ = [
+    "ClearEntry",
     "Exit",
     "GpuEntry",
     "NvlinkEntry",
@@ -81,10 +82,19 @@ class ServiceEntry(TypedDict):
     restarts: int | None
 
 
+class ClearEntry(TypedDict):
+    """An operator's clear of ``kind`` (``all``: every latching kind) ``by`` a user ``at``."""
+
+    kind: str
+    by: str
+    at: float
+
+
 class GpuEntry(TypedDict):
     """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
     without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
-    critical, unknown), problems and Xid counts."""
+    critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
+    the GPU has no problem since."""
 
     pci_slot: str
     uuid: str | None
@@ -95,6 +105,7 @@ class GpuEntry(TypedDict):
     problems: list[ProblemEntry]
     xids: list[XidEntry]
     nvlink: NotRequired[NvlinkEntry]
+    cleared: NotRequired[ClearEntry]
 
 
 # "class" is a keyword: the functional form.
@@ -130,7 +141,8 @@ class Exit(TypedDict):
 class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
     ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
-    nvidia-smi does not report."""
+    nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
+    earlier boots, this boot only, N earlier boots)."""
 
     schema: int
     version: str
@@ -149,3 +161,4 @@ class State(TypedDict):
     missing: list[str]
     services: dict[str, ServiceEntry]
     problems: dict[str, str]
+    history: str

@@ -114,6 +114,7 @@ def malformed(st: Mapping[str, Any]) -> str | None:
         ("updated_at", finite(st.get("updated_at"))),
         ("ticks", isinstance(st.get("ticks"), int)),
         ("status", isinstance(st.get("status"), str)),
+        ("history", isinstance(st.get("history", ""), str)),
         ("exit", st.get("exit") is None or isinstance(st.get("exit"), dict)),
         ("pci", isinstance(st.get("pci"), list)),
         ("probe", isinstance(st.get("probe"), dict)),

@@ -9,7 +9,7 @@ from typing import Any
 
 from .status import clean
 
-__all__ = ["count", "nvlink_row", "services_row"]
+__all__ = ["clock", "count", "nvlink_row", "services_row"]
 
 # How the row names each unit; DCGM is shown only when installed (it is optional).
 _NAMES = (
@@ -19,7 +19,7 @@ _NAMES = (
 )
 
 
-def _clock(at: float) -> str:
+def clock(at: float) -> str:
     try:
         return time.strftime("%H:%M:%S", time.localtime(at))
     except (OverflowError, OSError, ValueError):
@@ -28,7 +28,7 @@ def _clock(at: float) -> str:
 
 def count(name: str, c: Mapping[str, Any]) -> str:
     """``Xid 79`` times its count and the last one's local time of day."""
-    return f"{name} \u00d7{c['count']}, last {_clock(c['last'])}"
+    return f"{name} \u00d7{c['count']}, last {clock(c['last'])}"
 
 
 def nvlink_row(nvlink: object) -> str | None:

@@ -14,7 +14,7 @@ import textwrap
 
 from .report import GpuEntry, ProblemEntry, State
 from .status import ExitCode, ago, clean, conditions, finite
-from .statusrows import count, nvlink_row, services_row
+from .statusrows import clock, count, nvlink_row, services_row
 
 __all__ = ["render"]
 
@@ -80,6 +80,8 @@ def render(
     ]
     if st["probe"].get("last_error"):
         lines.append(f"    last error: {clean(st['probe']['last_error'])}")
+    if st.get("history"):
+        lines.append(f"    history: {clean(st.get('history'))}")
     if code == ExitCode.UNKNOWN and reason != title:
         lines.append(f"    {clean(reason)}")
     for severity, text in conditions(st):
@@ -180,4 +182,7 @@ def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
     kinds = {p["kind"] for p in g["problems"]}
     if missing and not kinds & {"missing", "lost"}:
         lines.append("      - on the PCI bus, not reported by nvidia-smi")
+    cleared = g.get("cleared")
+    if cleared is not None:
+        lines.append(f"      cleared by {clean(cleared['by'])} at {clock(cleared['at'])}")
     return lines

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from . import rules
+from .clears import Clear
 from .health import CRITICAL, Finding, Problem, Tracker
 from .logs import Event, EventLog
 from .views import BusView
@@ -40,10 +41,19 @@ class Verdict:
         self.log = log
         self.started = started
         self.tracker = Tracker()
+        self._cleared: Mapping[str, Clear] = {}
 
-    def judge(self, now: float, bus: BusView, expected_gpus: int | None) -> None:
+    def judge(
+        self,
+        now: float,
+        bus: BusView,
+        expected_gpus: int | None,
+        cleared: Mapping[str, Clear] | None = None,
+    ) -> None:
         """Settle the sources at wall time ``now`` (s) with the bus as scanned and log what
-        started, changed and ended."""
+        started, changed and ended; ``cleared`` is each GPU's last operator's clear (an end
+        it covers says so)."""
+        self._cleared = cleared or {}
         gpus = list(bus.gpus)
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
@@ -80,6 +90,12 @@ class Verdict:
             **dict(f.extra),
         }
         if what == "end":
+            by = self._cleared.get(p.slot)
+            if by is not None and by.covers(f.kind):
+                at = time.strftime("%H:%M:%S", time.localtime(by.at))
+                text = f"{where}: {f.name} cleared by an operator ({by.by} at {at})"
+                self.log(logging.INFO, Event.PROBLEM_CLEARED, text, cleared_by=by.by, **fields)
+                return
             self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {f.name} cleared", **fields)
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING

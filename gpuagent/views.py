@@ -7,9 +7,10 @@ changes them after the tick.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .clears import Clear
 from .pci import PciGpu
 from .smi import Failure, Row
 from .xidcount import SXidCount, XidCount
@@ -118,11 +119,13 @@ class SamplesView:
 @dataclass(frozen=True)
 class KernelView:
     """This boot's kernel records as counted: Xids by (GPU slot, code), SXids by (NVSwitch
-    slot or ``nvswitchN``, code), and the GPU UUIDs the driver printed, by slot."""
+    slot or ``nvswitchN``, code), the GPU UUIDs the driver printed, by slot, and each GPU's
+    last operator's clear (root's ``gpuagent clear``), by slot."""
 
     xids: Mapping[tuple[str, int], XidCount]
     sxids: Mapping[tuple[str, int], SXidCount]
     uuids: Mapping[str, str]
+    cleared: Mapping[str, Clear] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -137,9 +137,15 @@ class XidCounter:
         self.unattributed: dict[int, int] = {}
         # Records that told of any driver event (an Xid, an SXid, a UUID line …).
         self.records = 0
+        # Journal order: every record's number, each (kind, device, code)'s last one, and
+        # each (kind, device)'s operator's clear (see clear()).
+        self._seq = 0
+        self._latest: dict[tuple[str, str, int], int] = {}
+        self._cleared: dict[tuple[str, str], int] = {}
 
     def add(self, time: float, message: str) -> None:
         """Count one kernel record logged at ``time`` (s since the epoch)."""
+        self._seq += 1
         events = parse(message)
         if not events:
             return
@@ -168,6 +174,7 @@ class XidCounter:
         if xid.origin != "xid" and key in self._xids:
             return  # the fall-off is already counted (its Xid line or another telling of it)
         info = assess(xid)
+        self._latest["xid", *key] = self._seq
         old = self._xids.get(key)
         if old is None:
             self._xids[key] = XidCount(xid.code, 1, time, time, info, xid.text)
@@ -196,6 +203,7 @@ class XidCounter:
 
     def _add_init(self, time: float, failure: InitFailure) -> None:
         device = device_of(failure.slot)
+        self._latest["init_failed", device, 0] = self._seq
         self._functions.setdefault(device, int(failure.slot.rpartition(".")[2]))
         old = self._init.get(device)
         if old is None:
@@ -205,6 +213,16 @@ class XidCounter:
         old.count += 1
         old.last = max(old.last, time)
         old.detail = failure.detail
+
+    def clear(self, slot: str, kinds: tuple[str, ...]) -> None:
+        """An operator cleared ``kinds`` on the GPU in ``slot`` here, in journal order: the
+        records before this no longer make problems; a later one does again."""
+        for kind in kinds:
+            self._cleared[kind, device_of(slot)] = self._seq
+
+    def _holds(self, kind: str, device: str, code: int) -> bool:
+        cleared = self._cleared.get((kind, device))
+        return cleared is None or self._latest.get((kind, device, code), 0) > cleared
 
     def _slotter(self, slots: list[str]) -> dict[str, str]:
         by_device: dict[str, str] = {}
@@ -253,12 +271,13 @@ class XidCounter:
         (:meth:`XidCount.finding`)."""
         by_device = self._slotter(slots)
         out: dict[str, list[Finding]] = {}
-        for (device, _), count in sorted(self._xids.items()):
+        for (device, code), count in sorted(self._xids.items()):
             finding = self._site(count).finding(now, hold)
-            if finding is not None:
+            if finding is not None and self._holds("xid", device, code):
                 out.setdefault(self._slot(device, by_device), []).append(finding)
         for device, failure in sorted(self._init.items()):
-            out.setdefault(self._slot(device, by_device), []).append(failure.finding())
+            if self._holds("init_failed", device, 0):
+                out.setdefault(self._slot(device, by_device), []).append(failure.finding())
         return out
 
     def take_new(self, slots: list[str]) -> list[First]:

@@ -62,7 +62,13 @@ class Host(FakeHost):
         )
         return replace(base, **overrides)
 
-    def make_agent(self, units: FakeUnits | None = None, **overrides: Any) -> Agent:
+    def make_agent(
+        self,
+        units: FakeUnits | None = None,
+        state_directory: str | None = None,
+        **overrides: Any,
+    ) -> Agent:
+        """An agent on this host; ``state_directory`` is the unit's $STATE_DIRECTORY."""
         logger = logging.getLogger(f"test.{id(self)}")
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
@@ -76,6 +82,7 @@ class Host(FakeHost):
             EventLog(logger),
             monotonic=self.clock,
             units=lambda: self.units,
+            state_directory=state_directory,
         )
         return self.agent
 

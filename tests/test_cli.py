@@ -128,7 +128,16 @@ def test_help_lists_the_commands_for_people_only() -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--help"])
     assert res.exit_code == 0
     listed = {line.split()[0] for line in res.stdout.split("Commands:")[1].splitlines() if line}
-    assert listed == {"check-config", "detect", "probe", "run", "status"}
+    assert listed == {
+        "check-config",
+        "clear",
+        "detect",
+        "history",
+        "probe",
+        "run",
+        "slurm-check",
+        "status",
+    }
 
 
 def test_check_config(public_dir: str) -> None:

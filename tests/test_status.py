@@ -301,9 +301,9 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
         f"gpuagent: warning: {conf}: unknown key 'intervall' (known: interval, probe_timeout, "
         "backoff_after, retry_max, nvidia_smi, sysfs_root, state_file, load_driver, log_level, "
         "textfile, journal_directory, expected_gpus, driver_absent_grace, nvml_library, "
-        "xid_warning_hold, throttle_fraction, throttle_window, xid, nvlink_interval, "
-        "nvlink_window, nvlink_recovery_budget, nvlink_replay_budget); using its valid "
-        "settings only\n"
+        "xid_warning_hold, history_days, recurrence_boots, throttle_fraction, throttle_window, "
+        "xid, nvlink_interval, nvlink_window, nvlink_recovery_budget, nvlink_replay_budget); "
+        "using its valid settings only\n"
     )
     with open(conf, "w") as f:
         f.write("interval = [\n")  # not TOML at all: the default state file

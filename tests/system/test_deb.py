@@ -278,13 +278,18 @@ def no_gpu(c: Container) -> None:
 
 def fake_gpu_host(c: Container) -> None:
     """8 H200s on a fake bus, the fake nvidia-smi failing with exit 18 (an upgrade)."""
+    fake_host(c, {"error": MISMATCH, "exit": 18})
+
+
+def fake_host(c: Container, scenario: dict[str, object]) -> None:
+    """8 H200s on a fake bus for the service, the fake nvidia-smi playing ``scenario``."""
     c.copy(os.path.join(REPO, "tests"), f"{FAKE}/tests")
     c.run("rm", "-rf", f"{FAKE}/tests/system")
     c.run("chmod", "-R", "a+rX", FAKE)
     make = f"from tests import fakesysfs; fakesysfs.gpu_host('{FAKE}/sys', 8)"
     c.run("env", f"PYTHONPATH={FAKE}", "python3", "-c", make)
     c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG)
-    c.write(f"{FAKE}/scenario.json", json.dumps({"error": MISMATCH, "exit": 18}))
+    c.write(f"{FAKE}/scenario.json", json.dumps(scenario))
     c.write("/etc/systemd/system/gpuagent.service.d/test.conf", DROP_IN)
     c.run("systemctl", "daemon-reload")
     c.run("systemctl", "restart", "gpuagent")
@@ -322,6 +327,9 @@ def driver_upgrade(c: Container) -> None:
     assert c.prop("StatusText") == "8 GPUs, sampling"
     status = c.status()
     assert status.returncode == 0, status.stdout + status.stderr
+    # StateDirectory=gpuagent: the GPUs this host had, remembered (known.py).
+    known = json.loads(c.out("cat", "/var/lib/gpuagent/gpus.json"))
+    assert sorted(g["pci_slot"] for g in known["gpus"]) == slots
 
 
 def second_agent(c: Container) -> None:
@@ -531,6 +539,8 @@ def purge(c: Container) -> None:
         "/usr/lib/systemd/system/gpuagent.service",
         "/etc/systemd/system/multi-user.target.wants/gpuagent.service",
         "/run/gpuagent",
+        "/var/lib/gpuagent",
+        "/var/lib/private/gpuagent",
         "/usr/lib/systemd/catalog/gpuagent.catalog",
         "/usr/bin/gpuagent",
     ):

@@ -103,6 +103,8 @@ def test_the_issue_s_settings() -> None:
         # A static system user: the system bus refuses a dynamic one.
         "User": "gpuagent",
         "Group": "gpuagent",
+        # $STATE_DIRECTORY: the GPUs this host had (known.py).
+        "StateDirectory": "gpuagent",
         "SupplementaryGroups": "video systemd-journal",
         "Documentation": "man:gpuagent(8)",
         "CapabilityBoundingSet": "",

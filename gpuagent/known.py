@@ -1,0 +1,94 @@
+"""The GPUs this host has had, remembered on disk across restarts, upgrades and reboots.
+
+The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
+(``StateDirectory=gpuagent``: ``/var/lib/gpuagent``); a hand run without that variable
+remembers nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
+``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
+it.  A file that cannot be read or written is one warning (the state's
+``problems["known_gpus"]``) and the agent goes on with what it sees.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+
+from . import state
+from .condition import Condition, Edge
+from .logs import EventLog
+
+__all__ = ["FILE", "KnownGpus"]
+
+FILE = "gpus.json"
+Gpu = dict[str, str | None]
+
+
+class KnownGpus:
+    """The GPUs remembered in ``directory`` (None or ``""``: none are remembered)."""
+
+    def __init__(self, directory: str | None, log: EventLog) -> None:
+        self.log = log
+        self.path = os.path.join(directory, FILE) if directory else None
+        self.gpus: dict[str, Gpu] = {}
+        self._trouble: Condition[str] = Condition()
+        if self.path is not None and os.path.lexists(self.path):
+            self.gpus = self._read(self.path)
+
+    @property
+    def error(self) -> str | None:
+        """Why the file cannot be read or written, while it cannot."""
+        return self._trouble.value
+
+    def _read(self, path: str) -> dict[str, Gpu]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            gpus = {
+                str(g["pci_slot"]): {"uuid": g.get("uuid"), "name": g.get("name")}
+                for g in data["gpus"]
+            }
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            self._note(f"{path}: cannot read the GPUs this host had: {_why(e)}")
+            return {}
+        self._note(None)
+        return gpus
+
+    def update(self, present: Mapping[str, Gpu]) -> None:
+        """Remember the GPUs ``present`` on the bus now (slot: uuid and name, None if not
+        known); writes the file when that changes what it holds."""
+        merged = dict(self.gpus)
+        for slot, gpu in present.items():
+            old = merged.get(slot, {})
+            merged[slot] = {k: gpu.get(k) or old.get(k) for k in ("uuid", "name")}
+        if merged != self.gpus:
+            self.gpus = merged
+            self._write()
+
+    def forget(self, slots: Iterable[str]) -> None:
+        """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good)."""
+        gone = [s for s in slots if s in self.gpus]
+        for slot in gone:
+            del self.gpus[slot]
+        if gone:
+            self._write()
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        gpus = [{"pci_slot": s, **g} for s, g in sorted(self.gpus.items())]
+        try:
+            state.write(self.path, {"gpus": gpus})
+        except OSError as e:
+            self._note(f"{self.path}: cannot remember the GPUs this host has: {_why(e)}")
+            return
+        self._note(None)
+
+    def _note(self, error: str | None) -> None:
+        if self._trouble.update(error) is Edge.STARTED:
+            self.log(logging.WARNING, None, f"{error}; going on with the GPUs on the bus")
+
+
+def _why(e: BaseException) -> str:
+    return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__

@@ -1,0 +1,236 @@
+"""``gpuagent clear``: the entry root sends, read back by the agent in order with the kernel's
+records from real journal files (make-test-journal, then entries appended as journald would)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuagent import clearcli, clears, statustext
+from gpuagent.clears import Clear
+from gpuagent.cli import main
+from gpuagent.logs import Event
+from gpuagent.report import GpuEntry, State
+from tests import states
+from tests.conftest import Host
+from tests.test_kernel import FELL_OFF
+from tests.test_kernlog import append, export_entry, make, this_boot
+from tests.test_status import write_state
+
+__all__ = ["make"]  # the fixture
+
+SLOT = "0000:18:00.0"
+LATER = 1_700_001_000  # s: after every record make-test-journal writes
+
+
+def entry(state: State, slot: str = SLOT) -> GpuEntry:
+    return next(g for g in state["gpus"] if g["pci_slot"] == slot)
+
+
+def clear_entry(
+    uid: str, at: float, slot: str = SLOT, kind: str = "xid", by: str = "root"
+) -> bytes:
+    """The entry `gpuagent clear` sends, as journald stores it from a sender of ``uid``."""
+    return export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
+            ("__MONOTONIC_TIMESTAMP", str(int((at - 1_699_990_000) * 1e6)).encode()),
+            ("_BOOT_ID", this_boot().encode()),
+            ("_TRANSPORT", b"journal"),
+            ("_UID", uid.encode()),
+            ("MESSAGE_ID", Event.OPERATOR_CLEAR.value.encode()),
+            ("SYSLOG_IDENTIFIER", b"gpuagent"),
+            ("PCI_SLOT", slot.encode()),
+            ("KIND", kind.encode()),
+            ("CLEARED_BY", by.encode()),
+            ("MESSAGE", f"GPU {slot}: {kind} cleared by {by}".encode()),
+        ]
+    )
+
+
+def xid_entry(at: float, code: int = 79) -> bytes:
+    """An Xid record from the kernel, logged at ``at``."""
+    return export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
+            ("__MONOTONIC_TIMESTAMP", str(int((at - 1_699_990_000) * 1e6)).encode()),
+            ("_BOOT_ID", this_boot().encode()),
+            ("_TRANSPORT", b"kernel"),
+            (
+                "MESSAGE",
+                f"NVRM: Xid (PCI:0000:18:00): {code}, pid=1, GPU has fallen off the bus.".encode(),
+            ),
+        ]
+    )
+
+
+def xid_problems(state: State) -> list[tuple[str, int]]:
+    return [(p["kind"], p.get("xid", 0)) for p in entry(state)["problems"]]
+
+
+def test_a_clear_from_root_ends_the_xid_and_survives_a_restart(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal)
+    assert xid_problems(host.tick().state) == [("xid", 79)]
+    append(journal, clear_entry("0", LATER))
+    st = host.tick().state
+    assert xid_problems(st) == []
+    assert entry(st)["health"] == "ok"
+    assert entry(st)["cleared"] == {"kind": "xid", "by": "root", "at": LATER}
+    assert entry(st)["xids"][0]["count"] == 1  # the boot's counts are facts: kept
+    (end,) = host.events(Event.PROBLEM_CLEARED)
+    clock = time.strftime("%H:%M:%S", time.localtime(LATER))
+    assert end.getMessage() == f"GPU {SLOT}: Xid 79 cleared by an operator (root at {clock})"
+    assert end.CLEARED_BY == "root"  # type: ignore[attr-defined]
+    text = statustext.render(st, host.agent.wall(), 0, "", width=200)  # type: ignore[union-attr]
+    assert f"cleared by root at {clock}" in text
+    # A restart reads the boot again, the clear in its place: still cleared.
+    host.make_agent(journal_directory=journal)
+    st = host.tick().state
+    assert xid_problems(st) == [] and entry(st)["cleared"]["by"] == "root"
+    assert len(host.events(Event.XID_PROBLEM)) == 1  # not opened again
+
+
+def test_the_same_entry_from_another_uid_does_nothing(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    append(journal, clear_entry("1000", LATER))
+    st = host.tick(2).state
+    assert xid_problems(st) == [("xid", 79)]
+    assert "cleared" not in entry(st)
+    assert host.events(Event.PROBLEM_CLEARED) == []
+
+
+def test_an_xid_after_the_clear_opens_it_again(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    append(journal, clear_entry("0", LATER))
+    assert xid_problems(host.tick().state) == []
+    append(journal, xid_entry(LATER + 60))
+    st = host.tick().state
+    assert xid_problems(st) == [("xid", 79)]
+    assert "cleared" not in entry(st)  # shown until the next problem
+    assert len(host.events(Event.XID_PROBLEM)) == 2
+    # Read from the start (a restart): Xid, clear, Xid: open.
+    host.make_agent(journal_directory=journal)
+    assert xid_problems(host.tick().state) == [("xid", 79)]
+
+
+def test_a_clear_of_all_and_of_another_gpu(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    append(journal, clear_entry("0", LATER, slot="0000:2a:00.0", kind="all"))
+    assert xid_problems(host.tick().state) == [("xid", 79)]
+    append(journal, clear_entry("0", LATER + 1, slot="0000:18:00.0", kind="all"))
+    st = host.tick().state
+    assert xid_problems(st) == [] and entry(st)["cleared"]["kind"] == "all"
+
+
+def test_parse_honours_root_only_and_latching_kinds() -> None:
+    good = {"_UID": b"0", "PCI_SLOT": b"0000:18:00.0", "KIND": b"xid", "CLEARED_BY": b"root"}
+    assert clears.parse(good, 5.0) == Clear(SLOT, "xid", "root", 5.0)
+    assert clears.parse({**good, "PCI_SLOT": b"18:00.0"}, 5.0) == Clear(SLOT, "xid", "root", 5.0)
+    for bad in (
+        {**good, "_UID": b"1000"},
+        {k: v for k, v in good.items() if k != "_UID"},
+        {**good, "KIND": b"throttled"},
+        {**good, "PCI_SLOT": b"nonsense"},
+        {k: v for k, v in good.items() if k != "KIND"},
+    ):
+        assert clears.parse(bad, 5.0) is None
+    assert Clear(SLOT, "all", "root", 0).covers("init_failed")
+    assert not Clear(SLOT, "xid", "root", 0).covers("init_failed")
+    assert not Clear(SLOT, "all", "root", 0).covers("throttled")
+    assert clears.refusal("xid") is None and clears.refusal("all") is None
+    assert "read live" in (clears.refusal("recovery_action") or "")
+
+
+class Sent:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entries: list[dict[str, Any]] = []
+        monkeypatch.setattr(clearcli, "send", lambda **f: self.entries.append(f))
+        monkeypatch.setattr(os, "geteuid", lambda: 0)
+
+
+def clear_cli(conf: str, *args: str) -> tuple[int, str, str]:
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "clear", *args])
+    return res.exit_code, res.stdout, res.stderr
+
+
+def xid_state() -> State:
+    xid = states.problem("xid", "critical", "reboot", slot=SLOT, since=time.time())
+    live = states.problem("recovery_action", "critical", "reset_gpu", slot=SLOT, since=time.time())
+    bus = (states.nvidia(SLOT),)
+    return states.state(now=time.time(), bus=bus, problems={SLOT: [xid, live]})
+
+
+def test_the_command_sends_root_s_entry(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    sent = Sent(monkeypatch)
+    conf = write_state(str(tmp_path), xid_state())
+    code, out, err = clear_cli(conf, "0000:18:00.0", "xid")
+    assert (code, err) == (0, "")
+    assert out.startswith(f"{SLOT}: xid cleared by ")
+    (e,) = sent.entries
+    assert e["MESSAGE_ID"] == Event.OPERATOR_CLEAR.value
+    assert (e["PCI_SLOT"], e["KIND"]) == (SLOT, "xid")
+    assert e["CLEARED_BY"] == pwd.getpwuid(os.getuid()).pw_name
+    assert clear_cli(conf, "18:00.0", "--all")[0] == 0
+    assert sent.entries[-1]["KIND"] == "all"
+
+
+def test_the_command_refuses_what_it_cannot_clear(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    conf = write_state(str(tmp_path), xid_state())
+    code, _, err = clear_cli(conf, SLOT, "recovery_action")
+    assert code == 1 and "recovery_action is read live" in err
+    code, _, err = clear_cli(conf, SLOT, "init_failed")
+    assert code == 1 and "has no init_failed problem to clear; recovery_action read live" in err
+    assert clear_cli(conf, "bogus", "xid")[0] == 2
+    assert clear_cli(conf, SLOT)[0] == 2  # neither KIND nor --all
+    assert clear_cli(conf, SLOT, "xid", "--all")[0] == 2
+    assert sent.entries == []
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    code, _, err = clear_cli(conf, SLOT, "xid")
+    assert code == clearcli.EX_NOPERM and "only root's clears count" in err
+    assert sent.entries == []
+
+
+def test_without_a_running_agent_the_clear_is_sent_for_later(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    conf = write_state(str(tmp_path), xid_state())
+    os.unlink(os.path.join(str(tmp_path), "state.json"))
+    code, out, _ = clear_cli(conf, SLOT, "xid")
+    assert code == 0 and "applies the clear when it starts" in out
+    assert len(sent.entries) == 1
+
+
+def test_the_kernel_log_s_match_is_the_event_s() -> None:
+    from gpuagent.kernlog import CLEARS  # noqa: PLC0415
+
+    assert {"MESSAGE_ID": Event.OPERATOR_CLEAR.value, "_UID": "0"} == CLEARS
+
+
+def test_gone_from_bus_is_the_one_bus_kind_a_clear_accepts(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    gone = states.problem("gone_from_bus", "critical", "reboot", slot=SLOT, since=time.time())
+    st = states.state(now=time.time(), bus=(), problems={SLOT: [gone]})
+    conf = write_state(str(tmp_path), st)
+    code, out, _ = clear_cli(conf, SLOT, "gone_from_bus")
+    assert code == 0 and out.startswith(f"{SLOT}: gone_from_bus cleared by ")
+    assert sent.entries[-1]["KIND"] == "gone_from_bus"
+    assert Clear(SLOT, "gone_from_bus", "root", 0).covers("gone_from_bus")
+    assert not Clear(SLOT, "all", "root", 0).covers("gone_from_bus")

@@ -1,0 +1,425 @@
+"""The scheduler's drain: the pure decision (every case), ``slurm-check`` against a fake
+scontrol, ``status --format=npd`` and NHC's ``check_gpuagent`` with a stand-in ``die``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+from click.testing import CliRunner
+
+from gpuagent import drain, slurmcheck
+from gpuagent.cli import main
+from gpuagent.drain import Node, decide, npd, parse_node, worst
+from gpuagent.report import State
+from gpuagent.smi import Failure
+from gpuagent.views import ProbeState, ProbeView
+from tests import states
+from tests.states import NOW, SLOT
+from tests.test_status import write_state
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OTHER = "0000:2a:00.0"
+STRAY = 2**22 + 7  # a pid no process has
+IDLE = (
+    "NodeName=n1 Arch=x86_64 CoresPerSocket=2  CPUAlloc=0 OS=Linux 6.1 #1 SMP @0  "
+    "State=IDLE ThreadsPerCore=1 Partitions=debug  ExtSensorsTemp=n/s"
+)
+REASON = "gpuagent: 0000:18:00.0 recovery_action reset_gpu"
+
+
+def shown(state: str = "IDLE", reason: str | None = None) -> str:
+    """``scontrol show node n1 -o`` for a node in ``state`` with ``reason`` (slurm 22.05)."""
+    line = IDLE.replace("State=IDLE", f"State={state}")
+    if reason is not None:
+        line += f" Reason={reason} [root@2026-12-01T09:26:43]"
+    return line + "\n"
+
+
+def node(state: str = "IDLE", reason: str | None = None) -> Node:
+    found = parse_node(shown(state, reason))
+    assert found is not None
+    return found
+
+
+def sick(
+    kind: str = "recovery_action",
+    severity: str = "critical",
+    action: str = "reset_gpu",
+    slot: str = SLOT,
+    at: float = NOW,
+) -> State:
+    bus = (states.nvidia(), states.nvidia(OTHER))
+    p = states.problem(kind, severity, action, slot=slot, since=at - 60)
+    return states.state(now=at - 1, bus=bus, problems={slot: [p]})
+
+
+def healthy(at: float = NOW) -> State:
+    return states.state(now=at - 1)
+
+
+def test_parse_node() -> None:
+    assert node() == Node("n1", frozenset({"IDLE"}), "")
+    assert node("IDLE+DRAIN", "admin: bad fan") == Node(
+        "n1", frozenset({"IDLE", "DRAIN"}), "admin: bad fan"
+    )
+    assert node("MIXED+DRAIN", REASON).reason == REASON
+    assert node("MIXED+DRAIN", REASON).ours
+    assert node("DRAINED").drained and node("DRAINING").drained
+    assert node("IDLE+DRAIN").drained and not node("DOWN*").drained
+    assert node("DOWN*").flags == frozenset({"DOWN"})
+    assert not node("IDLE", "gpuagent").ours  # the prefix has a colon
+    # A reason without scontrol's [user@time] is kept whole.
+    assert parse_node(IDLE + " Reason=x [y]").reason == "x [y]"  # type: ignore[union-attr]
+    for bad in ("", "slurm_load_node error: Invalid node name specified", "State=IDLE", IDLE * 2):
+        assert parse_node(bad if bad != IDLE * 2 else IDLE + "\n" + IDLE) is None
+
+
+def test_worst_is_critical_then_the_strongest_action_then_slot() -> None:
+    assert worst(healthy()) is None
+    bus = (states.nvidia(), states.nvidia(OTHER))
+    problems = {
+        SLOT: [
+            states.problem("hot", "warning", "drain_and_rma"),
+            states.problem("recovery_action", "critical", "reset_gpu"),
+        ],
+        OTHER: [states.problem("xid", "critical", "drain_and_reset", slot=OTHER)],
+        "": [states.problem("gpu_count", "warning", "check_host", slot="")],
+    }
+    st = states.state(bus=bus, problems=problems)
+    assert worst(st) == drain.Worst("critical", OTHER, "xid", "drain_and_reset")
+    assert worst(st).reason == f"gpuagent: {OTHER} xid drain_and_reset"  # type: ignore[union-attr]
+    host = states.state(
+        problems={"": [states.problem("gpu_count", "critical", "check_host", slot="")]}
+    )
+    assert worst(host) == drain.Worst("critical", "host", "gpu_count", "check_host")
+
+
+UPDATE_DRAIN = ("update", "NodeName=n1", "State=DRAIN", f"Reason={REASON}")
+UPDATE_RESUME = ("update", "NodeName=n1", "State=RESUME")
+
+# (state, node, the update), every combination that matters.
+DECISIONS: list[tuple[str, Callable[[], State], Node, tuple[str, ...]]] = [
+    ("critical, idle: drain", sick, node(), UPDATE_DRAIN),
+    ("critical, mixed: drain", sick, node("MIXED"), UPDATE_DRAIN),
+    ("critical, down: drain", sick, node("DOWN*"), UPDATE_DRAIN),
+    ("critical, drained by us: nothing", sick, node("IDLE+DRAIN", REASON), ()),
+    (
+        "critical, drained by us for another: new reason",
+        sick,
+        node("IDLE+DRAIN", "gpuagent: 0000:2a:00.0 xid reboot"),
+        UPDATE_DRAIN,
+    ),
+    ("critical, admin's drain: left alone", sick, node("IDLE+DRAIN", "admin: fan"), ()),
+    ("critical, drain without reason: left alone", sick, node("DRAINING"), ()),
+    ("warning, idle: nothing", lambda: sick(severity="warning"), node(), ()),
+    (
+        "warning, drained by us: resume",
+        lambda: sick(severity="warning"),
+        node("IDLE+DRAIN", REASON),
+        UPDATE_RESUME,
+    ),
+    ("healthy, idle: nothing", healthy, node(), ()),
+    ("healthy, drained by us: resume", healthy, node("MIXED+DRAIN", REASON), UPDATE_RESUME),
+    ("healthy, drained by us, down: resume", healthy, node("DOWN+DRAIN", REASON), UPDATE_RESUME),
+    ("healthy, admin's drain: left alone", healthy, node("IDLE+DRAIN", "admin: gpuagent: x"), ()),
+    ("healthy, our reason but not drained: nothing", healthy, node("IDLE", REASON), ()),
+]
+
+
+@pytest.mark.parametrize(("name", "made", "n", "update"), DECISIONS, ids=[d[0] for d in DECISIONS])
+def test_decide(name: str, made: Callable[[], State], n: Node, update: tuple[str, ...]) -> None:
+    d = decide(n, made(), "", NOW)
+    assert (d.update, d.known) == (update, True)
+    assert d.says.startswith("n1: ")
+
+
+def test_an_unknown_state_changes_nothing() -> None:
+    for n in (node(), node("IDLE+DRAIN", REASON)):
+        d = decide(n, None, "/run/gpuagent/state.json: no state file (is gpuagent running?)", NOW)
+        assert (d.update, d.known) == ((), False)
+        assert (
+            d.says
+            == "n1: nothing changed: /run/gpuagent/state.json: no state file (is gpuagent running?)"
+        )
+        stale = sick(at=NOW - 600)
+        d = decide(n, stale, "", NOW)
+        assert (d.update, d.known) == ((), False)
+        assert "has not updated its state for 601 s" in d.says
+        stopped = states.state(now=NOW - 5, ended=("signal", NOW - 5))
+        d = decide(n, stopped, "", NOW)
+        assert (d.update, d.known) == ((), False)
+        assert "gpuagent is stopped since" in d.says
+        dead = states.state(now=NOW - 1, pid=STRAY)
+        assert (
+            decide(n, dead, "", NOW).says
+            == f"n1: nothing changed: gpuagent (pid {STRAY}) died without finishing"
+        )
+
+
+def failing() -> State:
+    probe = ProbeView(
+        state=ProbeState.FAILING, failure=Failure.VERSION_MISMATCH, failures=3, spawns_total=9
+    )
+    return states.state(now=NOW - 1, probe=probe)
+
+
+def test_npd() -> None:
+    assert npd(healthy(), "", NOW) == (0, "ok: 1 GPU, sampling")
+    assert npd(sick(), "", NOW) == (1, f"critical: {SLOT} recovery_action: reset_gpu")
+    assert npd(sick(severity="warning", action="none"), "", NOW) == (
+        1,
+        f"warning: {SLOT} recovery_action: none",
+    )
+    code, line = npd(failing(), "", NOW)
+    assert code == 1 and line.startswith("critical: 1 GPU, nvidia-smi failing (version_mismatch)")
+    assert npd(None, "no state file", NOW) == (2, "unknown: no state file")
+    code, line = npd(sick(at=NOW - 600), "", NOW)
+    assert (code, line) == (2, "unknown: gpuagent has not updated its state for 601 s")
+    code, line = npd(None, "x" * 200 + "\n\x1b[31m", NOW)
+    assert code == 2 and len(line) == drain.NPD_WIDTH and line.endswith("...")
+    long = sick(kind="k" * 90)
+    assert len(npd(long, "", NOW)[1]) == drain.NPD_WIDTH
+
+
+def test_reason() -> None:
+    assert drain.reason(sick(), "", NOW) == (True, REASON)
+    assert drain.reason(sick(severity="warning"), "", NOW) == (True, "")
+    assert drain.reason(healthy(), "", NOW) == (True, "")
+    assert drain.reason(None, "gone", NOW) == (False, "gone")
+    assert drain.reason(sick(at=NOW - 600), "", NOW)[0] is False
+
+
+# A fake scontrol: prints $FAKE_SCONTROL_SHOW for `show`, records every call, can hang or fail.
+FAKE_SCONTROL = """\
+#!/usr/bin/env python3
+import os, sys, time
+with open(os.environ["FAKE_SCONTROL_LOG"], "a") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n")
+if os.environ.get("FAKE_SCONTROL_HANG"):
+    time.sleep(60)
+if sys.argv[1] == "show":
+    print(open(os.environ["FAKE_SCONTROL_SHOW"]).read(), end="")
+elif os.environ.get("FAKE_SCONTROL_FAIL"):
+    print("slurm_update error: Invalid node state specified", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+class Slurm:
+    """A fake scontrol on $PATH, the node it shows and the calls it got."""
+
+    def __init__(self, tmp: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.dir = tmp
+        bin_dir = os.path.join(tmp, "bin")
+        os.mkdir(bin_dir)
+        path = os.path.join(bin_dir, "scontrol")
+        with open(path, "w") as f:
+            f.write(FAKE_SCONTROL.replace("/usr/bin/env python3", sys.executable))
+        os.chmod(path, 0o700)
+        self.log = os.path.join(tmp, "calls")
+        self.show_file = os.path.join(tmp, "show")
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        monkeypatch.setenv("FAKE_SCONTROL_LOG", self.log)
+        monkeypatch.setenv("FAKE_SCONTROL_SHOW", self.show_file)
+        self.show()
+
+    def show(self, state: str = "IDLE", reason: str | None = None) -> None:
+        with open(self.show_file, "w") as f:
+            f.write(shown(state, reason))
+
+    def calls(self) -> list[str]:
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as f:
+            calls = f.read().splitlines()
+        os.unlink(self.log)
+        return calls
+
+
+@pytest.fixture
+def slurm(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> Slurm:
+    return Slurm(str(tmp_path), monkeypatch)
+
+
+def check(conf: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "slurm-check", *args], env=env
+    )
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_slurm_check_drains_resumes_and_leaves_an_admin_s_drain(slurm: Slurm) -> None:
+    conf = write_state(slurm.dir, sick(at=time.time()))
+    env = {"SLURMD_NODENAME": "n1"}
+    assert check(conf, env=env) == (0, f"gpuagent slurm-check: n1: draining: {REASON}\n", "")
+    assert slurm.calls() == ["show node n1 -o", f"update NodeName=n1 State=DRAIN Reason={REASON}"]
+    slurm.show("IDLE+DRAIN", REASON)
+    assert check(conf, env=env) == (0, f"gpuagent slurm-check: n1: drained: {REASON}\n", "")
+    assert slurm.calls() == ["show node n1 -o"]
+    slurm.show("IDLE+DRAIN", "admin: bad fan")
+    code, out, _ = check(conf, env=env)
+    assert (code, slurm.calls()) == (0, ["show node n1 -o"])
+    assert "left as drained by another: admin: bad fan" in out
+    write_state(slurm.dir, healthy(time.time()))
+    assert check(conf, env=env)[0] == 0
+    assert slurm.calls() == ["show node n1 -o"]  # still the admin's
+    slurm.show("IDLE+DRAIN", REASON)
+    code, out, _ = check(conf, env=env)
+    assert code == 0 and "n1: resuming: no critical GPU problem" in out
+    assert slurm.calls() == ["show node n1 -o", "update NodeName=n1 State=RESUME"]
+
+
+def test_the_node_is_slurmd_s_name_else_the_short_host_name(
+    slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = write_state(slurm.dir, healthy(time.time()))
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setattr("socket.gethostname", lambda: "gpu17.cluster.example")
+    assert slurmcheck.node_name({}) == "gpu17"
+    assert slurmcheck.node_name({"SLURMD_NODENAME": "n1"}) == "n1"
+    check(conf)
+    assert slurm.calls() == ["show node gpu17 -o"]
+    check(conf, "--node", "n9", env={"SLURMD_NODENAME": "n1"})
+    assert slurm.calls() == ["show node n9 -o"]
+
+
+def test_a_missing_or_stale_state_drains_nothing_and_asks_slurm_nothing(slurm: Slurm) -> None:
+    conf = write_state(slurm.dir, sick(at=time.time() - 600))
+    code, out, err = check(conf, "--node", "n1")
+    assert (code, out, slurm.calls()) == (1, "", [])
+    assert err.startswith(
+        "gpuagent slurm-check: n1: nothing changed: gpuagent has not updated its state"
+    )
+    os.unlink(os.path.join(slurm.dir, "state.json"))
+    code, out, err = check(conf, "--node", "n1")
+    assert (code, out, slurm.calls()) == (1, "", [])
+    assert "no state file (is gpuagent running?)" in err
+
+
+def test_scontrol_that_does_not_answer_is_killed_in_time(
+    slurm: Slurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = write_state(slurm.dir, sick(at=time.time()))
+    monkeypatch.setenv("FAKE_SCONTROL_HANG", "1")
+    start = time.monotonic()
+    code, _out, err = check(conf, "--node", "n1", "--timeout", "0.5")
+    assert time.monotonic() - start < 10
+    assert (
+        code == 2
+        and err == "gpuagent slurm-check: n1: scontrol show node n1 -o: no answer in 0.5 s\n"
+    )
+    monkeypatch.delenv("FAKE_SCONTROL_HANG")
+    monkeypatch.setenv("FAKE_SCONTROL_FAIL", "1")
+    code, _out, err = check(conf, "--node", "n1")
+    assert code == 2 and "exit 1: slurm_update error: Invalid node state specified" in err
+    with open(slurm.show_file, "w") as f:
+        f.write("")
+    code, _out, err = check(conf, "--node", "n1")
+    assert code == 2 and "no such node" in err
+    # The default budget: two scontrol calls within slurmd's 60 s.
+    assert 2 * slurmcheck.TIMEOUT < 60
+
+
+def test_without_scontrol_it_says_so(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = write_state(str(tmp_path), sick(at=time.time()))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, _, err = check(conf, "--node", "n1")
+    assert code == 2 and "cannot run scontrol" in err
+
+
+def test_reason_only_runs_no_scontrol(slurm: Slurm) -> None:
+    conf = write_state(slurm.dir, sick(at=time.time()))
+    assert check(conf, "--reason") == (0, REASON + "\n", "")
+    write_state(slurm.dir, healthy(time.time()))
+    assert check(conf, "--reason") == (0, "", "")
+    write_state(slurm.dir, healthy(time.time() - 600))
+    code, out, err = check(conf, "--reason")
+    assert (code, out) == (1, "") and "has not updated its state" in err
+    assert slurm.calls() == []
+
+
+def test_status_format_npd(tmp_path: str) -> None:
+    conf = write_state(str(tmp_path), sick(at=time.time()))
+    runner = CliRunner(mix_stderr=False)
+    res = runner.invoke(main, ["--config", conf, "status", "--format=npd"])
+    assert (res.exit_code, res.stdout) == (1, f"critical: {SLOT} recovery_action: reset_gpu\n")
+    write_state(str(tmp_path), healthy(time.time()))
+    res = runner.invoke(main, ["--config", conf, "status", "--format=npd"])
+    assert (res.exit_code, res.stdout) == (0, "ok: 1 GPU, sampling\n")
+    res = runner.invoke(main, ["--config", conf, "status", "--format=json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["health"] == "ok"
+    os.unlink(os.path.join(str(tmp_path), "state.json"))
+    res = runner.invoke(main, ["--config", conf, "status", "--format=npd"])
+    assert res.exit_code == 2 and res.stdout.startswith("unknown: ")
+
+
+def test_the_npd_plugin_config_runs_the_npd_format() -> None:
+    with open(os.path.join(REPO, "packaging", "npd", "gpuagent-plugin-monitor.json")) as f:
+        cfg = json.load(f)
+    assert cfg["plugin"] == "custom"
+    assert cfg["pluginConfig"]["max_output_length"] == drain.NPD_WIDTH
+    (rule,) = cfg["rules"]
+    assert (rule["path"], rule["args"]) == ("/usr/bin/gpuagent", ["status", "--format=npd"])
+    assert rule["condition"] in {c["type"] for c in cfg["conditions"]}
+
+
+# NHC's die and log, as NHC defines them: die records the failure and its message.
+NHC_STANDIN = """\
+set -u
+log() { echo "log: $*"; }
+die() { echo "die $1: $2"; }
+source "$1"
+check_gpuagent
+echo "rc $?"
+"""
+
+
+@pytest.mark.parametrize(
+    ("made", "said"),
+    [
+        (lambda: sick(at=time.time()), f"die 1: {REASON}\nrc 1\n"),
+        (lambda: sick(severity="warning", at=time.time()), "rc 0\n"),
+        (lambda: healthy(time.time()), "rc 0\n"),
+        (lambda: healthy(time.time() - 600), None),
+    ],
+    ids=["critical", "warning", "healthy", "stale"],
+)
+def test_nhc_check(tmp_path: str, made: Callable[[], State], said: str | None) -> None:
+    conf = write_state(str(tmp_path), made())
+    command = os.path.join(str(tmp_path), "gpuagent")
+    with open(command, "w") as f:
+        f.write(
+            f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m gpuagent --config {conf} "$@"\n'
+        )
+    os.chmod(command, 0o700)
+    check_file = os.path.join(REPO, "packaging", "nhc", "check_gpuagent.nhc")
+    proc = subprocess.run(
+        ["bash", "-c", NHC_STANDIN, "nhc", check_file],
+        env={**os.environ, "GPUAGENT_COMMAND": command},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    if said is None:
+        assert proc.stdout.startswith(
+            "log: check_gpuagent: nothing checked: gpuagent has not updated"
+        )
+        assert proc.stdout.endswith("rc 0\n")
+    else:
+        assert proc.stdout == said
+
+
+def test_the_slurm_wrapper_runs_slurm_check() -> None:
+    with open(os.path.join(REPO, "packaging", "slurm", "gpuagent-slurm-check")) as f:
+        text = f.read()
+    assert text.startswith("#!/bin/sh\n")
+    assert 'exec /usr/bin/gpuagent slurm-check "$@"\n' in text
+    assert os.access(os.path.join(REPO, "packaging", "slurm", "gpuagent-slurm-check"), os.X_OK)

@@ -1,0 +1,95 @@
+"""The GPUs this host had, remembered under $STATE_DIRECTORY: gone_from_bus across an agent
+restart, forgotten after root's ``gpuagent clear SLOT gone_from_bus`` (a real journal file)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from gpuagent.known import FILE
+from gpuagent.logs import Event
+from gpuagent.report import State
+from tests import fakesysfs
+from tests.conftest import Host
+from tests.test_clear import LATER, clear_entry
+from tests.test_kernlog import append, make
+
+__all__ = ["make"]  # the fixture
+
+
+def kinds(state: State, slot: str) -> list[str]:
+    return [p["kind"] for g in state["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
+
+
+def remembered(directory: str) -> list[str]:
+    with open(os.path.join(directory, FILE), encoding="utf-8") as f:
+        return [g["pci_slot"] for g in json.load(f)["gpus"]]
+
+
+def unplug(host: Host, slot: str) -> None:
+    """The GPU in ``slot`` leaves the fake bus, and nvidia-smi's answer."""
+    fakesysfs.remove_device(host.root, slot)
+    host.healthy(slots=[s for s in host.slots if s != slot])
+
+
+def test_a_gpu_gone_stays_gone_across_a_restart_until_cleared(
+    host: Host, make: Any, tmp_path: str
+) -> None:
+    journal = make("kernel: nothing of the driver's\n")
+    directory = os.path.join(str(tmp_path), "lib")
+    os.mkdir(directory)
+    sick = host.slots[4]
+    host.make_agent(state_directory=directory, journal_directory=journal)
+    host.tick(2)  # the second tick knows the first one's samples: names and UUIDs
+    assert remembered(directory) == sorted(host.slots)
+    with open(os.path.join(directory, FILE), encoding="utf-8") as f:
+        gpu = next(g for g in json.load(f)["gpus"] if g["pci_slot"] == sick)
+    assert gpu["name"] == "NVIDIA H200" and str(gpu["uuid"]).startswith("GPU-")
+    unplug(host, sick)
+    assert kinds(host.tick().state, sick) == ["gone_from_bus"]
+    # A restart (an apt upgrade): the new agent never saw the GPU, and still knows it.
+    host.make_agent(state_directory=directory, journal_directory=journal)
+    assert kinds(host.tick().state, sick) == ["gone_from_bus"]
+    # Root says it left for good: forgotten, here and after the next restart.
+    append(journal, clear_entry("0", LATER, slot=sick, kind="gone_from_bus"))
+    st = host.tick().state
+    assert kinds(st, sick) == []
+    assert sick not in remembered(directory)
+    ends = [r.getMessage() for r in host.events(Event.PROBLEM_CLEARED)]
+    assert any(m.startswith(f"GPU {sick}: gone_from_bus cleared by an operator") for m in ends)
+    host.make_agent(state_directory=directory, journal_directory=journal)
+    assert kinds(host.tick().state, sick) == []
+    assert host.state["problems"] == {}
+
+
+def test_without_a_state_directory_a_restart_forgets(host: Host) -> None:
+    sick = host.slots[4]
+    host.make_agent()
+    host.tick()
+    unplug(host, sick)
+    assert kinds(host.tick().state, sick) == ["gone_from_bus"]
+    host.make_agent()
+    assert kinds(host.tick().state, sick) == []
+
+
+def test_a_file_that_cannot_be_read_or_written_is_one_warning(host: Host, tmp_path: str) -> None:
+    directory = os.path.join(str(tmp_path), "lib")
+    os.mkdir(directory)
+    with open(os.path.join(directory, FILE), "w", encoding="utf-8") as f:
+        f.write("{not json")
+    host.make_agent(state_directory=directory)
+    st = host.tick().state
+    (warning,) = [m for m in host.lines(logging.WARNING) if "cannot read the GPUs" in m]
+    assert warning.endswith("; going on with the GPUs on the bus")
+    # Rewritten from what the agent sees at once: the trouble is over.
+    assert remembered(directory) == sorted(host.slots)
+    assert "known_gpus" not in st["problems"]
+    missing = os.path.join(str(tmp_path), "nowhere")
+    host.make_agent(state_directory=missing)
+    st = host.tick(3).state
+    assert "cannot remember the GPUs this host has" in st["problems"]["known_gpus"]
+    warnings = [m for m in host.lines(logging.WARNING) if "cannot remember" in m]
+    assert len(warnings) == 1
+    assert all(g["health"] == "ok" for g in st["gpus"])

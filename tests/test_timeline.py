@@ -1,0 +1,111 @@
+"""``gpuagent history``: a GPU's story across boots from a real journal file of two boots
+(make-test-journal's #@boot), with the agent's own lines and root's clear appended."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuagent.cli import main
+from gpuagent.logs import Event
+from tests.test_clear import LATER, clear_entry
+from tests.test_kernel import FELL_OFF
+from tests.test_kernlog import append, export_entry, make, this_boot
+
+__all__ = ["make"]  # the fixture
+
+SLOT = "0000:18:00.0"
+EARLIER = "0123456789abcdef0123456789abcdef"
+
+
+def agent_line(at: float, event: Event, **fields: str) -> bytes:
+    """A line of the agent's, as the journal stores it from the service."""
+    return export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
+            ("__MONOTONIC_TIMESTAMP", str(int((at - 1_699_990_000) * 1e6)).encode()),
+            ("_BOOT_ID", this_boot().encode()),
+            ("_TRANSPORT", b"stdout"),
+            ("_SYSTEMD_UNIT", b"gpuagent.service"),
+            ("MESSAGE_ID", event.value.encode()),
+            *[(k, v.encode()) for k, v in fields.items()],
+            ("MESSAGE", b"GPU 0000:18:00.0: Xid 79 ..."),
+        ]
+    )
+
+
+def history(journal: str, tmp_path: str, *args: str) -> tuple[int, str]:
+    conf = os.path.join(tmp_path, "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(f'journal_directory = "{journal}"\n')
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", *args, "--days", "100000"]
+    )
+    return res.exit_code, res.stdout
+
+
+def test_the_story_across_two_boots(make: Any, tmp_path: str) -> None:
+    other = "0000:2a:00.0"
+    journal = make(
+        FELL_OFF
+        + f"#@boot {this_boot()}\n"
+        + FELL_OFF
+        + "NVRM: Xid (PCI:0000:2a:00): 13, pid=1, name=x, Graphics Exception\n",
+        boot=EARLIER,
+    )
+    fields = {"PCI_SLOT": SLOT, "PROBLEM": "xid", "XID": "79", "ACTION": "reboot"}
+    append(journal, agent_line(LATER - 5, Event.XID_PROBLEM, **fields))
+    append(journal, clear_entry("0", LATER))
+    append(journal, clear_entry("1000", LATER + 1))  # not root's: no step
+    append(journal, agent_line(LATER + 2, Event.PROBLEM_CLEARED, **fields))
+    code, out = history(journal, str(tmp_path), SLOT, "--json")
+    assert code == 0, out
+    steps = json.loads(out)
+    assert [(s["event"], s["boot"][:4], s["xid"]) for s in steps] == [
+        ("boot", "0123", None),
+        ("xid", "0123", 79),
+        ("boot", this_boot()[:4], None),
+        ("xid", this_boot()[:4], 79),
+        ("problem_start", this_boot()[:4], 79),
+        ("clear", this_boot()[:4], None),
+        ("problem_end", this_boot()[:4], 79),
+    ]
+    assert set(steps[1]) == {"boot", "time", "pci_slot", "uuid", "event", "kind", "xid", "action"}
+    assert steps[1]["pci_slot"] == SLOT
+    assert steps[1]["uuid"] == "GPU-11111111-2222-3333-4444-555555555555"
+    assert steps[1]["action"] == "reboot"
+    assert steps[5]["kind"] == "xid" and steps[5]["time"] == LATER
+    assert all(s["pci_slot"] != other for s in steps)
+    code, text = history(journal, str(tmp_path))
+    assert code == 0
+    assert text.count("-- boot ") == 2
+    assert f"{other}  xid           Xid 13" in text
+    assert f"{SLOT}  clear         xid" in text
+
+
+def test_a_journal_the_caller_may_not_read_is_said(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from systemd import journal  # noqa: PLC0415
+
+    class Unreadable:
+        def __init__(self, **_: Any) -> None:
+            pass
+
+        def get_usage(self) -> int:
+            return 0  # sd-journal skipped every file this process may not read
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(journal, "Reader", Unreadable)
+    conf = os.path.join(str(tmp_path), "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write("")
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "history"])
+    assert res.exit_code == 1
+    assert "run as root or as a member of the systemd-journal group" in res.stderr
