@@ -155,8 +155,12 @@ def test_status_and_detect_read_the_drop_ins(tmp_path: str) -> None:
     res = runner.invoke(main, ["--config", conf, "detect", "--json"])
     assert res.exit_code == 0, res.stderr
     assert [g["slot"] for g in json.loads(res.stdout)["gpus"]] == fakesysfs.gpu_slots(2)
+    # A state file that is not one: status names the file it read (with none at all it would
+    # ask systemd, where there is one, and name no file).
+    write(state, "{")
     res = runner.invoke(main, ["--config", conf, "status"])
-    assert str(state) in res.stderr  # no state file there yet: it says which it read
+    assert res.exit_code == 3
+    assert f"{state}: not valid JSON" in res.stderr
 
 
 def interval(host: fakehost.FakeHost) -> float:
