@@ -92,8 +92,11 @@ def main() -> int:
         if outages and info > 2 * outages + 2:
             # The upgrade adds a module-gone and a module-back line to its outage's two.
             missed.append(f"{name}: {info} info+ lines for {outages} outage(s)")
-        if not outages and name != "healthy 8-GPU host" and info > 1:
-            missed.append(f"{name}: {info} info+ lines, target <= 1 for a steady condition")
+        # A module that stays away is two conditions: unloaded at once, and no_driver_module
+        # once driver_absent_grace has passed.
+        steady = 2 if name == "module unloaded" else 1
+        if not outages and name != "healthy 8-GPU host" and info > steady:
+            missed.append(f"{name}: {info} info+ lines, target <= {steady} for a steady condition")
     for line in missed:
         print(f"MISSED: {line}", file=sys.stderr)
     return 1 if args.check and missed else 0

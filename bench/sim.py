@@ -19,6 +19,7 @@ from gpuagent.probe import Prober
 from gpuagent.runner import Outcome, Runner, RunResult
 from gpuagent.smi import FIELDS
 from tests import fakesysfs, replay
+from tests.fake_units import FakeUnits
 from tests.fakehost import H200_LOAD, MISMATCH, quiet_journal
 
 
@@ -83,6 +84,9 @@ class ScriptedRunner(Runner):
 
     def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
         self.spawns += 1
+        if argv[1:2] == ["nvlink"]:
+            # A PCIe host: drivers before 595 print nothing for a GPU without NVLink.
+            return RunResult(Outcome.EXITED, 0, "")
         return self._answers[self.step]
 
 
@@ -146,5 +150,13 @@ def scripted_agent(
         journal_directory=quiet_journal(),
     )
     log = EventLog(logger)
-    agent = Agent(cfg, Prober(runner), log, monotonic=clock, which=which or (lambda name: smi))
+    # NVIDIA's units as systemd on a host without them answers: watched, none installed.
+    agent = Agent(
+        cfg,
+        Prober(runner),
+        log,
+        monotonic=clock,
+        which=which or (lambda name: smi),
+        units=FakeUnits,
+    )
     return Sim(agent, runner, counter, clock, log)
