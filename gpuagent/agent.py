@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from . import __version__, report
 from .bus import Bus
@@ -26,8 +27,10 @@ from .kernlog import KernelLog
 from .known import KnownGpus
 from .logs import EventLog
 from .nvlinksource import NvlinkSource
+from .owners import PidLookup
 from .probe import Prober, lookup
 from .probing import Probing
+from .processes import ProcessesSource
 from .samples import Samples
 from .services import Reader as UnitsReader
 from .services import ServicesSource
@@ -35,10 +38,15 @@ from .state import SCHEMA
 from .verdict import Verdict
 from .views import BusView, ProbeState
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "Systemd"]
 
 
-def _system_units() -> UnitsReader:
+class Systemd(UnitsReader, PidLookup, Protocol):
+    """What answers for systemd (:class:`gpuagent.units.Units`): NVIDIA's units' states and
+    the unit of each process on a GPU."""
+
+
+def _system_units() -> Systemd:
     from .units import Units  # noqa: PLC0415 - a run by hand without D-Bus never needs it
 
     return Units()
@@ -57,10 +65,9 @@ class Agent:
         wall: Callable[[], float] = time.time,
         which: Callable[[str], str | None] = lookup,
         kernel_log: Callable[[str], KernelLog] = KernelLog,
-        units: Callable[[], UnitsReader] | None = None,
+        units: Callable[[], Systemd] | None = None,
         state_directory: str | None = None,
     ) -> None:
-        self.config = config
         self.wall = wall
         self.origin = report.Origin(SCHEMA, __version__, os.getpid(), wall(), config.interval)
         self.ticks = 0
@@ -79,15 +86,20 @@ class Agent:
         self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log, self.origin.started_at)
         self.nvlink = NvlinkSource(config, prober.runner, log, monotonic=monotonic)
-        self.services = ServicesSource(
-            config.sysfs_root, log, reader=(units or _system_units)(), monotonic=monotonic
-        )
+        systemd = (units or _system_units)()
+        self.services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
+        self.processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
         self.known = KnownGpus(state_directory, log)
         self.earlier = EarlierBoots(
             config.journal_directory, config.history_days, config.recurrence_boots
         )
         self.bus.remember(self.known.gpus)
         self._bug = Bug(log, "in a tick")
+
+    @property
+    def config(self) -> Config:
+        """The configuration in use (the probe's: it holds the one copy)."""
+        return self.probing.config
 
     def configure(self, config: Config | None = None) -> report.Report:
         """Apply a reloaded config (``None``: keep the current one) and look now: the next
@@ -101,10 +113,11 @@ class Agent:
             self.samples.configure(config.throttle_window, config.throttle_fraction)
             self.nvlink.configure(config)
             self.services.configure(config.sysfs_root)
+            self.processes.configure(config)
             self.origin = replace(self.origin, interval=config.interval)
-            self.config = config
         self.probing.expedite()
         self.nvlink.expedite()
+        self.processes.expedite()
         return self._report()
 
     def tick(self, scanned: Callable[[str], None] | None = None) -> report.Report:
@@ -135,7 +148,7 @@ class Agent:
             self.samples.mark_stale(bus.gpus, self.config.interval)
             records = self.kernel.driver_records()
             self.verdict.report("driver", self.driver.findings(bus, self.probing.view, records))
-            self._nvlink(bus)
+            self._after_probe(bus)
             self.verdict.judge(self.wall(), bus, self.config.expected_gpus, self.kernel.cleared)
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)
@@ -147,7 +160,7 @@ class Agent:
         return self._report()
 
     def _xids(self, bus: BusView) -> None:
-        found = self.kernel.poll(bus, self.samples.named, self.bus.describe)
+        found = self.kernel.poll(bus, self.samples.named, self.bus.describe, self.processes.who)
         uuids = self.kernel.xids.uuids(bus.slots)
         self.verdict.report("xid", self.earlier.escalate(found, uuids, self.kernel.cleared))
 
@@ -157,10 +170,14 @@ class Agent:
         self.verdict.report("persistence", self.services.step(rows))
         self.verdict.report("services", {"": self.services.host})
 
-    def _nvlink(self, bus: BusView) -> None:
+    def _after_probe(self, bus: BusView) -> None:
+        """The reads that follow the probe's answer: NVLink, then who is on the GPUs."""
         if self.probing.gated:
             self.verdict.report("nvlink", {})  # as for nvidia-smi's own findings
+            self.processes.forget()
             return
+        if self.probing.view.state is not ProbeState.OK:
+            self.processes.forget()
         if self.probing.view.state is not ProbeState.OK or self.samples.view.missing:
             # A failing or stuck nvidia-smi gets no more children, nor one that cannot reach
             # a GPU (lost): the read would fail for the reason already said.  The last holds.
@@ -170,6 +187,7 @@ class Agent:
         found = self.nvlink.step(self.probing.binary, slots, rows)
         if found is not None:
             self.verdict.report("nvlink", found)
+        self.processes.step(self.probing.binary, rows)
 
     def _remember(self, bus: BusView) -> BusView:
         """Forget the GPUs root said left for good; remember those on the bus now."""
@@ -209,6 +227,7 @@ class Agent:
             kernel=self.kernel.view(view.slots),
             nvlink=self.nvlink.view,
             services=self.services.view,
+            processes=self.processes.view,
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
             history=self.earlier.summary,

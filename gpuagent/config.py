@@ -91,6 +91,10 @@ class Config:
     nvlink_recovery_budget: int = 0
     nvlink_replay_budget: int = 16
 
+    # Who is on each GPU: nvidia-smi --query-compute-apps every processes_interval (rounded up
+    # to whole ticks; None, the default, or less than a tick: every tick).
+    processes_interval: float | None = None
+
 
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
 _MAX_SIZE = 64 * 1024

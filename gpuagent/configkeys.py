@@ -29,6 +29,7 @@ _DURATIONS = {
     "throttle_window",
     "nvlink_interval",
     "nvlink_window",
+    "processes_interval",
 }
 _BUDGETS = {"nvlink_recovery_budget", "nvlink_replay_budget"}
 # A budget beyond this is no budget at all; it also keeps huge TOML integers out.

@@ -105,6 +105,9 @@ class Finding:
     # When the fault itself happened (wall s), where the source knows (an Xid: its first
     # kernel record); not part of what the finding says.
     at: float | None = field(default=None, compare=False)
+    # The systemd unit of the process that caused it (an application Xid's), where known: in
+    # the message already, and a field of its own for the journal and the state.
+    unit: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -24,11 +24,15 @@ from .driverstate import DriverRecords
 from .health import WARNING, Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
+from .owners import Seen, source_words
 from .views import BusView, KernelView
 from .xidcatalog import Override
-from .xidcount import XidCounter
+from .xidcount import Source, XidCount, XidCounter
 
 __all__ = ["KernelSource"]
+
+# Xids' sources named so far this boot, by (GPU, code, PID): more is a flood, named afresh.
+_MAX_SOURCES = 4096
 
 
 class KernelSource:
@@ -61,6 +65,9 @@ class KernelSource:
         self._mismatch: ApiMismatch | None = None
         # Addresses Xids named that are no GPU (not on the bus, never seen, never sampled).
         self._strays: frozenset[str] = frozenset()
+        # Each Xid's process named once, where it was seen then: a PID the kernel gives to
+        # another job later must not rename an earlier Xid's source.
+        self._sources: dict[tuple[str, int, int], Source] = {}
 
     @property
     def error(self) -> str | None:
@@ -89,17 +96,30 @@ class KernelSource:
         bus: BusView,
         named: Iterable[str] = (),
         describe: Callable[[str], str] = lambda slot: "nothing",
+        who: Callable[[int], Seen | None] = lambda pid: None,
     ) -> dict[str, list[Finding]]:
         """Read what is new (on the first call: the whole boot).  Returns every GPU's Xid and
         init-failure problems, by slot, and under ``""`` the Xids of addresses that are no
         GPU: neither on ``bus`` now nor ever seen on it, never ``named`` by nvidia-smi, nor
-        by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there."""
+        by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there;
+        ``who`` where a PID an Xid names was last seen on a GPU (its unit)."""
         slots = bus.slots
+
+        def attribute(slot: str, count: XidCount) -> Source | None:
+            if count.pid is None:
+                return None
+            key = (slot, count.code, count.pid)
+            if key not in self._sources:
+                if len(self._sources) >= _MAX_SOURCES:
+                    self._sources.clear()
+                self._sources[key] = source_words(count.pid, count.process, who(count.pid))
+            return self._sources[key]
+
         self.journal.poll(self._record, self._loader_record, self._clear)
         self._note(self.journal.error)
         gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
         self._strays = frozenset(s for s, _ in self.xids.counts(slots) if s not in gpus)
-        for first in self.xids.take_new(slots):
+        for first in self.xids.take_new(slots, attribute):
             stray = first.slot in self._strays
             if first.finding is not None and not stray:
                 continue  # the health model's start line says it
@@ -107,15 +127,16 @@ class KernelSource:
             if first.kind == "sxid":
                 level, event, fields = logging.WARNING, Event.SXID, {"sxid": first.code}
             else:
-                action = self.xids.counts(slots)[first.slot, first.code].info.action
+                count = self.xids.counts(slots)[first.slot, first.code]
                 level, event = logging.INFO, Event.XID_COUNTED
-                fields = {"xid": first.code, "action": action}
+                fields = {"xid": first.code, "action": count.info.action}
+                fields |= _process_fields(count, first.unit)
             if stray:
                 line = f"Xid {first.code} names PCI {first.slot}: {describe(first.slot)}, no GPU"
                 self.log(level, event, line, address=first.slot, **fields)
             else:
                 self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        found = self.xids.findings(slots, self.wall(), self.hold)
+        found = self.xids.findings(slots, self.wall(), self.hold, attribute)
         out = {s: fs for s, fs in found.items() if s not in self._strays}
         host = [_stray(f, s, describe(s)) for s in sorted(self._strays) for f in found.get(s, ())]
         if host:
@@ -190,6 +211,18 @@ class KernelSource:
             self.xids.uuids(slots),
             dict(self.cleared),
         )
+
+
+def _process_fields(count: XidCount, unit: str | None) -> dict[str, int | str]:
+    """The journal fields naming an Xid's process: ``UNIT``, ``PROCESS_PID``, ``PROCESS_NAME``."""
+    out: dict[str, int | str] = {}
+    if unit is not None:
+        out["unit"] = unit
+    if count.pid is not None:
+        out["process_pid"] = count.pid
+    if count.process is not None:
+        out["process_name"] = count.process
+    return out
 
 
 def _stray(f: Finding, slot: str, what: str) -> Finding:

@@ -12,7 +12,8 @@ and ``uuid``.  The kernel driver's Xids of this boot are counters per GPU and co
 (``gpuagent_gpu_xid_errors_total``, recounted from the journal when the agent restarts), with
 ``gpuagent_gpu_xid_info`` saying what each code means; NVSwitch SXids are
 ``gpuagent_nvswitch_sxid_errors_total``.  The agent's own trouble (the state's ``problems``)
-is ``gpuagent_agent_problem{kind}``.
+is ``gpuagent_agent_problem{kind}``.  NVLink and NVIDIA's services are in
+:mod:`gpuagent.nvmetrics`, who is on each GPU in :mod:`gpuagent.procmetrics`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import nvmetrics
+from . import nvmetrics, procmetrics
 from .report import GpuEntry, ProblemEntry, State
 from .views import ProbeState
 
@@ -312,6 +313,7 @@ def families(state: State) -> list[Metric]:
     out.append(_worst(state))
     out.extend(_xids(state))
     out.extend(nvmetrics.families(state))
+    out.extend(procmetrics.families(state))
     return [f for f in out if f.samples]
 
 

@@ -9,14 +9,14 @@ the bus are known to have no NVLink: that is learnt from one ``--status`` per se
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import pci
+from . import pci, smirun
 from .backoff import Backoff
 from .nvlink import COUNTERS_ARGS, STATUS_ARGS, Parsed, parse_counters, parse_status
-from .runner import Outcome, Runner
+from .runner import Runner
+from .smirun import Failed
 
 __all__ = ["Read", "Reader"]
 
@@ -46,10 +46,6 @@ class Read:
     no_nvlink: bool = False
     skipped: str = ""
     spawns: int = 0
-
-
-class _Failed(Exception):
-    """One run that gave no answer to parse; ``str()`` is the one-line reason."""
 
 
 class Reader:
@@ -108,7 +104,7 @@ class Reader:
                 if text is None:
                     return Read(ran=True, spawns=self._spawns)
                 counters = parse_counters(text)
-        except _Failed as e:
+        except Failed as e:
             self.backoff.failure()
             warn = self.backoff.failures == self.backoff.after
             self._outage = self._outage or warn
@@ -147,19 +143,11 @@ class Reader:
 
     def _run(self, binary: str, args: tuple[str, ...]) -> str | None:
         """Run one nvlink command: its stdout, None when interrupted (shutdown), or
-        :class:`_Failed`."""
-        what = f"nvidia-smi {' '.join(args)}"
-        result = self.runner.run([binary, *args], {**os.environ, "LC_ALL": "C"})
-        if result.outcome is Outcome.SPAWN_FAILED:
-            raise _Failed(f"{what}: cannot run: {result.error}")
+        :class:`Failed`."""
+        try:
+            text = smirun.run(self.runner, binary, args)
+        except Failed as e:
+            self._spawns += e.spawned
+            raise
         self._spawns += 1
-        if result.outcome is Outcome.INTERRUPTED:
-            return None
-        if result.outcome in (Outcome.TIMEOUT, Outcome.STUCK):
-            raise _Failed(f"{what}: no answer within {self.runner.timeout:g} s")
-        if result.outcome is Outcome.OVERFLOW:
-            raise _Failed(f"{what}: more than {self.runner.max_output} bytes of output")
-        if result.exit_code != 0:
-            first = " ".join(ln.strip() for ln in result.stdout.splitlines() if ln.strip())
-            raise _Failed(f"{what}: exit {result.exit_code}: {first[:_ERROR_CHARS] or '(none)'}")
-        return result.stdout
+        return text

@@ -21,6 +21,7 @@ from .schema import (
     PciEntry,
     ProbeEntry,
     ProblemEntry,
+    ProcessEntry,
     ServiceEntry,
     State,
     SXidEntry,
@@ -34,6 +35,8 @@ from .views import (
     NvlinkView,
     ProbeState,
     ProbeView,
+    ProcessesView,
+    ProcessView,
     SamplesView,
     ServicesView,
 )
@@ -48,6 +51,7 @@ __all__ = [
     "ProbeEntry",
     "ProblemEntry",
     "Problems",
+    "ProcessEntry",
     "Report",
     "SXidEntry",
     "ServiceEntry",
@@ -95,6 +99,8 @@ def _problem(p: Problem) -> ProblemEntry:
             entry["xid"] = value
         elif key == "cause" and isinstance(value, str):
             entry["cause"] = value
+    if f.unit is not None:
+        entry["unit"] = f.unit
     return entry
 
 
@@ -146,8 +152,25 @@ def _counter(name: str) -> str:
     return name.lower().removesuffix(" errors").replace(" ", "_")
 
 
+def _process(p: ProcessView) -> ProcessEntry:
+    return {
+        "pid": p.pid,
+        "name": p.name,
+        "used_memory_mib": p.used_memory_mib,
+        "unit": p.unit,
+        "unit_kind": p.kind,
+        "unit_ref": p.ref,
+    }
+
+
 def _gpus(
-    bus: BusView, samples: SamplesView, kernel: KernelView, problems: Problems, nvlink: NvlinkView
+    bus: BusView,
+    samples: SamplesView,
+    kernel: KernelView,
+    problems: Problems,
+    *,
+    nvlink: NvlinkView,
+    processes: ProcessesView,
 ) -> list[GpuEntry]:
     """One entry per GPU known: on the bus now, seen on it before, named by nvidia-smi or by
     the kernel."""
@@ -180,6 +203,8 @@ def _gpus(
         )
         if slot in links:
             out[-1]["nvlink"] = _nvlink(links[slot])
+        if processes.gpus is not None and slot in processes.gpus:
+            out[-1]["processes"] = [_process(p) for p in processes.gpus[slot]]
         c = kernel.cleared.get(slot)
         if c is not None and not mine:
             out[-1]["cleared"] = {"kind": c.kind, "by": c.by, "at": c.at}
@@ -214,6 +239,7 @@ def build(
     nvlink: NvlinkView,
     services: ServicesView,
     problems: Problems,
+    processes: ProcessesView | None = None,
     trouble: Mapping[str, str],
     history: str = "this boot only",
 ) -> Report:
@@ -236,7 +262,14 @@ def build(
             for g in bus.gpus
         ],
         "probe": _probe(probe),
-        "gpus": _gpus(bus, samples, kernel, problems, nvlink),
+        "gpus": _gpus(
+            bus,
+            samples,
+            kernel,
+            problems,
+            nvlink=nvlink,
+            processes=processes or ProcessesView(),
+        ),
         "sxids": _sxids(kernel),
         "host_problems": [_problem(p) for p in problems.get("", ())],
         "missing": list(samples.missing),

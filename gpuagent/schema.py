@@ -17,6 +17,7 @@ __all__ = [
     "PciEntry",
     "ProbeEntry",
     "ProblemEntry",
+    "ProcessEntry",
     "SXidEntry",
     "ServiceEntry",
     "State",
@@ -26,7 +27,8 @@ __all__ = [
 
 class ProblemEntry(TypedDict):
     """A problem on a GPU or the host: ``severity`` warning or critical, ``action`` one of
-    :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``xid`` for kind ``xid``."""
+    :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``xid`` for kind ``xid``,
+    ``unit`` the systemd unit of the process that caused it, where known."""
 
     kind: str
     severity: str
@@ -35,6 +37,7 @@ class ProblemEntry(TypedDict):
     since: float
     xid: NotRequired[int]
     cause: NotRequired[str]
+    unit: NotRequired[str]
 
 
 class XidEntry(TypedDict):
@@ -72,6 +75,22 @@ class NvlinkEntry(TypedDict):
     counters: dict[str, dict[str, int | None]]
 
 
+class ProcessEntry(TypedDict):
+    """A compute process on the GPU (``--query-compute-apps``): ``pid`` (nvidia-smi's PID
+    namespace), ``name`` (``process_name``), ``used_memory_mib`` (``used_memory``, MiB; None:
+    nvidia-smi cannot tell), ``unit`` the systemd unit it is in (None: systemd knows none, or
+    could not be asked), ``unit_kind`` what that unit is (service, user, session, container,
+    machine, slurm, scope, other; ``unknown``: systemd knows no unit for the PID; None: not
+    asked) and ``unit_ref`` its service, UID, session, ``runtime:id``, machine or job id."""
+
+    pid: int
+    name: str | None
+    used_memory_mib: int | None
+    unit: str | None
+    unit_kind: str | None
+    unit_ref: str | None
+
+
 class ServiceEntry(TypedDict):
     """One of NVIDIA's systemd units as systemd says (``restarts``: its NRestarts)."""
 
@@ -105,6 +124,7 @@ class GpuEntry(TypedDict):
     problems: list[ProblemEntry]
     xids: list[XidEntry]
     nvlink: NotRequired[NvlinkEntry]
+    processes: NotRequired[list[ProcessEntry]]
     cleared: NotRequired[ClearEntry]
 
 

@@ -14,7 +14,7 @@ import textwrap
 
 from .report import GpuEntry, ProblemEntry, State
 from .status import ExitCode, ago, clean, conditions, finite
-from .statusrows import clock, count, nvlink_row, services_row
+from .statusrows import clock, count, nvlink_row, process_rows, services_row
 
 __all__ = ["render"]
 
@@ -176,6 +176,7 @@ def _problem(p: ProblemEntry, now: float) -> str:
 def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
     nvlink = nvlink_row(g.get("nvlink"))
     lines = [f"      {nvlink}"] if nvlink else []
+    lines.extend(f"      {row}" for row in process_rows(g))
     lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
     if g.get("xids"):
         lines.append("      " + "; ".join(count(f"Xid {c['xid']}", c) for c in g["xids"]))

@@ -186,6 +186,21 @@ class Units:
             self.close()
             return PidResult(Watch.ERROR, error=str(e))
 
+    def cgroup_of(self, unit: str, pid: int) -> str | None:
+        """The control group of process ``pid`` in ``unit`` (``GetUnitProcesses``: systemd
+        gives it where ``/proc`` is hidden), or None: not there, or the bus failed."""
+        try:
+            processes = self._call(_MANAGER_PATH, _MANAGER, "GetUnitProcesses", "s", (unit,))
+        except (_DBusError, _NotWatched):
+            return None
+        except _Failed:
+            self.close()
+            return None
+        for cgroup, member, _cmdline in processes or ():
+            if int(member) == pid:
+                return str(cgroup)
+        return None
+
     def _unit(self, name: str) -> Unit:
         try:
             try:

@@ -87,6 +87,7 @@ class Verdict:
             "problem": f.kind,
             "severity": f.severity,
             "action": f.action,
+            "unit": f.unit,
             **dict(f.extra),
         }
         if what == "end":

@@ -23,6 +23,8 @@ __all__ = [
     "NvlinkView",
     "ProbeState",
     "ProbeView",
+    "ProcessView",
+    "ProcessesView",
     "Sample",
     "SamplesView",
     "ServicesView",
@@ -145,6 +147,32 @@ class NvlinkView:
 
     gpus: Mapping[str, NvlinkGpu]
     no_nvlink: bool = False
+    spawns_total: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One compute process on a GPU: ``pid``, ``name`` and ``used_memory_mib`` as nvidia-smi
+    gives them (``--query-compute-apps`` fields ``pid``, ``process_name``, ``used_memory``,
+    MiB; ``None``: it cannot tell); ``unit`` the systemd unit it is in (``None``: none known),
+    ``kind`` and ``ref`` what the unit's name says (:mod:`gpuagent.unitname`; ``kind`` is
+    ``None`` when systemd could not be asked)."""
+
+    pid: int
+    name: str | None
+    used_memory_mib: int | None
+    unit: str | None
+    kind: str | None
+    ref: str | None
+
+
+@dataclass(frozen=True)
+class ProcessesView:
+    """The processes read: each GPU's, by slot (every GPU sampled; an idle one has none), or
+    ``None`` while they are not known (not read yet, the read failing, the probe failing);
+    the reads' spawns so far."""
+
+    gpus: Mapping[str, tuple[ProcessView, ...]] | None = None
     spawns_total: int = 0
 
 

@@ -59,6 +59,9 @@ _UUID = re.compile(
     rf"^[ \t]*NVRM: GPU at PCI:(?P<device>{DEVICE}): (?P<uuid>GPU-[0-9a-fA-F-]{{36}})\s*$",
     re.MULTILINE,
 )
+# The channel's owner at the head of an Xid's words: pid=48213, name=python3 (drivers 510 gave
+# no name; '<unknown>' and <unknown> where the driver knows no owner).
+_OWNER = re.compile(r"^pid=(?:'<unknown>'|(?P<pid>\d{1,10}))(?:, name=(?P<name>[^,]*))?(?:,|$)")
 _RECOVERY = re.compile(r"\bto 0x(?P<value>[0-9a-fA-F]{1,8})(?: \((?P<label>[^)\n]*)\))?")
 _FATAL = re.compile(r"\bFatal\b")
 _NONFATAL = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
@@ -85,6 +88,19 @@ class Xid:
     function: int | None = None
     gpu_instance: int | None = None
     compute_instance: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The process the driver names (``pid=``), or ``None``: none, or not known to it."""
+        m = _OWNER.match(self.text)
+        return int(m["pid"]) if m and m["pid"] else None
+
+    @property
+    def process(self) -> str | None:
+        """The process's command name (``name=``, at most 15 characters), or ``None``."""
+        m = _OWNER.match(self.text)
+        name = m["name"].strip() if m and m["name"] else None
+        return None if not name or name == "<unknown>" else name
 
 
 @dataclass(frozen=True)

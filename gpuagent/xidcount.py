@@ -7,7 +7,7 @@ the boot in order and answers by the PCI slots the agent scanned.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from .health import CRITICAL, WARNING, Finding
@@ -15,16 +15,20 @@ from .pciaddr import device_of
 from .xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from .xidcatalog import NONE, Override, XidInfo, override
 
-__all__ = ["First", "InitCount", "SXidCount", "XidCount", "XidCounter"]
+__all__ = ["Attribute", "First", "InitCount", "SXidCount", "XidCount", "XidCounter"]
 
 _RANK = {NONE: 0, WARNING: 1, CRITICAL: 2}
+# Who caused an Xid: words for its line (" from train@3.service (pid 48213 python3)") and the
+# unit (None: not known).
+Source = tuple[str, str | None]
 
 
 @dataclass
 class XidCount:
     """One (GPU, Xid code) of this boot: ``count`` records, the ``first`` and ``last`` one's
-    time (s since the epoch), what it means (``info``: the worst seen; for 154 the latest)
-    and the last record's words (``text``)."""
+    time (s since the epoch), what it means (``info``: the worst seen; for 154 the latest),
+    the last record's words (``text``) and the process it names (``pid``, ``process``: its
+    ``pid=`` and ``name=``; ``None`` where it names none)."""
 
     code: int
     count: int
@@ -32,9 +36,14 @@ class XidCount:
     last: float
     info: XidInfo
     text: str
+    pid: int | None = None
+    process: str | None = None
 
-    def finding(self, now: float | None = None, hold: float | None = None) -> Finding | None:
-        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only).
+    def finding(
+        self, now: float | None = None, hold: float | None = None, source: Source | None = None
+    ) -> Finding | None:
+        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only);
+        ``source`` names the process that caused it (its words, its unit).
 
         A warning no longer holds once ``hold`` seconds (``Config.xid_warning_hold``) have
         passed since the code's last record without a recurrence: ``now`` is wall time in
@@ -49,14 +58,16 @@ class XidCount:
             and now - self.last >= hold
         ):
             return None
+        words, unit = source or ("", None)
         return Finding(
             "xid",
             self.info.severity,
             self.info.action,
-            f"Xid {self.code} ({self.info.name}): {self.info.advice}",
+            f"Xid {self.code} ({self.info.name}){words}: {self.info.advice}",
             (("xid", self.code),),
             # A warning that lapsed and came back starts again at its latest record.
             at=self.first if self.info.severity == CRITICAL else self.last,
+            unit=unit,
         )
 
 
@@ -94,12 +105,17 @@ class InitCount:
         )
 
 
+# Who caused a GPU's count (its slot, the count), where its records name a process.
+Attribute = Callable[[str, XidCount], Source | None]
+
+
 @dataclass(frozen=True)
 class First:
     """The first record this boot of a (GPU or NVSwitch, code): ``kind`` is ``xid``,
     ``sxid`` or ``init_failed``; ``code`` is 0 for ``init_failed``; ``finding`` is the health
     problem it starts (``None``: counted only, or an NVSwitch); ``message`` is one line for the
-    journal.  Where ``finding`` is set, the health problem's start line should be this line."""
+    journal.  Where ``finding`` is set, the health problem's start line should be this line.
+    ``unit`` is the systemd unit of the process the record names, where known."""
 
     slot: str
     kind: str
@@ -107,6 +123,7 @@ class First:
     time: float
     message: str
     finding: Finding | None
+    unit: str | None = None
 
 
 class XidCounter:
@@ -177,12 +194,16 @@ class XidCounter:
         self._latest["xid", *key] = self._seq
         old = self._xids.get(key)
         if old is None:
-            self._xids[key] = XidCount(xid.code, 1, time, time, info, xid.text)
+            self._xids[key] = XidCount(
+                xid.code, 1, time, time, info, xid.text, xid.pid, xid.process
+            )
             self._new.append(("xid", xid.device, xid.code))
             return
         old.count += 1
         old.last = max(old.last, time)
         old.text = xid.text
+        if xid.origin == "xid":
+            old.pid, old.process = xid.pid, xid.process
         if xid.code == 154 or _RANK[info.severity] >= _RANK[old.info.severity]:
             old.info = info
 
@@ -264,24 +285,31 @@ class XidCounter:
         return {self._slot(d, by_device): uuid for d, uuid in self._uuids.items()}
 
     def findings(
-        self, slots: list[str], now: float | None = None, hold: float | None = None
+        self,
+        slots: list[str],
+        now: float | None = None,
+        hold: float | None = None,
+        attribute: Attribute | None = None,
     ) -> dict[str, list[Finding]]:
         """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code;
         a warning Xid ends ``hold`` s after its last record at wall time ``now``
-        (:meth:`XidCount.finding`)."""
+        (:meth:`XidCount.finding`); ``attribute`` names the process that caused each."""
         by_device = self._slotter(slots)
         out: dict[str, list[Finding]] = {}
         for (device, code), count in sorted(self._xids.items()):
-            finding = self._site(count).finding(now, hold)
+            slot = self._slot(device, by_device)
+            source = attribute(slot, count) if attribute is not None else None
+            finding = self._site(count).finding(now, hold, source)
             if finding is not None and self._holds("xid", device, code):
-                out.setdefault(self._slot(device, by_device), []).append(finding)
+                out.setdefault(slot, []).append(finding)
         for device, failure in sorted(self._init.items()):
             if self._holds("init_failed", device, 0):
                 out.setdefault(self._slot(device, by_device), []).append(failure.finding())
         return out
 
-    def take_new(self, slots: list[str]) -> list[First]:
-        """The (GPU or NVSwitch, code) pairs first seen since the last call, oldest first."""
+    def take_new(self, slots: list[str], attribute: Attribute | None = None) -> list[First]:
+        """The (GPU or NVSwitch, code) pairs first seen since the last call, oldest first;
+        ``attribute`` names the process an Xid's record names."""
         by_device = self._slotter(slots)
         new, self._new = self._new, []
         out: list[First] = []
@@ -289,12 +317,14 @@ class XidCounter:
             if kind == "xid":
                 c = self._site(self._xids[where, code])
                 slot = self._slot(where, by_device)
-                finding = c.finding()
+                source = attribute(slot, c) if attribute is not None else None
+                words, unit = source or ("", None)
+                finding = c.finding(source=source)
                 message = (
-                    f"Xid {code} on GPU {slot}: {c.info.name}; {c.info.advice}"
+                    f"Xid {code} on GPU {slot}{words}: {c.info.name}; {c.info.advice}"
                     f" (action: {c.info.action})"
                 )
-                out.append(First(slot, kind, code, c.first, message, finding))
+                out.append(First(slot, kind, code, c.first, message, finding, unit))
             elif kind == "sxid":
                 s = self._sxids[where, code]
                 fatal = "fatal " if s.fatal else ""

@@ -25,6 +25,13 @@ one step (tests rewrite it between ticks):
   without ``"nvlink"`` answers them with nothing, as drivers before 595 do on a GPU without
   NVLink, or with its error.
 
+- ``"apps": [{"slot": "<slot>", "pid": 4242, "name": "python3", "mib": 1024}, ...]``
+  answers ``--query-compute-apps`` (the fields asked, in the format asked; ``"mib"`` may be a
+  cell such as ``"[N/A]"``), each process on the GPU of ``slots`` in that slot; or
+  ``"apps": {"capture": "<file in data/corpus/csv>", "slot": "<slot>"}`` replays a real
+  capture's processes on that GPU; ``"apps": {"stdout": "...", "exit": 6}`` prints that.
+  A step without ``"apps"`` answers with no process (an idle GPU).
+
 Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
 """
 
@@ -74,6 +81,8 @@ def main() -> int:
         return 0
     if sys.argv[1:2] == ["nvlink"]:
         return _nvlink(step)
+    if _arg("--query-compute-apps=") is not None:
+        return _apps(step)
     query = (_arg("--query-gpu=") or "").split(",")
     rejected = [f for f in query if f in step.get("reject", [])]
     if rejected:
@@ -108,6 +117,35 @@ def main() -> int:
             out.write(last.read())
     out.flush()
     return code
+
+
+def _apps(step: dict[str, Any]) -> int:
+    asked = (_arg("--query-compute-apps=") or "").split(",")
+    fmt = set((_arg("--format=") or "csv").split(","))
+    apps = step.get("apps", [])
+    if isinstance(apps, dict) and "stdout" in apps:
+        sys.stdout.write(str(apps["stdout"]))
+        return int(apps.get("exit", 0))
+    slots = list(step.get("slots") or [])
+    uuid = {slot: replay.gpu_uuid(i, slot) for i, slot in enumerate(slots)}
+    if isinstance(apps, dict):
+        apps = replay.apps_capture(str(apps["capture"]), str(apps["slot"]))
+    out = [] if "noheader" in fmt else [", ".join(asked)]
+    for app in apps:
+        mib = app.get("mib")
+        memory = (
+            str(mib) if isinstance(mib, str) else f"{mib}" if "nounits" in fmt else f"{mib} MiB"
+        )
+        cells = {
+            "gpu_uuid": uuid.get(str(app["slot"]), "GPU-unknown"),
+            "pid": str(app["pid"]),
+            "process_name": str(app.get("name", "python3")),
+            "used_memory": memory,
+            "used_gpu_memory": memory,
+        }
+        out.append(", ".join(cells.get(f, "[N/A]") for f in asked))
+    sys.stdout.write("".join(f"{line}\n" for line in out))
+    return 0
 
 
 _NVLINK_ARGS = {"--status": "status", "-s": "status", "--errorcounters": "errorcounters"}

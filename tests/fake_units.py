@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuagent.units import Result, Unit, Watch
+from gpuagent.units import PidResult, Result, Unit, Watch
 
 __all__ = ["FakeUnits", "unit"]
 
@@ -25,11 +25,17 @@ def unit(
 @dataclass
 class FakeUnits:
     """Answers each read with ``result`` (by default: watched, no unit of NVIDIA's known to
-    systemd, so no problem and no line); counts the reads."""
+    systemd, so no problem and no line); counts the reads.  ``pids`` is each known PID's unit
+    and ``cgroups`` its control group; ``pid_watch`` other than ``ok`` answers every PID so;
+    ``pid_calls`` counts the PID lookups."""
 
     result: Result = field(default_factory=lambda: Result(Watch.OK))
     reads: int = 0
     closed: bool = False
+    pids: dict[int, str] = field(default_factory=dict)
+    cgroups: dict[int, str] = field(default_factory=dict)
+    pid_watch: Watch = Watch.OK
+    pid_calls: int = 0
 
     def set(self, *units: Unit) -> None:
         self.result = Result(Watch.OK, {u.name: u for u in units})
@@ -40,3 +46,13 @@ class FakeUnits:
 
     def close(self) -> None:
         self.closed = True
+
+    def unit_for_pid(self, pid: int) -> PidResult:
+        self.pid_calls += 1
+        if self.pid_watch is not Watch.OK:
+            error = "system bus: no answer within 2 s" if self.pid_watch is Watch.ERROR else ""
+            return PidResult(self.pid_watch, error=error)
+        return PidResult(Watch.OK, self.pids.get(pid))
+
+    def cgroup_of(self, unit: str, pid: int) -> str | None:
+        return self.cgroups.get(pid) if self.pids.get(pid) == unit else None

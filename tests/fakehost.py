@@ -62,13 +62,23 @@ class FakeHost:
 
     @property
     def spawns(self) -> int:
-        """How many times the fake nvidia-smi has run as the probe (its nvlink reads apart)."""
-        return sum(1 for argv in self.calls() if argv[:1] != ["nvlink"])
+        """How many times the fake nvidia-smi has run as the probe (its nvlink and processes
+        reads apart)."""
+        return sum(1 for argv in self.calls() if argv[:1] != ["nvlink"] and not _apps(argv))
+
+    @property
+    def apps_spawns(self) -> int:
+        """How many times it has run as ``nvidia-smi --query-compute-apps=...``."""
+        return sum(1 for argv in self.calls() if _apps(argv))
 
     @property
     def nvlink_spawns(self) -> int:
         """How many times it has run as ``nvidia-smi nvlink ...``."""
         return sum(1 for argv in self.calls() if argv[:1] == ["nvlink"])
+
+
+def _apps(argv: list[str]) -> bool:
+    return any(a.startswith("--query-compute-apps=") for a in argv)
 
 
 def _toml(value: object) -> str:

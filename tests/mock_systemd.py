@@ -1,12 +1,13 @@
 """A python-dbusmock template of the part of systemd's org.freedesktop.systemd1 that
-gpuagent.units reads: GetUnit, LoadUnit, GetUnitByPID, and units with the Unit and Service
-interfaces' LoadState, ActiveState, SubState, Id, Result and NRestarts.
+gpuagent.units reads: GetUnit, LoadUnit, GetUnitByPID, GetUnitProcesses, and units with the
+Unit and Service interfaces' LoadState, ActiveState, SubState, Id, Result and NRestarts.
 
 As systemd does: GetUnit fails with NoSuchUnit for a unit that is not loaded now, LoadUnit
 loads any name (LoadState not-found when there is no such unit file), GetUnitByPID fails
 with NoUnitForPID.  Parameters: ``{"units": {name: {prop: value, ..., "loaded": bool}},
-"pids": {"1234": name}}``; ``SetUnit(name, props, loaded)`` on the mock interface changes a
-unit while it runs.
+"pids": {"1234": name}, "cgroups": {"1234": path}}`` (the control group GetUnitProcesses
+lists for a PID; the unit's own without one); ``SetUnit(name, props, loaded)`` on the mock
+interface changes a unit while it runs.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _set(mock: Any, name: str, props: dict[str, Any], loaded: bool) -> str:
 def load(mock: Any, parameters: dict[str, Any]) -> None:
     mock.loaded_units = set()
     mock.pids = {int(pid): str(name) for pid, name in parameters.get("pids", {}).items()}
+    mock.cgroups = {int(pid): str(cg) for pid, cg in parameters.get("cgroups", {}).items()}
     for name, given in parameters.get("units", {}).items():
         props = dict(given)
         loaded = bool(props.pop("loaded", True))
@@ -95,6 +97,17 @@ def GetUnitByPID(self: Any, pid: int) -> str:
     if name is None:
         raise _error("NoUnitForPID", f"PID {pid} does not belong to any loaded unit.")
     return _path(name)
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="s", out_signature="a(sus)")  # type: ignore[untyped-decorator]
+def GetUnitProcesses(self: Any, name: str) -> list[tuple[str, int, str]]:
+    if str(name) not in self.loaded_units and not any(n == name for n in self.pids.values()):
+        raise _error("NoSuchUnit", f"Unit {name} not loaded.")
+    return [
+        (self.cgroups.get(pid, f"/system.slice/{name}"), dbus.UInt32(pid), "")
+        for pid, unit in sorted(self.pids.items())
+        if unit == str(name)
+    ]
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="sa{sv}b")  # type: ignore[untyped-decorator]

@@ -132,6 +132,19 @@ _NVLINK_HEADER = re.compile(r"^GPU \d+: (?P<name>.*?)(?: \(UUID: [^)]*\))?$")
 _NVLINK_LINE = re.compile(r"^(?P<indent>\s*)Link (?P<n>\d+): (?P<value>.*)$")
 
 
+def apps_capture(name: str, slot: str) -> list[dict[str, Any]]:
+    """The processes of a real ``--query-compute-apps`` capture in data/corpus/csv, as the
+    fake nvidia-smi's ``"apps"`` entries, all on the GPU in ``slot``."""
+    from gpuagent import apps  # noqa: PLC0415 - only the fake needs it
+
+    with open(os.path.join(CORPUS, "csv", name), encoding="utf-8") as f:
+        parsed = apps.parse(f.read())
+    return [
+        {"slot": slot, "pid": a.pid, "name": a.name or "[N/A]", "mib": a.used_memory_mib}
+        for a in parsed.apps
+    ]
+
+
 def nvlink_capture(name: str) -> str:
     """The text of ``corpus/nvlink/<name>``, or of ``corpus/errors/<name>``."""
     for sub in ("nvlink", "errors"):

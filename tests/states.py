@@ -22,6 +22,7 @@ from gpuagent.views import (
     NvlinkView,
     ProbeState,
     ProbeView,
+    ProcessesView,
     Sample,
     SamplesView,
     ServicesView,
@@ -83,6 +84,7 @@ def state(
     trouble: Mapping[str, str] | None = None,
     nvlink: NvlinkView | None = None,
     services: ServicesView | None = None,
+    processes: ProcessesView | None = None,
     kernel: KernelView = NO_KERNEL,
     ended: tuple[str, float] | None = None,
 ) -> State:
@@ -90,8 +92,9 @@ def state(
     taken at ``now`` for each GPU nvidia-smi answers for; those not in ``stale`` are fresh.
     ``probe`` defaults to one that answered at ``now``, ``ticks`` spawns since the start
     (``now`` - 3600 s by default); ``problems`` are by slot (``""``: the host), ``trouble``
-    the agent's own by kind.  With ``ended`` (the ``exit``'s reason and time) it is the last
-    state an agent writes, at that time."""
+    the agent's own by kind; ``processes`` default to none on each GPU sampled when the probe
+    answered (idle GPUs), else not known.  With ``ended`` (the ``exit``'s reason and time) it
+    is the last state an agent writes, at that time."""
     if samples is None:
         samples = {g.slot: sample(at=now) for g in bus if g.probeable}
     if probe is None:
@@ -103,6 +106,9 @@ def state(
         now - 3600 if started_at is None else started_at,
         interval,
     )
+    if processes is None:
+        idle = dict.fromkeys(samples, ()) if probe.state is ProbeState.OK else None
+        processes = ProcessesView(idle)
     # As the verdict would: a GPU missing from nvidia-smi has that problem too.
     held: dict[str, list[Problem]] = {slot: list(ps) for slot, ps in (problems or {}).items()}
     for slot in missing:
@@ -117,6 +123,7 @@ def state(
         kernel=kernel,
         nvlink=nvlink or NvlinkView({}),
         services=services or ServicesView({}),
+        processes=processes,
         problems=held,
         trouble=trouble or {},
     )

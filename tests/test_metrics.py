@@ -116,6 +116,7 @@ def test_the_test_snapshot_has_the_agents_shape(host: Host) -> None:
         "problems",
         "uuid",
         "xids",
+        "processes",
     }
 
 
@@ -159,6 +160,7 @@ def test_every_capture_renders_to_its_values_in_base_units(name: str) -> None:
         }
         expected["gpuagent_gpu_info", frozenset(info.items())] = 1.0
         expected["gpuagent_gpu_healthy", frozenset(ids.items())] = 1.0
+        expected["gpuagent_gpu_processes", frozenset(ids.items())] = 0.0  # idle
         for series_name, (field, convert) in EXPECTED_VALUES.items():
             cell = _cell(cap, raw, field)
             if cell is None:

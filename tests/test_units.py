@@ -51,8 +51,13 @@ PARAMETERS: dict[str, Any] = {
         },
         # Stopped and unloaded since: GetUnit says NoSuchUnit, LoadUnit loads it.
         PERSISTENCED: {"LoadState": "loaded", "loaded": False},
+        "slurmstepd.scope": {"LoadState": "loaded", "ActiveState": "active"},
     },
-    "pids": {"4242": FABRICMANAGER},
+    "pids": {"4242": FABRICMANAGER, "5001": "slurmstepd.scope", "5002": "slurmstepd.scope"},
+    "cgroups": {
+        "5001": "/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0",
+        "5002": "/system.slice/slurmstepd.scope/job_1235/step_batch/user/task_0",
+    },
 }
 
 
@@ -170,6 +175,16 @@ def test_unit_for_pid(systemd: MockBus) -> None:
     reader = systemd.units()
     assert reader.unit_for_pid(4242) == units.PidResult(Watch.OK, FABRICMANAGER)
     assert reader.unit_for_pid(4243) == units.PidResult(Watch.OK, None)
+
+
+def test_a_slurm_steps_control_group(systemd: MockBus) -> None:
+    reader = systemd.units()
+    assert reader.unit_for_pid(5002) == units.PidResult(Watch.OK, "slurmstepd.scope")
+    assert reader.cgroup_of("slurmstepd.scope", 5002) == (
+        "/system.slice/slurmstepd.scope/job_1235/step_batch/user/task_0"
+    )
+    assert reader.cgroup_of("slurmstepd.scope", 4242) is None  # not in it
+    assert reader.cgroup_of("nothing.scope", 5001) is None  # no such unit: no answer
 
 
 def test_no_socket_at_all_is_not_watched(tmp_path: str) -> None:

@@ -1,0 +1,354 @@
+"""Who is on each GPU, wired: the fake nvidia-smi's --query-compute-apps on a fake host, the
+units from a stand-in for systemd, seen in the state, status, metrics and the journal."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+from gpuagent import metrics, statustext
+from gpuagent.logs import Event
+from gpuagent.owners import Owners, Seen, source_words
+from gpuagent.report import GpuEntry, State
+from gpuagent.unitname import Owner
+from gpuagent.units import PidResult, Watch
+from tests import test_kernlog
+from tests.conftest import Host
+from tests.test_metrics import series
+
+make = test_kernlog.make
+DOCKER = "3f4e5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
+
+
+def entry(state: State, slot: str) -> GpuEntry:
+    return next(g for g in state["gpus"] if g["pci_slot"] == slot)
+
+
+def busy(host: Host, *apps: dict[str, Any], **step: Any) -> None:
+    host.healthy(apps=list(apps), **step)
+
+
+def test_an_idle_host_has_no_process_and_one_spawn_more_per_tick(host: Host) -> None:
+    host.make_agent()
+    report = host.tick(4)
+    assert (host.spawns, host.apps_spawns) == (4, 4)
+    assert all(g["processes"] == [] for g in report.state["gpus"])
+    got = series(metrics.render(report.state))
+    counts = {k: v for k, v in got.items() if k[0] == "gpuagent_gpu_processes"}
+    assert len(counts) == len(host.slots) and set(counts.values()) == {0.0}
+    assert not any(k[0] == "gpuagent_gpu_unit_memory_bytes" for k in got)
+    assert host.lines(logging.WARNING) == []
+    assert host.units.pid_calls == 0
+
+
+def test_each_process_with_its_unit_everywhere(host: Host) -> None:
+    a, b = host.slots[0], host.slots[1]
+    busy(
+        host,
+        {"slot": a, "pid": 48213, "name": "/usr/bin/python3", "mib": 42189},
+        {"slot": a, "pid": 48214, "name": "python3", "mib": 1024},
+        {"slot": a, "pid": 777, "name": "ffmpeg", "mib": 512},
+        {"slot": b, "pid": 900, "name": "cuda_app", "mib": "[N/A]"},
+        {"slot": b, "pid": 901, "name": "trainer", "mib": 2048},
+    )
+    units = host.units
+    units.pids = {
+        48213: "train@3.service",
+        48214: "train@3.service",
+        900: f"docker-{DOCKER}.scope",
+        901: "slurmstepd.scope",
+    }
+    units.cgroups = {901: "/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0"}
+    host.make_agent(units=units)
+    state = host.tick(3).state
+    assert units.pid_calls == 5  # once per process, not per tick
+    assert entry(state, a)["processes"] == [
+        {
+            "pid": 48213,
+            "name": "/usr/bin/python3",
+            "used_memory_mib": 42189,
+            "unit": "train@3.service",
+            "unit_kind": "service",
+            "unit_ref": "train@3",
+        },
+        {
+            "pid": 48214,
+            "name": "python3",
+            "used_memory_mib": 1024,
+            "unit": "train@3.service",
+            "unit_kind": "service",
+            "unit_ref": "train@3",
+        },
+        {
+            "pid": 777,
+            "name": "ffmpeg",
+            "used_memory_mib": 512,
+            "unit": None,
+            "unit_kind": "unknown",
+            "unit_ref": None,
+        },
+    ]
+    (docker, slurm) = entry(state, b)["processes"]
+    assert (docker["unit_kind"], docker["unit_ref"], docker["used_memory_mib"]) == (
+        "container",
+        "docker:3f4e5a6b7c8d",
+        None,
+    )
+    assert (slurm["unit"], slurm["unit_kind"], slurm["unit_ref"]) == (
+        "slurmstepd.scope",
+        "slurm",
+        "1234",
+    )
+    assert all(entry(state, s)["processes"] == [] for s in host.slots[2:])
+
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert "      train@3.service 41.2 GiB (pid 48213 python3)" in text
+    assert "      train@3.service 1.0 GiB (pid 48214 python3)" in text
+    assert "      no unit 512 MiB (pid 777 ffmpeg)" in text
+    assert "      slurmstepd.scope (Slurm job 1234) 2.0 GiB (pid 901 trainer)" in text
+    assert "      docker container 3f4e5a6b7c8d memory n/a (pid 900 cuda_app)" in text
+
+    got = series(metrics.render(state))
+    uuid_a, uuid_b = entry(state, a)["uuid"], entry(state, b)["uuid"]
+
+    def key(name: str, slot: str, uuid: str | None, **more: str) -> Any:
+        return (name, frozenset({"pci_slot": slot, "uuid": uuid or "", **more}.items()))
+
+    mib = 1048576
+    assert got[key("gpuagent_gpu_processes", a, uuid_a)] == 3
+    assert got[key("gpuagent_gpu_processes", b, uuid_b)] == 2
+    assert got[key("gpuagent_gpu_unit_memory_bytes", a, uuid_a, unit="train@3.service")] == (
+        43213 * mib
+    )
+    assert got[key("gpuagent_gpu_unit_memory_bytes", a, uuid_a, unit="")] == 512 * mib
+    assert got[key("gpuagent_gpu_unit_memory_bytes", b, uuid_b, unit="slurmstepd.scope")] == (
+        2048 * mib
+    )
+    # Memory nvidia-smi cannot tell is no series; no PID is ever a label.
+    assert not any("pid" in dict(labels) for _, labels in got)
+    assert (
+        key("gpuagent_gpu_unit_memory_bytes", b, uuid_b, unit=f"docker-{DOCKER}.scope") not in got
+    )
+    assert host.lines(logging.WARNING) == []
+
+
+def test_a_pid_given_to_another_program_is_asked_about_again(host: Host) -> None:
+    a = host.slots[0]
+    busy(host, {"slot": a, "pid": 5, "name": "one", "mib": 1})
+    host.units.pids = {5: "one.service"}
+    host.make_agent(units=host.units)
+    host.tick(2)
+    host.units.pids = {5: "two.service"}
+    busy(host, {"slot": a, "pid": 5, "name": "two", "mib": 1})
+    state = host.tick().state
+    assert host.units.pid_calls == 2
+    assert entry(state, a)["processes"][0]["unit"] == "two.service"
+
+
+def test_processes_interval_is_in_seconds_rounded_up_to_ticks(host: Host) -> None:
+    host.make_agent(processes_interval=25.0)
+    host.tick(9)
+    assert (host.spawns, host.apps_spawns) == (9, 3)
+
+
+def test_a_failing_read_is_one_warning_then_not_known_then_one_line(host: Host) -> None:
+    a = host.slots[0]
+    busy(host, {"slot": a, "pid": 5, "name": "x", "mib": 1})
+    host.make_agent()
+    host.tick()
+    host.healthy(apps={"stdout": "Unknown Error\n", "exit": 15})
+    host.tick(2)
+    assert "processes" in entry(host.state, a)  # a blip: the last read holds
+    assert host.events(Event.PROCESSES_READ_FAILED) == []
+    host.tick()
+    (line,) = host.events(Event.PROCESSES_READ_FAILED)
+    assert line.getMessage() == (
+        "the GPUs' processes not read: nvidia-smi --query-compute-apps=gpu_uuid,pid,"
+        "process_name,used_memory --format=csv,noheader,nounits: exit 15: Unknown Error"
+    )
+    assert "processes" not in entry(host.state, a)
+    assert not any(k[0] == "gpuagent_gpu_processes" for k in series(metrics.render(host.state)))
+    host.tick(10)  # on the backoff: not every tick
+    assert host.apps_spawns < 1 + 3 + 10
+    assert len(host.events(Event.PROCESSES_READ_FAILED)) == 1
+    busy(host, {"slot": a, "pid": 5, "name": "x", "mib": 1})
+    host.agent.configure()  # type: ignore[union-attr]
+    host.tick()
+    (back,) = host.events(Event.PROCESSES_READ_RECOVERED)
+    assert back.levelno == logging.INFO
+    assert [p["pid"] for p in entry(host.state, a)["processes"]] == [5]
+
+
+def test_a_failing_probe_knows_no_process_and_spawns_no_read(host: Host) -> None:
+    busy(host, {"slot": host.slots[0], "pid": 5, "name": "x", "mib": 1})
+    host.make_agent()
+    host.tick()
+    host.failing()
+    host.tick(3)
+    assert host.apps_spawns == 1
+    assert all("processes" not in g for g in host.state["gpus"])
+
+
+def test_an_unreadable_line_is_said_once(host: Host) -> None:
+    uuid = "GPU-00000000-0000-0000-0000-000000000000"
+    host.healthy(apps={"stdout": f"{uuid}, 12, a, 1\n{uuid}, twelve, b, 2\n"})
+    host.make_agent()
+    host.tick(3)
+    (line,) = host.events(Event.PROCESSES_UNREADABLE)
+    assert "'GPU-00000000-0000-0000-0000-000000000000, twelve, b, 2'" in line.getMessage()
+
+
+def test_a_failing_bus_lists_the_processes_without_units(host: Host) -> None:
+    a = host.slots[0]
+    busy(
+        host,
+        {"slot": a, "pid": 5, "name": "x", "mib": 10},
+        {"slot": a, "pid": 6, "name": "y", "mib": 20},
+    )
+    host.units.pids = {5: "x.service", 6: "y.service"}
+    host.units.pid_watch = Watch.ERROR
+    host.make_agent(units=host.units)
+    host.tick(2)
+    assert host.units.pid_calls == 2  # one failed lookup per read, not one per process
+    (line,) = host.events(Event.PROCESS_UNITS_UNKNOWN)
+    assert line.getMessage() == (
+        "the systemd units of the GPUs' processes not known: system bus: no answer within 2 s"
+    )
+    assert [(p["unit"], p["unit_kind"]) for p in entry(host.state, a)["processes"]] == [
+        (None, None),
+        (None, None),
+    ]
+    text = statustext.render(host.state, host.state["updated_at"], 0, "", width=200)
+    assert "      unit not known 20 MiB (pid 6 y)" in text
+    host.units.pid_watch = Watch.OK
+    host.tick()
+    assert len(host.events(Event.PROCESS_UNITS_KNOWN)) == 1
+    assert [p["unit"] for p in entry(host.state, a)["processes"]] == ["x.service", "y.service"]
+
+
+def test_no_system_bus_lists_the_processes_without_a_word(host: Host) -> None:
+    busy(host, {"slot": host.slots[0], "pid": 5, "name": "x", "mib": 10})
+    host.units.pid_watch = Watch.NOT_WATCHED
+    host.make_agent(units=host.units)
+    host.tick(2)
+    assert host.events(Event.PROCESS_UNITS_UNKNOWN) == []
+    assert entry(host.state, host.slots[0])["processes"][0]["unit_kind"] is None
+
+
+def test_memory_in_use_with_no_process_visible_says_so(host: Host) -> None:
+    idle = {slot: {"memory.used": "300 MiB"} for slot in host.slots}  # a display's own use
+    host.healthy(override={**idle, host.slots[0]: {"memory.used": "30000 MiB"}})
+    host.make_agent()
+    state = host.tick().state
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert (
+        "      no process visible to the agent, 29.3 GiB in use "
+        "(a process in another PID namespace, or a leaked context)"
+    ) in text
+    assert text.count("no process visible") == 1
+    assert all(p["kind"] != "processes" for g in state["gpus"] for p in g["problems"])
+
+
+def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -> None:
+    a = host.slots[1]
+    busy(host, {"slot": a, "pid": 48213, "name": "/usr/bin/python3", "mib": 4000})
+    host.units.pids = {48213: "train@3.service"}
+    agent = host.make_agent(units=host.units)
+    agent.verdict.started = 0.0  # the records are new faults to it
+    host.tick()
+    # An application's Xid is counted, not the GPU's problem; the driver's 119 is one.
+    xids = (
+        "NVRM: Xid (PCI:0000:2a:00): 31, pid=48213, name=python3, Ch 00000010, intr 10000000.\n"
+        "NVRM: Xid (PCI:0000:2a:00): 43, pid=99, name=gone, Ch 00000010\n"
+        "NVRM: Xid (PCI:0000:2a:00): 119, pid=48213, name=python3, Timeout waiting for RPC\n"
+    )
+    journal = make(xids, start=time.time())
+    agent.configure(replace(agent.config, journal_directory=journal))
+    state = host.tick().state
+    counted = {r.__dict__["XID"]: r for r in host.events(Event.XID_COUNTED)}
+    assert (
+        counted["31"]
+        .getMessage()
+        .startswith("Xid 31 on GPU 0000:2a:00.0 from train@3.service (pid 48213 python3): ")
+    )
+    assert counted["31"].__dict__["UNIT"] == "train@3.service"
+    assert (
+        counted["43"]
+        .getMessage()
+        .startswith(
+            "Xid 43 on GPU 0000:2a:00.0 from pid 99 gone (never seen on a GPU by the agent): "
+        )
+    )
+    assert not hasattr(counted["43"], "UNIT")
+    assert (counted["43"].__dict__["PROCESS_PID"], counted["43"].__dict__["PROCESS_NAME"]) == (
+        "99",
+        "gone",
+    )
+    (problem,) = entry(state, a)["problems"]
+    assert (problem["xid"], problem["unit"]) == (119, "train@3.service")
+    assert " from train@3.service (pid 48213 python3): " in problem["message"]
+    (start,) = host.events(Event.XID_PROBLEM)
+    assert start.__dict__["UNIT"] == "train@3.service"
+    assert "from train@3.service (pid 48213 python3)" in start.getMessage()
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert "Xid 119 (" in text and "from train@3.service (pid 48213 python3)" in text
+
+
+def test_source_words() -> None:
+    seen = Seen(5, "/opt/x", "x.service", Owner("service", "x"))
+    assert source_words(5, "x", seen) == (" from x.service (pid 5 x)", "x.service")
+    assert source_words(5, None, seen) == (" from x.service (pid 5 /opt/x)", "x.service")
+    assert source_words(5, None, None) == (" from pid 5 (never seen on a GPU by the agent)", None)
+    nowhere = Seen(5, "x", None, Owner("unknown"))
+    assert source_words(5, "x", nowhere) == (" from pid 5 x (in no systemd unit)", None)
+    unasked = Seen(5, "x", None, None)
+    assert source_words(5, "x", unasked) == (" from pid 5 x (its unit not known)", None)
+
+
+class _Lookup:
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.answer = PidResult(Watch.OK, "a.service")
+
+    def unit_for_pid(self, pid: int) -> PidResult:
+        self.asked.append(pid)
+        return self.answer
+
+    def cgroup_of(self, unit: str, pid: int) -> str | None:
+        return None
+
+
+def test_owners_remember_a_bounded_number_of_pids() -> None:
+    lookup = _Lookup()
+    owners = Owners(lookup, remember=3)
+    for pid in range(1, 6):
+        owners.resolve([(pid, "p", "s")])
+    assert [owners.last_seen(p) is not None for p in range(1, 6)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
+    assert lookup.asked == [1, 2, 3, 4, 5]
+    owners.resolve([(5, "p", "t")])
+    assert lookup.asked == [1, 2, 3, 4, 5]
+    seen = owners.last_seen(5)
+    assert seen is not None and seen.slot == "t"
+
+
+def test_owners_stop_asking_after_a_failure_until_the_next_read() -> None:
+    lookup = _Lookup()
+    lookup.answer = PidResult(Watch.ERROR, error="system bus: gone")
+    owners = Owners(lookup)
+    out = owners.resolve([(1, "a", "s"), (2, "b", "s"), (3, "c", "s")])
+    assert lookup.asked == [1]
+    assert owners.error == "system bus: gone"
+    assert all(s.owner is None for s in out.values())
+    lookup.answer = PidResult(Watch.OK, None)
+    out = owners.resolve([(1, "a", "s"), (2, "b", "s"), (3, "c", "s")])
+    assert lookup.asked == [1, 1, 2, 3]
+    assert owners.error is None
+    assert {s.owner for s in out.values()} == {Owner("unknown")}
