@@ -36,15 +36,27 @@ def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:
     return slots
 
 
-def instant_nvidia_smi(directory: str, slots: list[str]) -> str:
-    """A real nvidia-smi stand-in that ``cat``s the H200 capture projected onto the query."""
+def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> str:
+    """A real nvidia-smi stand-in that ``cat``s the H200 capture projected onto the query,
+    and for ``--query-compute-apps`` ``processes`` processes on each GPU (the real capture's
+    names and sizes, PIDs of their own)."""
     answer = os.path.join(directory, "answer.csv")
     text, _ = replay.answer(replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", slots)
     with open(answer, "w") as f:
         f.write(text)
+    apps = os.path.join(directory, "apps.csv")
+    with open(apps, "w") as f:
+        for i, slot in enumerate(slots):
+            for n in range(processes):
+                pid = 10000 + i * 100 + n
+                f.write(f"{replay.gpu_uuid(i, slot)}, {pid}, /usr/bin/python3, {2566 + n}\n")
     path = os.path.join(directory, "nvidia-smi")
     with open(path, "w") as f:
-        f.write(f"#!/bin/sh\nexec cat {answer}\n")
+        f.write(
+            "#!/bin/sh\n"
+            f'case "$1" in --query-compute-apps=*) exec cat {apps} ;; esac\n'
+            f"exec cat {answer}\n"
+        )
     os.chmod(path, 0o755)
     return path
 

@@ -2,11 +2,12 @@
 
 Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs; nvidia-smi is a shell
 script that ``cat``s a real H200 capture projected onto the query (it answers at once, so
-what is measured is the agent's side of the spawn).  Three floors: the same sysfs reads alone;
-a minimal loop doing those reads, the spawn (``subprocess.run``) and a state write of the raw
-output; and that loop writing the agent's second output too, a Prometheus textfile of every
-numeric value through prometheus_client, the library the agent uses for it.  The last lines
-are the tick over each loop.  Usage::
+what is measured is the agent's side of the spawn), and two processes per GPU to
+``--query-compute-apps``.  Three floors: the same sysfs reads alone;
+a minimal loop doing those reads, the same two spawns (``subprocess.run``: the probe and the
+processes) and a state write of the raw output; and that loop writing the agent's second
+output too, a Prometheus textfile of every numeric value through prometheus_client, the
+library the agent uses for it.  The last lines are the tick over each loop.  Usage::
 
     /usr/bin/python3 -m bench.tick_cost [--ticks 300]
 """
@@ -29,7 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from bench.sim import instant_nvidia_smi, make_host
-from gpuagent import pci, rules, smi, state
+from gpuagent import apps, pci, rules, smi, state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.health import Tracker
@@ -66,15 +67,16 @@ def floor(root: str) -> None:
 
 
 def minimal_loop(root: str, nvsmi: str, state_file: str) -> str:
-    """The same sysfs reads, one spawn of nvidia-smi and a state file of its raw lines;
-    returns nvidia-smi's output."""
+    """The same sysfs reads, the agent's two spawns of nvidia-smi (the probe, the processes)
+    and a state file of their raw lines; returns the probe's output."""
     floor(root)
     out = subprocess.run(
         smi.command(nvsmi, smi.FIELDS), capture_output=True, check=False
     ).stdout.decode()
+    procs = subprocess.run([nvsmi, *apps.ARGS], capture_output=True, check=False).stdout
     tmp = state_file + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"rows": out.splitlines()}, f)
+        json.dump({"rows": out.splitlines(), "apps": procs.decode().splitlines()}, f)
     os.replace(tmp, state_file)
     return out
 

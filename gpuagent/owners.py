@@ -59,7 +59,8 @@ class Owners:
     def resolve(self, processes: Iterable[tuple[int, str | None, str | None]]) -> dict[int, Seen]:
         """Each of ``processes`` (PID, process name, GPU slot) with its unit, by PID.
 
-        Asks systemd only about processes not seen on the last call; after a bus failure
+        Asks systemd only about processes not seen on the last call (where there is no
+        system bus socket, not again about one either); after a bus failure
         the rest of this call's are left unknown and asked about on the next (a hung bus
         costs one timeout per read, not one per process).  ``error`` is the failure's one
         line until a lookup succeeds."""
@@ -74,8 +75,8 @@ class Owners:
                     seen = Seen(pid, name, None, None, slot)
                 else:
                     seen, failed = self._ask(pid, name, slot)
-                    if not failed and seen.owner is not None:
-                        live[key] = seen
+                    if not failed:
+                        live[key] = seen  # no bus socket at all: not asked again either
             elif seen.slot != slot:
                 seen = Seen(seen.pid, seen.name, seen.unit, seen.owner, slot)
                 live[key] = seen

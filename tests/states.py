@@ -92,9 +92,8 @@ def state(
     taken at ``now`` for each GPU nvidia-smi answers for; those not in ``stale`` are fresh.
     ``probe`` defaults to one that answered at ``now``, ``ticks`` spawns since the start
     (``now`` - 3600 s by default); ``problems`` are by slot (``""``: the host), ``trouble``
-    the agent's own by kind; ``processes`` default to none on each GPU sampled when the probe
-    answered (idle GPUs), else not known.  With ``ended`` (the ``exit``'s reason and time) it
-    is the last state an agent writes, at that time."""
+    the agent's own by kind; ``processes`` default to not known (not read).  With ``ended``
+    (the ``exit``'s reason and time) it is the last state an agent writes, at that time."""
     if samples is None:
         samples = {g.slot: sample(at=now) for g in bus if g.probeable}
     if probe is None:
@@ -106,9 +105,6 @@ def state(
         now - 3600 if started_at is None else started_at,
         interval,
     )
-    if processes is None:
-        idle = dict.fromkeys(samples, ()) if probe.state is ProbeState.OK else None
-        processes = ProcessesView(idle)
     # As the verdict would: a GPU missing from nvidia-smi has that problem too.
     held: dict[str, list[Problem]] = {slot: list(ps) for slot, ps in (problems or {}).items()}
     for slot in missing:
@@ -123,7 +119,7 @@ def state(
         kernel=kernel,
         nvlink=nvlink or NvlinkView({}),
         services=services or ServicesView({}),
-        processes=processes,
+        processes=processes or ProcessesView(),
         problems=held,
         trouble=trouble or {},
     )

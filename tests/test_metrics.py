@@ -22,7 +22,7 @@ from gpuagent.pciaddr import sysfs_slot
 from gpuagent.publish import Textfile
 from gpuagent.report import State
 from gpuagent.smi import FIELDS, Row, parse
-from gpuagent.views import Gate, ProbeState, ProbeView
+from gpuagent.views import Gate, ProbeState, ProbeView, ProcessesView
 from tests import fakesysfs, replay, states
 from tests.conftest import Host, ListHandler
 from tests.fakehost import H200_LOAD
@@ -81,8 +81,9 @@ def one(all_series: Series, name: str, **labels: str) -> float | None:
 
 
 def snapshot(samples: Mapping[str, Row], **probe: Any) -> State:
-    """The state of a host with these GPUs (their samples, by slot), each fresh and healthy,
-    and a probe that answered 100 s after the start, changed by ``probe``."""
+    """The state of a host with these GPUs (their samples, by slot), each fresh, healthy and
+    idle (no process), and a probe that answered 100 s after the start, changed by
+    ``probe``."""
     answered = ProbeView(
         state=ProbeState.OK,
         spawns_total=10,
@@ -97,6 +98,7 @@ def snapshot(samples: Mapping[str, Row], **probe: Any) -> State:
         bus=[states.nvidia(slot) for slot in samples],
         samples={slot: states.sample(row, 0.0) for slot, row in samples.items()},
         probe=replace(answered, **probe),
+        processes=ProcessesView(dict.fromkeys(samples, ())),
     )
 
 

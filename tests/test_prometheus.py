@@ -261,6 +261,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
         got[m["__name__"], m["pci_slot"], m["uuid"]] = float(sample["value"][1])
     expected = {("gpuagent_gpu_info", slot, uuid): 1.0 for slot, uuid in uuids.items()}
     expected.update({("gpuagent_gpu_healthy", slot, uuid): 1.0 for slot, uuid in uuids.items()})
+    expected.update({("gpuagent_gpu_processes", slot, uuid): 0.0 for slot, uuid in uuids.items()})
     for name, (field, convert) in EXPECTED_VALUES.items():
         cell = replay.nounits(raw[cap.fields.index(replay.canonical(field))])
         if cell.startswith("["):
