@@ -290,6 +290,25 @@ def test_the_boot_read_a_chunk_at_a_time_hands_each_record_once(make: Any, chunk
     log.close()
 
 
+def test_placed_from_the_tail_only_where_the_last_entry_is_the_one_read_last(
+    make: Any,
+) -> None:
+    # The end of the boot read is placed from the journal's tail (cheap) where its last
+    # matching entry is the one read last; where more came in between, from the cursor.
+    directory = make(corpus_text("xid-13-31-32-driver418-no-pid"))
+    whole = records(KernelLog(directory))
+    log = KernelLog(directory)
+    reader = log._open()  # one record read, six came after it
+    assert reader._next()
+    log._cursor = reader._get_cursor()
+    reader.close()
+    log._reader = log._open(tail=True)
+    rest: list[Record] = []
+    log.poll(lambda time, message: rest.append((time, message)))
+    assert rest == whole[1:]
+    log.close()
+
+
 def export_entry(fields: list[tuple[str, bytes]]) -> bytes:
     """One entry in the journal export format; MESSAGE in its binary-safe form."""
     out = b""
