@@ -110,6 +110,12 @@ def minimal_loop_with_metrics(
     write_to_textfile(state_file + ".prom", registry)
 
 
+def processes(agent: Agent, nvsmi: str, rows: dict[str, smi.Row]) -> None:
+    """The processes read of a tick, made due whatever its cadence."""
+    agent.processes.expedite()
+    agent.processes.step(nvsmi, rows.values())
+
+
 def measure(gpus: int, ticks: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as d:
         root = os.path.join(d, "sys")
@@ -167,6 +173,9 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             "pci scan (the tick's, remembering)": cpu_ms(agent.bus.scan, ticks),
             "pci scan from cold (detect)": cpu_ms(lambda: pci.scan(root), ticks),
             "probe (spawn+read+parse)": cpu_ms(lambda: prober.probe(nvsmi), ticks) if gpus else 0,
+            "processes (spawn+read+parse+units)": (
+                cpu_ms(lambda: processes(agent, nvsmi, rows), ticks) if gpus else 0
+            ),
             "parse": cpu_ms(lambda: smi.parse_output(text, smi.FIELDS), ticks) if gpus else 0,
             "health rules + tracker": cpu_ms(health, ticks),
             "report (state + status)": cpu_ms(agent.configure, ticks),
