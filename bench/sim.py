@@ -63,7 +63,8 @@ def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> 
 
 @dataclass
 class ScriptedRunner(Runner):
-    """A :class:`Runner` whose child is a script: ``step`` says what the next run returns."""
+    """A :class:`Runner` whose child is a script: ``step`` says what the next run returns
+    (to ``--query-compute-apps`` while it answers: one process on each GPU)."""
 
     slots: list[str] = field(default_factory=list)
     step: str = "healthy"
@@ -75,6 +76,11 @@ class ScriptedRunner(Runner):
         rows, _ = replay.answer(cap, list(FIELDS), "csv,noheader,nounits", self.slots)
         with open(os.path.join(replay.CORPUS, "errors", MISMATCH), encoding="utf-8") as f:
             mismatch = f.read()
+        apps = "".join(
+            f"{replay.gpu_uuid(i, slot)}, {10000 + i}, /usr/bin/python3, 2566\n"
+            for i, slot in enumerate(self.slots)
+        )
+        self._apps = RunResult(Outcome.EXITED, 0, apps)
         self._answers = {
             "healthy": RunResult(Outcome.EXITED, 0, rows),
             "missing_gpu": RunResult(Outcome.EXITED, 0, rows.split("\n", 1)[1]),
@@ -99,6 +105,11 @@ class ScriptedRunner(Runner):
         if argv[1:2] == ["nvlink"]:
             # A PCIe host: drivers before 595 print nothing for a GPU without NVLink.
             return RunResult(Outcome.EXITED, 0, "")
+        if any(a.startswith("--query-compute-apps=") for a in argv) and self.step in (
+            "healthy",
+            "missing_gpu",
+        ):
+            return self._apps  # a process on each GPU
         return self._answers[self.step]
 
 
