@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from . import __version__, report
+from . import __version__, bootid, report
 from .bus import Bus
 from .condition import Bug
 from .config import Config
@@ -59,6 +59,7 @@ class Agent:
         kernel_log: Callable[[str], KernelLog] = KernelLog,
         units: Callable[[], UnitsReader] | None = None,
         state_directory: str | None = None,
+        boot: Callable[[], str] = bootid.current,
     ) -> None:
         self.config = config
         self.wall = wall
@@ -82,11 +83,11 @@ class Agent:
         self.services = ServicesSource(
             config.sysfs_root, log, reader=(units or _system_units)(), monotonic=monotonic
         )
-        self.known = KnownGpus(state_directory, log)
+        self.known = KnownGpus(state_directory, log, boot())
         self.earlier = EarlierBoots(
             config.journal_directory, config.history_days, config.recurrence_boots
         )
-        self.bus.remember(self.known.gpus)
+        self.bus.remember(self.known.gpus, self.known.not_back)
         self._bug = Bug(log, "in a tick")
 
     def configure(self, config: Config | None = None) -> report.Report:
