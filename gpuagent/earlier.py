@@ -16,6 +16,7 @@ from typing import Any
 
 from . import timeline
 from .health import CRITICAL, Finding
+from .kernlog import journal_boot
 from .recurrence import Hit, Recurrence
 
 __all__ = ["SLICE", "EarlierBoots", "entries"]
@@ -132,8 +133,9 @@ class EarlierBoots:
 
     def _start(self) -> None:
         directory, days = self._args
-        self._this = self._this_boot()
         reader = self._open_reader(directory)
+        # The boot the kernel source reads as this one (kernlog.journal_boot).
+        self._this = journal_boot(reader, self._this_boot(), system=not directory)
         reader.add_match(_TRANSPORT="kernel")
         reader.add_disjunction()
         reader.add_match(_SYSTEMD_UNIT=timeline.UNIT)
