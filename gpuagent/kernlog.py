@@ -27,10 +27,11 @@ journal's latest entry is this one, so that root's clears, stamped by journald, 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["CLEARS", "LOADERS", "KernelLog", "journal_boot"]
+__all__ = ["CLEARS", "LOADERS", "KernelLog", "booted_at", "journal_boot"]
 
 # The agent's own entries read in order with the kernel's: `gpuagent clear` from root
 # (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
@@ -67,22 +68,33 @@ def _kernel_boot() -> str:
     return str(id128.get_boot().hex)
 
 
-def journal_boot(reader: Any, mine: str, *, system: bool = True) -> str:
+def booted_at() -> float:
+    """When the kernel booted, in s since the epoch (no ``/proc`` needed)."""
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def journal_boot(reader: Any, mine: str, *, system: bool = True, since: float | None = None) -> str:
     """This boot's ``_BOOT_ID`` in the journal ``reader`` reads (no match added yet):
     ``mine``, the kernel's boot id as this process sees it, if the journal has entries of it
     or is not the ``system`` journal (a directory, copied or made for a test); else the boot
     of the system journal's latest entry (journald's, where its boot id is not the one this
-    process sees); ``mine`` for an empty journal.  Leaves the reader's position anywhere."""
+    process sees), if that entry was logged since the kernel booted (``since``, s since the
+    epoch; :func:`booted_at` by default): a journal that holds only earlier boots (journald
+    writing nowhere now) says nothing of this one.  ``mine`` for an empty journal.  Leaves
+    the reader's position anywhere."""
     if not system or mine in {getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")}:
         return mine
     reader.seek_tail()
     try:
         boot = reader._get("_BOOT_ID") if reader._previous() else None
+        logged = reader._get_realtime() / 1e6 if boot is not None else 0.0
     except KeyError:
         boot = None
     if isinstance(boot, bytes):
         boot = boot.decode("ascii", "replace")
-    return boot if isinstance(boot, str) and boot else mine
+    if not isinstance(boot, str) or not boot:
+        return mine
+    return boot if logged >= (booted_at() if since is None else since) else mine
 
 
 def match(reader: Any, also: Mapping[str, str] = CLEARS, boot: str | None = None) -> None:

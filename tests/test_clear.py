@@ -15,7 +15,7 @@ from gpuagent import clearcli, clears, statustext
 from gpuagent.clears import Clear
 from gpuagent.cli import main
 from gpuagent.earlier import EarlierBoots
-from gpuagent.kernlog import KernelLog
+from gpuagent.kernlog import KernelLog, booted_at
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
 from tests import states
@@ -255,8 +255,10 @@ KERNELS = "f" * 32
 def test_this_boot_is_journalds_where_the_kernels_id_is_not_in_the_system_journal(
     make: Any,
 ) -> None:
-    directory = make(FELL_OFF + f"#@boot {B}\n" + FELL_OFF, boot=A)
-    append(directory, clear_entry("0", LATER, boot=B))
+    # Logged in this machine's boot (an entry of B before it would be no boot of now).
+    start = booted_at() + 1
+    directory = make(FELL_OFF + f"#@boot {B}\n" + FELL_OFF, boot=A, start=start)
+    append(directory, clear_entry("0", start + 3600, boot=B))
 
     def read(log: KernelLog) -> tuple[int, list[dict[str, bytes]]]:
         kernel: list[str] = []
@@ -286,3 +288,15 @@ def test_this_boot_is_journalds_where_the_kernels_id_is_not_in_the_system_journa
     boots = EarlierBoots("", 3650, 2, open_reader=system, this_boot=lambda: KERNELS)
     boots.step(budget=10.0)
     assert boots.done and boots.boots == {A}
+    # A system journal of earlier boots only (journald writing nowhere now) is no boot of
+    # this one: nothing in it is read as this boot's.
+    old = make(FELL_OFF + f"#@boot {B}\n" + FELL_OFF, name="old", boot=A)
+
+    def stale(_: str) -> Any:
+        from systemd import journal  # noqa: PLC0415
+
+        return journal.Reader(path=old)
+
+    log = KernelLog("", open_reader=stale, kernel_boot=lambda: KERNELS)
+    assert read(log) == (0, [])
+    assert log.boot == KERNELS
