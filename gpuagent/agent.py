@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from . import __version__, report
+from . import __version__, bootid, report
 from .bus import Bus
 from .condition import Bug
 from .config import Config
@@ -67,6 +67,7 @@ class Agent:
         kernel_log: Callable[[str], KernelLog] = KernelLog,
         units: Callable[[], Systemd] | None = None,
         state_directory: str | None = None,
+        boot: Callable[[], str] = bootid.current,
     ) -> None:
         self.wall = wall
         self.origin = report.Origin(SCHEMA, __version__, os.getpid(), wall(), config.interval)
@@ -89,11 +90,11 @@ class Agent:
         systemd = (units or _system_units)()
         self.services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
         self.processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
-        self.known = KnownGpus(state_directory, log)
+        self.known = KnownGpus(state_directory, log, boot())
         self.earlier = EarlierBoots(
             config.journal_directory, config.history_days, config.recurrence_boots
         )
-        self.bus.remember(self.known.gpus)
+        self.bus.remember(self.known.gpus, self.known.not_back)
         self._bug = Bug(log, "in a tick")
 
     @property

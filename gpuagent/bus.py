@@ -34,7 +34,7 @@ class Bus:
         not leave it)."""
         if sysfs_root != self.scanner.root:
             self.scanner = pci.Scanner(sysfs_root)
-            self.view = replace(self.view, seen=frozenset())
+            self.view = replace(self.view, seen=frozenset(), not_back=frozenset())
 
     def scan(self) -> BusView:
         """Scan the bus; returns (and keeps as :attr:`view`) what it found."""
@@ -56,6 +56,7 @@ class Bus:
             self.view.seen | frozenset(new),
             tuple(problems),
             pci.module_loaded(self.scanner.root),
+            self.view.not_back - {g.slot for g in gpus},
         )
         return self.view
 
@@ -63,13 +64,21 @@ class Bus:
         """What sits at PCI ``slot`` per sysfs (:func:`gpuagent.pci.describe`)."""
         return pci.describe(self.scanner.root, slot)
 
-    def remember(self, slots: Iterable[str]) -> None:
-        """Count ``slots`` as seen on the bus (the GPUs this host had before a restart)."""
-        self.view = replace(self.view, seen=self.view.seen | frozenset(slots))
+    def remember(self, slots: Iterable[str], not_back: Iterable[str] = ()) -> None:
+        """Count ``slots`` as seen on the bus (the GPUs this host had before a restart), of
+        them ``not_back`` last on it in an earlier boot (until they are on it again)."""
+        self.view = replace(
+            self.view,
+            seen=self.view.seen | frozenset(slots),
+            not_back=self.view.not_back | frozenset(not_back),
+        )
 
     def forget(self, slots: Iterable[str]) -> BusView:
         """Forget that ``slots`` were ever seen (they left for good); returns the view."""
-        self.view = replace(self.view, seen=self.view.seen - frozenset(slots))
+        gone = frozenset(slots)
+        self.view = replace(
+            self.view, seen=self.view.seen - gone, not_back=self.view.not_back - gone
+        )
         return self.view
 
     @property

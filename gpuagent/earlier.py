@@ -16,15 +16,24 @@ from typing import Any
 
 from . import timeline
 from .health import CRITICAL, Finding
+from .kernlog import journal_boot
 from .recurrence import Hit, Recurrence
 
 __all__ = ["SLICE", "EarlierBoots", "entries"]
 
 SLICE = 0.010
+# What a slice keeps of its budget for what follows its last look at the clock (the entry
+# in hand, closing a reader): the read stops this much before the budget.
+MARGIN = 0.001
 # Entries read between two reopenings of the journal: sd-journal keeps what it mapped, and a
 # reader reopened at its cursor keeps the agent's RSS near its budget (as kernlog does).
 CHUNK = 10_000
 _CLEAR = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
+
+
+# What the timeline reads of a kernel record; of the others, every field it reads.
+_KERNEL = ("_BOOT_ID", "MESSAGE")
+_OTHERS = tuple(f for f in timeline.FIELDS if f != "_TRANSPORT")
 
 
 def entries(reader: Any) -> Iterator[tuple[float, dict[str, bytes]]]:
@@ -34,11 +43,27 @@ def entries(reader: Any) -> Iterator[tuple[float, dict[str, bytes]]]:
 
 
 def _fields(reader: Any) -> dict[str, bytes]:
+    # One fetch a field, and only those the timeline reads of the entry's kind: a kernel
+    # record (nearly every entry) is three fetches, not thirteen (docs/performance.md).
     got: dict[str, bytes] = {}
-    for name in timeline.FIELDS:
-        with contextlib.suppress(KeyError):
+    for name in ("_TRANSPORT", *_KERNEL):
+        try:
             value = reader._get(name)
-            got[name] = value if isinstance(value, bytes) else str(value).encode()
+        except KeyError:
+            continue
+        got[name] = value if isinstance(value, bytes) else str(value).encode()
+        if name == "_TRANSPORT" and got[name] != b"kernel":
+            return _more(reader, got)
+    return got
+
+
+def _more(reader: Any, got: dict[str, bytes]) -> dict[str, bytes]:
+    for name in _OTHERS:
+        try:
+            value = reader._get(name)
+        except KeyError:
+            continue
+        got[name] = value if isinstance(value, bytes) else str(value).encode()
     return got
 
 
@@ -81,11 +106,13 @@ class EarlierBoots:
             wall,
         )
         self._reader: Any = None
+        self._this = ""
         self._boot = ""
         self._uuids: dict[str, str] = {}
         self._told: set[tuple[str, str, int]] = set()
         self._read = 0
-        # The cursor a reopened reader was sought to (its first entry is the last one read).
+        # Where a reader closed after CHUNK entries stopped: its successor is sought there,
+        # and its first entry (the last one read) skipped.
         self._resume: str | None = None
 
     @property
@@ -97,50 +124,55 @@ class EarlierBoots:
         return "this boot only" if n == 0 else f"{n} earlier boot{'s' if n > 1 else ''}"
 
     def step(self, budget: float = SLICE) -> None:
-        """Read on for at most ``budget`` seconds (nothing once done)."""
+        """Read on for at most ``budget`` seconds, opening the journal included (nothing once
+        done).  The clock is read after every entry; a reader that has read :data:`CHUNK`
+        entries is closed at its cursor, and the next slice reopens it there."""
         if self.done:
             return
+        deadline = self._clock() + budget - MARGIN
         try:
             if self._reader is None:
                 self._start()
-            deadline = self._clock() + budget
-            n = 0
-            while self._reader._next():
+            while self._clock() < deadline:
+                if not self._reader._next():
+                    break
                 if self._resume is not None:
                     cursor, self._resume = self._resume, None
                     if self._reader.test_cursor(cursor):
                         continue  # seek_cursor lands on the entry already read
                 if not self._take(self._reader._get_realtime() / 1e6, _fields(self._reader)):
                     break
-                n += 1
                 self._read += 1
                 if self._read % CHUNK == 0:
-                    self._reopen()
-                if n % 8 == 0 and self._clock() >= deadline:
+                    self._close_at_cursor()
                     return
+            else:
+                return  # the slice is spent
         except (OSError, ValueError, RuntimeError):
             pass  # what was read counts; the journal's trouble is the kernel source's to say
         self._finish()
 
-    def _reopen(self) -> None:
-        cursor = self._reader._get_cursor()
+    def _close_at_cursor(self) -> None:
+        self._resume = self._reader._get_cursor()
         self._reader.close()
         self._reader = None
-        self._start()
-        self._reader.seek_cursor(cursor)
-        self._resume = cursor
 
     def _start(self) -> None:
         directory, days = self._args
-        self._this = self._this_boot()
         reader = self._open_reader(directory)
+        if not self._this:
+            # The boot the kernel source reads as this one (kernlog.journal_boot).
+            self._this = journal_boot(reader, self._this_boot(), system=not directory)
         reader.add_match(_TRANSPORT="kernel")
         reader.add_disjunction()
         reader.add_match(_SYSTEMD_UNIT=timeline.UNIT)
         reader.add_disjunction()
         reader.add_match(**_CLEAR)
-        reader.seek_realtime(max(self._wall() - days * 86400, 0.0))
         self._reader = reader
+        if self._resume is None:
+            reader.seek_realtime(max(self._wall() - days * 86400, 0.0))
+        else:
+            reader.seek_cursor(self._resume)
 
     def _take(self, at: float, entry: Mapping[str, bytes]) -> bool:
         boot = entry.get("_BOOT_ID", b"").decode("ascii", "replace")

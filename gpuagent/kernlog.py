@@ -16,15 +16,22 @@ reads both in one pass.
 
 With them, in journal order, come root's ``gpuagent clear`` entries (:data:`CLEARS`:
 ``MESSAGE_ID`` and ``_UID=0``, which journald sets), handed to a third sink with their fields.
+
+"This boot" is the ``_BOOT_ID`` journald stamps (:func:`journal_boot`): the kernel's boot id
+as this process sees it, unless the system journal has no entry of it and journald stamps
+another, as in a container whose manager gives it a boot id of its own (systemd-nspawn) that
+a sandboxed service's fresh ``/proc`` (``ProtectProc=``) does not show.  Then the boot of the
+journal's latest entry is this one, so that root's clears, stamped by journald, are read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["CLEARS", "LOADERS", "KernelLog"]
+__all__ = ["CLEARS", "LOADERS", "KernelLog", "booted_at", "journal_boot"]
 
 # The agent's own entries read in order with the kernel's: `gpuagent clear` from root
 # (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
@@ -55,9 +62,45 @@ def _open_reader(directory: str) -> Any:
     return journal.Reader(flags=journal.LOCAL_ONLY | journal.SYSTEM_ONLY)
 
 
-def match(reader: Any, also: Mapping[str, str] = CLEARS) -> None:
+def _kernel_boot() -> str:
+    from systemd import id128  # noqa: PLC0415 - only where the journal is read
+
+    return str(id128.get_boot().hex)
+
+
+def booted_at() -> float:
+    """When the kernel booted, in s since the epoch (no ``/proc`` needed)."""
+    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def journal_boot(reader: Any, mine: str, *, system: bool = True, since: float | None = None) -> str:
+    """This boot's ``_BOOT_ID`` in the journal ``reader`` reads (no match added yet):
+    ``mine``, the kernel's boot id as this process sees it, if the journal has entries of it
+    or is not the ``system`` journal (a directory, copied or made for a test); else the boot
+    of the system journal's latest entry (journald's, where its boot id is not the one this
+    process sees), if that entry was logged since the kernel booted (``since``, s since the
+    epoch; :func:`booted_at` by default): a journal that holds only earlier boots (journald
+    writing nowhere now) says nothing of this one.  ``mine`` for an empty journal.  Leaves
+    the reader's position anywhere."""
+    if not system or mine in {getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")}:
+        return mine
+    reader.seek_tail()
+    try:
+        boot = reader._get("_BOOT_ID") if reader._previous() else None
+        logged = reader._get_realtime() / 1e6 if boot is not None else 0.0
+    except KeyError:
+        boot = None
+    if isinstance(boot, bytes):
+        boot = boot.decode("ascii", "replace")
+    if not isinstance(boot, str) or not boot:
+        return mine
+    return boot if logged >= (booted_at() if since is None else since) else mine
+
+
+def match(reader: Any, also: Mapping[str, str] = CLEARS, boot: str | None = None) -> None:
     """Restrict ``reader`` to what :class:`KernelLog` reads: (the kernel's records, or a
-    module loader's, or the entries matching all of ``also``) of this boot."""
+    module loader's, or the entries matching all of ``also``) of this boot (``boot``, or
+    the kernel's id as this process sees it)."""
     reader.add_match(_TRANSPORT="kernel")
     for field, values in LOADERS:
         reader.add_disjunction()
@@ -66,7 +109,7 @@ def match(reader: Any, also: Mapping[str, str] = CLEARS) -> None:
         reader.add_disjunction()
         reader.add_match(**also)
     reader.add_conjunction()
-    reader.this_boot()
+    reader.this_boot(boot)
 
 
 class _NoFiles(Exception):
@@ -96,8 +139,12 @@ class KernelLog:
         open_reader: Callable[[str], Any] = _open_reader,
         chunk: int = START_CHUNK,
         also: Mapping[str, str] = CLEARS,
+        kernel_boot: Callable[[], str] = _kernel_boot,
     ) -> None:
         self.directory = directory
+        # This boot's _BOOT_ID in the journal (journal_boot), found at the first open.
+        self.boot: str | None = None
+        self._kernel_boot = kernel_boot
         self.also = dict(also)
         self.chunk = chunk
         self.error: str | None = None
@@ -126,7 +173,10 @@ class KernelLog:
                 "(is it in the systemd-journal group, and is systemd-journald running?)"
             )
         try:
-            match(reader, self.also)
+            if self.boot is None:
+                mine = self._kernel_boot()
+                self.boot = journal_boot(reader, mine, system=not self.directory)
+            match(reader, self.also, self.boot)
             # sd-journal watches the files only once its fd exists: ask for it before reading,
             # or what is appended while the boot is read could go unnoticed.
             reader.fileno()

@@ -4,8 +4,10 @@ The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
 (``StateDirectory=gpuagent``: ``/var/lib/gpuagent``); a hand run without that variable
 remembers nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
 ``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
-it.  A file that cannot be read or written is one warning (the state's
-``problems["known_gpus"]``) and the agent goes on with what it sees.
+it.  Each also notes the boot it was last on the bus in (:mod:`gpuagent.bootid`): one last
+seen in an earlier boot did not come back after the reboot (:attr:`KnownGpus.not_back`).  A
+file that cannot be read or written is one warning (the state's ``problems["known_gpus"]``)
+and the agent goes on with what it sees.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ __all__ = ["FILE", "KnownGpus"]
 
 FILE = "gpus.json"
 Gpu = dict[str, str | None]
+# What the file keeps of each GPU beside its slot; ``boot``: the boot it was last on the bus in.
+_KEYS = ("uuid", "name", "boot")
 
 
 class KnownGpus:
-    """The GPUs remembered in ``directory`` (None or ``""``: none are remembered)."""
+    """The GPUs remembered in ``directory`` (None or ``""``: none are remembered); ``boot``
+    is this boot's id (``""``: unknown, no GPU is said not to have come back)."""
 
-    def __init__(self, directory: str | None, log: EventLog) -> None:
+    def __init__(self, directory: str | None, log: EventLog, boot: str = "") -> None:
         self.log = log
+        self.boot = boot
         self.path = os.path.join(directory, FILE) if directory else None
         self.gpus: dict[str, Gpu] = {}
         self._trouble: Condition[str] = Condition()
@@ -45,23 +51,30 @@ class KnownGpus:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            gpus = {
-                str(g["pci_slot"]): {"uuid": g.get("uuid"), "name": g.get("name")}
-                for g in data["gpus"]
-            }
+            gpus = {str(g["pci_slot"]): {k: g.get(k) for k in _KEYS} for g in data["gpus"]}
         except (OSError, ValueError, KeyError, TypeError) as e:
             self._note(f"{path}: cannot read the GPUs this host had: {_why(e)}")
             return {}
         self._note(None)
         return gpus
 
+    @property
+    def not_back(self) -> list[str]:
+        """The slots of the GPUs last on the bus in an earlier boot, not in this one (yet)."""
+        return sorted(
+            slot
+            for slot, g in self.gpus.items()
+            if self.boot and g.get("boot") and g.get("boot") != self.boot
+        )
+
     def update(self, present: Mapping[str, Gpu]) -> None:
         """Remember the GPUs ``present`` on the bus now (slot: uuid and name, None if not
-        known); writes the file when that changes what it holds."""
+        known), on the bus in this boot; writes the file when that changes what it holds."""
         merged = dict(self.gpus)
         for slot, gpu in present.items():
             old = merged.get(slot, {})
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in ("uuid", "name")}
+            merged[slot]["boot"] = self.boot or old.get("boot")
         if merged != self.gpus:
             self.gpus = merged
             self._write()

@@ -247,16 +247,22 @@ def inforom_warning() -> Finding:
 
 
 def bus_findings(
-    on_bus: Iterable[PciGpu], seen: Iterable[str], *, module_loaded: bool
+    on_bus: Iterable[PciGpu],
+    seen: Iterable[str],
+    *,
+    module_loaded: bool,
+    not_back: Iterable[str] = (),
 ) -> dict[str, list[Finding]]:
-    """``gone_from_bus`` for each slot in ``seen`` that is not ``on_bus`` any more, and
-    ``no_driver`` for each GPU bound to no driver while the ``nvidia`` module is loaded."""
+    """``gone_from_bus`` for each slot in ``seen`` that is not ``on_bus`` any more (of those
+    in ``not_back``, last on it in an earlier boot: it did not come back after the reboot),
+    and ``no_driver`` for each GPU bound to no driver while the ``nvidia`` module is loaded."""
+    on_bus, earlier = list(on_bus), set(not_back)
     present = {g.slot for g in on_bus}
     out: dict[str, list[Finding]] = {}
     for slot in sorted(set(seen) - present):
-        out[slot] = [
-            Finding("gone_from_bus", CRITICAL, "reboot", "the GPU is no longer on the PCI bus")
-        ]
+        text = "did not come back on the PCI bus after the reboot" if slot in earlier else ""
+        text = f"the GPU {text or 'is no longer on the PCI bus'}"
+        out[slot] = [Finding("gone_from_bus", CRITICAL, "reboot", text)]
     if module_loaded:
         for g in on_bus:
             if g.driver is None:
@@ -297,16 +303,20 @@ def deliberate(gpu: PciGpu) -> bool:
     return not gpu.probeable and gpu.driver not in DISPLAY_DRIVERS
 
 
-def count_findings(on_bus: int, expected: int | None) -> list[Finding]:
-    """``gpu_count`` (host-level) when fewer than ``expected`` GPUs are on the bus."""
+def count_findings(on_bus: int, expected: int | None, missing: Iterable[str] = ()) -> list[Finding]:
+    """``gpu_count`` (host-level) when fewer than ``expected`` GPUs are on the bus, naming
+    the ``missing`` slots (the GPUs known to this host that are not on it)."""
     if expected is None or on_bus >= expected:
         return []
+    gone = sorted(set(missing))
+    named = f"; missing: {', '.join(gone)}" if gone else ""
     return [
         Finding(
             "gpu_count",
             CRITICAL,
             "check_host",
-            f"{on_bus} NVIDIA GPUs on the PCI bus where expected_gpus is {expected}",
+            f"{on_bus} NVIDIA GPU{'' if on_bus == 1 else 's'} on the PCI bus where "
+            f"expected_gpus is {expected}{named}",
         )
     ]
 

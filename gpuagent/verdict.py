@@ -58,11 +58,15 @@ class Verdict:
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
             loaded = any(g.driver is None for g in gpus) and bus.module_loaded
-            found = rules.bus_findings(gpus, set(bus.seen), module_loaded=loaded)
+            found = rules.bus_findings(
+                gpus, set(bus.seen), module_loaded=loaded, not_back=bus.not_back
+            )
             for slot, wrong in rules.wrong_driver_findings(gpus).items():
                 found.setdefault(slot, []).extend(wrong)
             self.tracker.report("pci", found)
-        self.tracker.report("host", {"": rules.count_findings(len(gpus), expected_gpus)})
+        missing = bus.seen - {g.slot for g in gpus}
+        count = rules.count_findings(len(gpus), expected_gpus, missing)
+        self.tracker.report("host", {"": count})
         # Passthrough (vfio-pci …) is on purpose; a display driver holding the GPU is not.
         exempt = [g.slot for g in gpus if rules.deliberate(g)]
         started, ended = self.tracker.settle(now, exempt)

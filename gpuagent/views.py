@@ -42,12 +42,14 @@ def plural(n: int, word: str) -> str:
 class BusView:
     """One scan: ``gpus`` on the bus now (sorted by slot), ``seen`` every slot seen on it since
     the agent started (or since ``sysfs_root`` changed), ``problems`` one line per sysfs file
-    that could not be read, and whether the ``nvidia`` kernel module is loaded."""
+    that could not be read, whether the ``nvidia`` kernel module is loaded, and ``not_back``
+    the slots of ``seen`` last on the bus in an earlier boot and not yet in this one."""
 
     gpus: tuple[PciGpu, ...] = ()
     seen: frozenset[str] = frozenset()
     problems: tuple[str, ...] = ()
     module_loaded: bool = False
+    not_back: frozenset[str] = frozenset()
 
     @property
     def slots(self) -> list[str]:

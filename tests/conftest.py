@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pytest
 
+from gpuagent import bootid
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.logs import Event, EventLog
@@ -66,9 +68,13 @@ class Host(FakeHost):
         self,
         units: FakeUnits | None = None,
         state_directory: str | None = None,
+        boot: Callable[[], str] | None = None,
+        wall: Callable[[], float] | None = None,
         **overrides: Any,
     ) -> Agent:
-        """An agent on this host; ``state_directory`` is the unit's $STATE_DIRECTORY."""
+        """An agent on this host; ``state_directory`` is the unit's $STATE_DIRECTORY, ``boot``
+        gives this boot's id (the machine's by default), ``wall`` the wall clock (the real
+        one by default)."""
         logger = logging.getLogger(f"test.{id(self)}")
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
@@ -83,6 +89,8 @@ class Host(FakeHost):
             monotonic=self.clock,
             units=lambda: self.units,
             state_directory=state_directory,
+            boot=boot or bootid.current,
+            wall=wall or time.time,
         )
         return self.agent
 

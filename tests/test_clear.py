@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from gpuagent import clearcli, clears, statustext
 from gpuagent.clears import Clear
 from gpuagent.cli import main
+from gpuagent.earlier import EarlierBoots
+from gpuagent.kernlog import KernelLog, booted_at
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
 from tests import states
@@ -33,14 +35,20 @@ def entry(state: State, slot: str = SLOT) -> GpuEntry:
 
 
 def clear_entry(
-    uid: str, at: float, slot: str = SLOT, kind: str = "xid", by: str = "root"
+    uid: str,
+    at: float,
+    slot: str = SLOT,
+    kind: str = "xid",
+    by: str = "root",
+    boot: str | None = None,
 ) -> bytes:
-    """The entry `gpuagent clear` sends, as journald stores it from a sender of ``uid``."""
+    """The entry `gpuagent clear` sends, as journald stores it from a sender of ``uid``
+    (stamped with ``boot``, this machine's boot by default)."""
     return export_entry(
         [
             ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
             ("__MONOTONIC_TIMESTAMP", str(int((at - 1_699_990_000) * 1e6)).encode()),
-            ("_BOOT_ID", this_boot().encode()),
+            ("_BOOT_ID", (boot or this_boot()).encode()),
             ("_TRANSPORT", b"journal"),
             ("_UID", uid.encode()),
             ("MESSAGE_ID", Event.OPERATOR_CLEAR.value.encode()),
@@ -234,3 +242,61 @@ def test_gone_from_bus_is_the_one_bus_kind_a_clear_accepts(
     assert sent.entries[-1]["KIND"] == "gone_from_bus"
     assert Clear(SLOT, "gone_from_bus", "root", 0).covers("gone_from_bus")
     assert not Clear(SLOT, "all", "root", 0).covers("gone_from_bus")
+
+
+# Two boots: the kernel's id as a sandboxed service sees it is neither (systemd-nspawn gives
+# the container a boot id of its own, which journald stamps; ProtectProc='s /proc shows the
+# kernel's).
+A = "0123456789abcdef0123456789abcdef"
+B = "fedcba9876543210fedcba9876543210"
+KERNELS = "f" * 32
+
+
+def test_this_boot_is_journalds_where_the_kernels_id_is_not_in_the_system_journal(
+    make: Any,
+) -> None:
+    # Logged in this machine's boot (an entry of B before it would be no boot of now).
+    start = booted_at() + 1
+    directory = make(FELL_OFF + f"#@boot {B}\n" + FELL_OFF, boot=A, start=start)
+    append(directory, clear_entry("0", start + 3600, boot=B))
+
+    def read(log: KernelLog) -> tuple[int, list[dict[str, bytes]]]:
+        kernel: list[str] = []
+        got: list[dict[str, bytes]] = []
+        log.poll(lambda _, m: kernel.append(m), None, lambda _, f: got.append(f))
+        assert log.error is None
+        return len(kernel), got
+
+    def system(_: str) -> Any:  # the system journal, as the agent opens it, is this one
+        from systemd import journal  # noqa: PLC0415
+
+        return journal.Reader(path=directory)
+
+    # The system journal without the kernel's id: the boot of its latest entry, journald's.
+    log = KernelLog("", open_reader=system, kernel_boot=lambda: KERNELS)
+    lines, got = read(log)
+    assert log.boot == B
+    assert lines > 0 and [f["KIND"] for f in got] == [b"xid"]
+    # The kernel's id in it: that boot, as on a host that is no container.
+    log = KernelLog("", open_reader=system, kernel_boot=lambda: A)
+    assert read(log) == (lines, [])
+    assert log.boot == A
+    # A directory (copied, made for a test) is read for the id this process sees, only.
+    log = KernelLog(directory, kernel_boot=lambda: KERNELS)
+    assert read(log) == (0, [])
+    # The earlier boots stop at the same one: A is earlier, B is this boot.
+    boots = EarlierBoots("", 3650, 2, open_reader=system, this_boot=lambda: KERNELS)
+    boots.step(budget=10.0)
+    assert boots.done and boots.boots == {A}
+    # A system journal of earlier boots only (journald writing nowhere now) is no boot of
+    # this one: nothing in it is read as this boot's.
+    old = make(FELL_OFF + f"#@boot {B}\n" + FELL_OFF, name="old", boot=A)
+
+    def stale(_: str) -> Any:
+        from systemd import journal  # noqa: PLC0415
+
+        return journal.Reader(path=old)
+
+    log = KernelLog("", open_reader=stale, kernel_boot=lambda: KERNELS)
+    assert read(log) == (0, [])
+    assert log.boot == KERNELS

@@ -111,8 +111,10 @@ def gpu_lost(g: Golden) -> None:
 
 @scenario(gpus=2)
 def gone_from_bus(g: Golden) -> None:
-    """A GPU disappears from the PCI bus (and from nvidia-smi), then comes back."""
+    """A GPU disappears from the PCI bus (and from nvidia-smi), then comes back; with
+    expected_gpus 2, the host's gpu_count names it."""
     gone, other = g.host.slots
+    g.configure(expected_gpus=2)
     g.start()
     ticks(g, "both", 1)
     fakesysfs.remove_device(g.host.root, gone)

@@ -14,7 +14,7 @@ from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
 from gpuagent.xidcatalog import Override
 from tests import fakesysfs, test_kernlog
-from tests.conftest import Host
+from tests.conftest import Clock, Host
 from tests.test_kernlog import append, corpus_text, export, userspace
 
 make = test_kernlog.make
@@ -213,15 +213,20 @@ def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, m
     # host) and the crash-dump host's Xid 79 (critical), logged just now.
     link = corpus_text("xid-145-137-b200-user-redacted-pci").splitlines()[1]
     link = link.replace("PCI:...", "PCI:0000:2a:00").replace("(...)", "(0x0)") + "\n"
-    journal = make(link + FELL_OFF, start=time.time() - 10)
-    agent = host.make_agent(journal_directory=journal, xid_warning_hold=3600.0)
+    wall = Clock(time.time())
+    journal = make(link + FELL_OFF, start=wall.now - 10)
+    agent = host.make_agent(journal_directory=journal, xid_warning_hold=3600.0, wall=wall)
     host.tick()
     app, gone = host.slots[1], host.slots[0]
     assert [p["xid"] for p in entry(host.state, app)["problems"]] == [145]
     assert entry(host.state, app)["health"] == "warning"
-    # Held for 1 s only: the warning ends with its end line; Xid 79 holds until the boot ends.
-    agent.configure(host.config(journal_directory=journal, xid_warning_hold=1.0))
-    time.sleep(1.1)
+    # Held for 20 s after its record (10 s ago): held still, on the agent's wall clock.
+    agent.configure(host.config(journal_directory=journal, xid_warning_hold=20.0))
+    host.tick()
+    assert [p["xid"] for p in entry(host.state, app)["problems"]] == [145]
+    # 15 s on, past the hold: the warning ends with its end line; Xid 79 holds until the boot
+    # ends.
+    wall.now += 15
     host.tick()
     assert entry(host.state, app)["problems"] == []
     assert [c["count"] for c in entry(host.state, app)["xids"]] == [1]  # still counted

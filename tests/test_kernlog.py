@@ -408,7 +408,7 @@ class BrokenReader:
     def add_conjunction(self) -> None:
         pass
 
-    def this_boot(self) -> None:
+    def this_boot(self, _: str | None = None) -> None:
         pass
 
     def fileno(self) -> int:

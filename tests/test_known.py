@@ -93,3 +93,43 @@ def test_a_file_that_cannot_be_read_or_written_is_one_warning(host: Host, tmp_pa
     warnings = [m for m in host.lines(logging.WARNING) if "cannot remember" in m]
     assert len(warnings) == 1
     assert all(g["health"] == "ok" for g in st["gpus"])
+
+
+def test_after_a_reboot_a_gpu_that_did_not_come_back_is_said_to_be_so(
+    host: Host, tmp_path: str
+) -> None:
+    directory = os.path.join(str(tmp_path), "lib")
+    os.mkdir(directory)
+    sick, other = host.slots[4], host.slots[5]
+    host.make_agent(state_directory=directory, boot=lambda: "a" * 32, expected_gpus=8)
+    host.tick()
+    unplug(host, other)
+    # Gone in this boot: no longer on the bus, and the count names it.
+    (p,) = [p for g in host.tick().state["gpus"] if g["pci_slot"] == other for p in g["problems"]]
+    assert p["message"] == "the GPU is no longer on the PCI bus"
+    # The next boot: the other GPU is back, this one is not.
+    fakesysfs.add_device(
+        host.root, other, fakesysfs.NVIDIA, fakesysfs.H200, fakesysfs.CLASS_3D, "nvidia"
+    )
+    fakesysfs.remove_device(host.root, sick)
+    host.healthy(slots=[s for s in host.slots if s != sick])
+    host.make_agent(state_directory=directory, boot=lambda: "b" * 32, expected_gpus=8)
+    st = host.tick().state
+    (p,) = [p for g in st["gpus"] if g["pci_slot"] == sick for p in g["problems"]]
+    assert (p["kind"], p["action"]) == ("gone_from_bus", "reboot")
+    assert p["message"] == "the GPU did not come back on the PCI bus after the reboot"
+    (line,) = [r.getMessage() for r in host.events(Event.problem("gone_from_bus"))][-1:]
+    assert line == (
+        f"GPU {sick}: critical gone_from_bus: the GPU did not come back on the PCI bus "
+        "after the reboot; action: reboot"
+    )
+    (count,) = st["host_problems"]
+    assert count["kind"] == "gpu_count"
+    assert count["message"] == (
+        f"7 NVIDIA GPUs on the PCI bus where expected_gpus is 8; missing: {sick}"
+    )
+    assert kinds(st, other) == []
+    # A restart in the same boot still says it did not come back.
+    host.make_agent(state_directory=directory, boot=lambda: "b" * 32)
+    (p,) = [p for g in host.tick().state["gpus"] if g["pci_slot"] == sick for p in g["problems"]]
+    assert p["message"] == "the GPU did not come back on the PCI bus after the reboot"

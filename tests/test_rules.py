@@ -191,6 +191,10 @@ def test_bus_rules() -> None:
         "0000:5d:00.0": ["gone_from_bus"],
         "0000:2a:00.0": ["no_driver"],
     }
+    (back,) = rules.bus_findings(on_bus, seen, module_loaded=True, not_back=["0000:5d:00.0"])[
+        "0000:5d:00.0"
+    ]
+    assert back.message == "the GPU did not come back on the PCI bus after the reboot"
     # Without the module an unbound GPU is the driver gate's business, not a GPU problem.
     assert "0000:2a:00.0" not in rules.bus_findings(on_bus, seen, module_loaded=False)
 
@@ -200,6 +204,11 @@ def test_gpu_count() -> None:
     assert rules.count_findings(8, 8) == []
     (f,) = rules.count_findings(7, 8)
     assert (f.kind, f.severity, f.action) == ("gpu_count", CRITICAL, "check_host")
+    assert f.message == "7 NVIDIA GPUs on the PCI bus where expected_gpus is 8"
+    (f,) = rules.count_findings(6, 8, ["0000:db:00.0", "0000:18:00.0"])
+    assert f.message == (
+        "6 NVIDIA GPUs on the PCI bus where expected_gpus is 8; missing: 0000:18:00.0, 0000:db:00.0"
+    )
 
 
 def test_every_kind_has_an_event() -> None:

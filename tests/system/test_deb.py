@@ -557,64 +557,78 @@ def xid_journal() -> str:
             return f.read().replace(device, slot.rpartition(".")[0])
 
     slots = fakesysfs.gpu_slots(3)
-    # Logged now, while the agent runs (make-test-journal's --start-usec): the corpus's own
-    # dmesg -T times would make them faults from before the agent started.
-    fell = re.sub(
-        r"^\[[A-Z][a-z]{2} [^]]*\] ",
-        "",
-        corpus("xid-79-driver535-pid-unknown-crashdump", "0000:a1:00", slots[0]),
-        flags=re.M,
-    )
     return (
-        fell
+        corpus("xid-79-driver535-pid-unknown-crashdump", "0000:a1:00", slots[0])
         + corpus("xid-13-driver535-a800-pid-unknown", "0000:43:00", slots[1])
         + "#@transport stdout\n#@identifier evil\n"
         + f"NVRM: Xid (PCI:{slots[2][:-2]}): 48, pid=1, name=evil, DBE (0x1,0x0)\n"
     )
 
 
-def test_xids_from_the_system_journal_under_systemd(
-    deb: str, container: Container, tmp_path: str
-) -> None:
-    """The packaged service (user gpuagent, the sandbox as shipped) reads the container's own
-    journal: a journal file of this boot placed in /var/log/journal/<machine-id>/."""
-    c = container
+def logged_now(text: str, uptime: float) -> str:
+    """Kernel lines (make-test-journal's input) as logged ``uptime`` s into the boot, a
+    millisecond apart: the corpus's own times (``[93297.02]``, ``[Fri Apr  5 …]``) would make
+    them faults from before the agent started, or order them after root's later clear (a
+    boot's entries are ordered by their monotonic time)."""
+    lines = re.sub(r"^\[[^]]*\] ", "", text, flags=re.M).splitlines(keepends=True)
+    # A record's continuation lines (indented) and the directives take no time of their own.
+    return "".join(
+        line if line[:1].isspace() or line.startswith("#") else f"[{uptime + i / 1000:.6f}] {line}"
+        for i, line in enumerate(lines)
+    )
+
+
+def place_journal(c: Container, work: str, text: str, name: str = "gpuagent-test") -> None:
+    """Kernel records (``text``, make-test-journal's input) logged now in ``c``'s system
+    journal: a journal file of this boot placed in /var/log/journal/<machine-id>/.
+
+    The boot is the one journald stamps: nspawn gives the container a boot id of its own over
+    /proc/sys/kernel/random/boot_id, which on Debian 12 the unit's ProtectProc= and
+    ProtectKernelTunables= hide (a /proc showing the kernel's); the agent takes journald's
+    (kernlog.journal_boot), the one root's ``gpuagent clear`` is stamped with."""
     make = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
     need(os.access(make, os.X_OK), f"{make} is missing")
     need(
         any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
         "systemd-journal-remote is not installed",
     )
+    machine = c.out("cat", "/etc/machine-id")
+    boot = c.out("cat", "/proc/sys/kernel/random/boot_id").replace("-", "")
+    uptime = float(c.out("cat", "/proc/uptime").split()[0])
+    source = os.path.join(work, f"{name}.txt")
+    with open(source, "w", encoding="utf-8") as f:
+        f.write(logged_now(text, uptime))
+    made = os.path.join(work, f"{name}.journal")
+    started = str(int((time.time() - uptime) * 1e6))
+    argv = [make, "--boot-id", boot, "--start-usec", started, source, made]
+    subprocess.run(argv, check=True, timeout=60, capture_output=True)
+    # The system journal is the files named system.journal and system@*.journal.
+    target = f"/var/log/journal/{machine}/system@{name}.journal"
+    c.run("mkdir", "-p", f"/var/log/journal/{machine}")
+    # Whole and readable when it appears, as journald's own files are: the running agent
+    # watches the directory and reads it at once.
+    c.copy(made, f"{target}.tmp")
+    c.run("chown", "root:systemd-journal", f"{target}.tmp")
+    c.run("chmod", "0640", f"{target}.tmp")
+    c.run("mv", f"{target}.tmp", target)
+
+
+def test_xids_from_the_system_journal_under_systemd(
+    deb: str, container: Container, tmp_path: str
+) -> None:
+    """The packaged service (user gpuagent, the sandbox as shipped) reads the container's own
+    journal: a journal file of this boot placed in /var/log/journal/<machine-id>/; then root's
+    ``gpuagent clear``, which journald stamps with the same boot, ends the Xid problem."""
+    c = container
     try:
         install(c, deb)
         fake_gpu_host(c)
         slots = fakesysfs.gpu_slots(8)
         c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 20)
-        # The container's journal: its machine id names the directory. The boot is the one the
-        # service sees: nspawn gives the container a boot id of its own over
-        # /proc/sys/kernel/random/boot_id, but the unit's ProtectProc= and
-        # ProtectKernelTunables= mount a /proc without it, showing the kernel's.
-        machine = c.out("cat", "/etc/machine-id")
-        seen = f"/proc/{c.prop('MainPID')}/root/proc/sys/kernel/random/boot_id"
-        boot = c.out("cat", seen).replace("-", "")
-        source = os.path.join(tmp_path, "xid.txt")
-        with open(source, "w", encoding="utf-8") as f:
-            f.write(xid_journal())
-        made = os.path.join(tmp_path, "xid-test.journal")
-        now = str(int(time.time() * 1e6))
-        argv = [make, "--boot-id", boot, "--start-usec", now, source, made]
-        subprocess.run(argv, check=True, timeout=60)
-        # The system journal is the files named system.journal and system@*.journal.
-        target = f"/var/log/journal/{machine}/system@gpuagent-test.journal"
-        c.run("mkdir", "-p", f"/var/log/journal/{machine}")
-        # Whole and readable when it appears, as journald's own files are: the running agent
-        # watches the directory and reads it at once.
-        c.copy(made, f"{target}.tmp")
-        c.run("chown", "root:systemd-journal", f"{target}.tmp")
-        c.run("chmod", "0640", f"{target}.tmp")
-        c.run("mv", f"{target}.tmp", target)
+        place_journal(c, tmp_path, xid_journal())
         xids_under_systemd(c, slots)
+        cleared_under_systemd(c, slots[0])
     except BaseException:
         print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
         raise
@@ -667,6 +681,45 @@ def xids_under_systemd(c: Container, slots: list[str]) -> None:
     assert re.search(r"; since \d\d:\d\d:\d\d$", again["MESSAGE"]), again
     assert counts() == {(fell, 79): 1, (app, 13): 2}
     wait_for("the counter after the restart", lambda: series.search(c.metrics()), 15)
+
+
+def cleared_under_systemd(c: Container, fell: str) -> None:
+    """Root's ``gpuagent clear`` after a repair: the service ends the Xid problem, saying an
+    operator cleared it, and a restart applies the clear again (no Xid line anew)."""
+    said = c.out("gpuagent", "clear", fell, "xid")
+    assert said.startswith(f"{fell}: xid cleared by root"), said
+
+    def operator_end() -> list[dict[str, Any]]:
+        ends = c.events(Event.PROBLEM_CLEARED)
+        return [e for e in ends if "cleared by an operator" in e["MESSAGE"]]
+
+    try:
+        end = one(wait_for("the clear's end line", operator_end, 15), "the clear")
+    except BaseException:
+        clear = "MESSAGE_ID=" + Event.OPERATOR_CLEAR.value
+        for argv in (
+            ("journalctl", "-o", "export", "--no-pager", clear),
+            ("journalctl", "--list-boots", "--no-pager"),
+            ("journalctl", "-o", "export", "-n", "2", "--no-pager"),
+            ("sh", "-c", "ls -la /run/log/journal/* /var/log/journal/*; cat /proc/1/environ"),
+        ):
+            print(f"--- {' '.join(argv)} ---\n{c.run(*argv, check=False).stdout[-3000:]}")
+        raise
+    assert end["MESSAGE"].startswith(f"GPU {fell}: Xid 79 cleared by an operator (root at "), end
+    status = c.status()
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "cleared by root at " in status.stdout
+    lines = len(c.events(Event.XID_PROBLEM))
+    c.run("systemctl", "restart", "gpuagent")
+
+    def restarted() -> bool:
+        st = json.loads(c.status("--json").stdout or "{}")
+        return str(st.get("pid")) == c.prop("MainPID") and int(st.get("ticks", 0)) >= 3
+
+    wait_for("the restarted agent's first ticks", restarted, 30)
+    status = c.status()
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert len(c.events(Event.XID_PROBLEM)) == lines
 
 
 # The last commit before drop-ins, the build's own version and the unit's move to /usr: 0.1.0,

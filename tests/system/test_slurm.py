@@ -1,7 +1,8 @@
 """The scheduler's drain in a real Slurm: ../shared/tools/slurm-lab boots a Debian 12 container
 with slurmctld and slurmd, the .deb goes in, slurmd's HealthCheckProgram becomes
 /usr/sbin/gpuagent-slurm-check, and the agent watches a fake host (as in test_deb) whose GPU
-turns critical: the node drains with gpuagent's reason, resumes once the problem clears, an
+turns critical: the node drains with gpuagent's reason, resumes once the problem clears, or,
+for an Xid (which holds until the next boot), once root runs ``gpuagent clear``; an
 administrator's drain is left alone, and the check ends in time with slurmctld gone.
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import fakesysfs
-from tests.system.test_deb import CAPTURE, FAKE, Container, fake_host, wait_for
+from tests.system.test_deb import CAPTURE, FAKE, Container, fake_host, place_journal, wait_for
 from tests.system.test_package import build
 from tests.tools import need
 
@@ -27,6 +28,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SLURM_LAB = os.path.join(os.path.dirname(REPO), "shared", "tools", "slurm-lab")
 WRAPPER = "/usr/sbin/gpuagent-slurm-check"
 SLURM_CONF = "/etc/slurm/slurm.conf"
+# The wrapper run through one that counts slurmd's health checks, to wait on them.
+COUNTED = "/usr/local/sbin/counted-slurm-check"
+CHECKS = "/run/gpuagent-test-checks"
 
 
 @pytest.fixture
@@ -81,6 +85,7 @@ def test_slurm_drains_and_resumes_only_its_own(tmp_path: str, lab: Container) ->
         fake_host(c, {"capture": CAPTURE, "slots": fakesysfs.gpu_slots(8)})
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 30)
         drained_by_us(c)
+        cleared_by_root(c, tmp_path)
         admin_drain(c)
         slurmctld_gone(c)
     except BaseException:
@@ -107,9 +112,45 @@ def drained_by_us(c: Container) -> None:
     assert s.reason() == ""
 
 
+def cleared_by_root(c: Container, work: str) -> None:
+    """An Xid holds until the next boot: the node drains, and resumes after root's clear."""
+    s = Slurm(c)
+    sick = fakesysfs.gpu_slots(8)[2]
+    fell = f"NVRM: Xid (PCI:{sick[:-2]}): 79, pid='<unknown>', name=<unknown>, GPU has fallen"
+    place_journal(c, work, f"{fell} off the bus.\n", name="slurm-xid")
+    reason = f"gpuagent: {sick} xid reboot"
+    wait_for("the Xid's drain", lambda: s.reason() == reason, 40)
+    assert "DRAIN" in s.state()
+    said = c.out("gpuagent", "clear", sick, "xid")
+    assert said.startswith(f"{sick}: xid cleared by root"), said
+    wait_for("the node resumed after the clear", lambda: s.state() == "IDLE", 40)
+    assert s.reason() == ""
+
+
+def count_checks(c: Container) -> None:
+    """slurmd's HealthCheckProgram becomes the wrapper run through one that counts."""
+    s = Slurm(c)
+    c.write(COUNTED, f'#!/bin/sh\necho >>{CHECKS}\nexec {WRAPPER} "$@"\n')
+    c.run("chmod", "755", COUNTED)
+    c.run("sed", "-i", f"s|^HealthCheckProgram=.*|HealthCheckProgram={COUNTED}|", SLURM_CONF)
+    c.run("systemctl", "restart", "slurmctld", "slurmd")
+    wait_for("the node idle", lambda: s.state() == "IDLE", 60)
+
+
+def checks(c: Container) -> int:
+    return int(c.out("sh", "-c", f"cat {CHECKS} 2>/dev/null | wc -l"))
+
+
+def wait_checks(c: Container, n: int) -> None:
+    """Wait until slurmd has run ``n`` more health checks (every 10 s)."""
+    start = checks(c)
+    wait_for(f"{n} more health checks by slurmd", lambda: checks(c) >= start + n, 60)
+
+
 def admin_drain(c: Container) -> None:
     """An administrator's drain stays, through a critical problem and its end."""
     s = Slurm(c)
+    count_checks(c)
     c.run("scontrol", "update", f"NodeName={c.name}", "State=DRAIN", "Reason=admin: bad fan")
     sick = fakesysfs.gpu_slots(8)[1]
     scenario(c, sick)
@@ -120,13 +161,13 @@ def admin_drain(c: Container) -> None:
     by_hand = c.run(*hand, check=False)
     assert by_hand.returncode == 0, by_hand.stderr
     assert "left as drained by another: admin: bad fan" in by_hand.stdout
-    time.sleep(25)  # two health checks by slurmd
+    wait_checks(c, 2)
     assert (s.reason(), "DRAIN" in s.state()) == ("admin: bad fan", True)
     scenario(c, None)
     wait_for(
         "the problem's end", lambda: c.run("gpuagent", "status", check=False).returncode == 0, 20
     )
-    time.sleep(25)
+    wait_checks(c, 2)
     assert (s.reason(), "DRAIN" in s.state()) == ("admin: bad fan", True)
     c.run("scontrol", "update", f"NodeName={c.name}", "State=RESUME")
 
