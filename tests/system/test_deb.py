@@ -579,45 +579,58 @@ def test_xids_from_the_system_journal_under_systemd(
     """The packaged service (user gpuagent, the sandbox as shipped) reads the container's own
     journal: a journal file of this boot placed in /var/log/journal/<machine-id>/."""
     c = container
-    make = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
-    need(os.access(make, os.X_OK), f"{make} is missing")
-    need(
-        any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
-        "systemd-journal-remote is not installed",
-    )
+    need_make_journal()
     try:
         install(c, deb)
         fake_gpu_host(c)
         slots = fakesysfs.gpu_slots(8)
         c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 20)
-        # The container's journal: its machine id names the directory. The boot is the one the
-        # service sees: nspawn gives the container a boot id of its own over
-        # /proc/sys/kernel/random/boot_id, but the unit's ProtectProc= and
-        # ProtectKernelTunables= mount a /proc without it, showing the kernel's.
-        machine = c.out("cat", "/etc/machine-id")
-        seen = f"/proc/{c.prop('MainPID')}/root/proc/sys/kernel/random/boot_id"
-        boot = c.out("cat", seen).replace("-", "")
-        source = os.path.join(tmp_path, "xid.txt")
-        with open(source, "w", encoding="utf-8") as f:
-            f.write(xid_journal())
-        made = os.path.join(tmp_path, "xid-test.journal")
-        now = str(int(time.time() * 1e6))
-        argv = [make, "--boot-id", boot, "--start-usec", now, source, made]
-        subprocess.run(argv, check=True, timeout=60)
-        # The system journal is the files named system.journal and system@*.journal.
-        target = f"/var/log/journal/{machine}/system@gpuagent-test.journal"
-        c.run("mkdir", "-p", f"/var/log/journal/{machine}")
-        # Whole and readable when it appears, as journald's own files are: the running agent
-        # watches the directory and reads it at once.
-        c.copy(made, f"{target}.tmp")
-        c.run("chown", "root:systemd-journal", f"{target}.tmp")
-        c.run("chmod", "0640", f"{target}.tmp")
-        c.run("mv", f"{target}.tmp", target)
+        kernel_records(c, xid_journal(), tmp_path)
         xids_under_systemd(c, slots)
     except BaseException:
         print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
         raise
+
+
+MAKE_JOURNAL = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
+
+
+def need_make_journal() -> None:
+    """Skip without what :func:`kernel_records` needs on the host."""
+    need(os.access(MAKE_JOURNAL, os.X_OK), f"{MAKE_JOURNAL} is missing")
+    need(
+        any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
+        "systemd-journal-remote is not installed",
+    )
+
+
+def kernel_records(c: Container, text: str, work: str) -> None:
+    """Kernel records (make-test-journal's input ``text``), logged now in the container's
+    system journal: a journal file of this boot placed in /var/log/journal/<machine-id>/."""
+    # The container's journal: its machine id names the directory. The boot is the one the
+    # service sees: nspawn gives the container a boot id of its own over
+    # /proc/sys/kernel/random/boot_id, but the unit's ProtectProc= and
+    # ProtectKernelTunables= mount a /proc without it, showing the kernel's.
+    machine = c.out("cat", "/etc/machine-id")
+    seen = f"/proc/{c.prop('MainPID')}/root/proc/sys/kernel/random/boot_id"
+    boot = c.out("cat", seen).replace("-", "")
+    source = os.path.join(work, "xid.txt")
+    with open(source, "w", encoding="utf-8") as f:
+        f.write(text)
+    made = os.path.join(work, "xid-test.journal")
+    now = str(int(time.time() * 1e6))
+    argv = [MAKE_JOURNAL, "--boot-id", boot, "--start-usec", now, source, made]
+    subprocess.run(argv, check=True, timeout=60)
+    # The system journal is the files named system.journal and system@*.journal.
+    target = f"/var/log/journal/{machine}/system@gpuagent-test.journal"
+    c.run("mkdir", "-p", f"/var/log/journal/{machine}")
+    # Whole and readable when it appears, as journald's own files are: the running agent
+    # watches the directory and reads it at once.
+    c.copy(made, f"{target}.tmp")
+    c.run("chown", "root:systemd-journal", f"{target}.tmp")
+    c.run("chmod", "0640", f"{target}.tmp")
+    c.run("mv", f"{target}.tmp", target)
 
 
 def xids_under_systemd(c: Container, slots: list[str]) -> None:
