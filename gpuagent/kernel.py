@@ -214,14 +214,16 @@ class KernelSource:
 
 
 def _process_fields(count: XidCount, unit: str | None) -> dict[str, int | str]:
-    """The journal fields naming an Xid's process: ``UNIT``, ``PROCESS_PID``, ``PROCESS_NAME``."""
+    """The journal fields naming an Xid's process: ``UNIT``, ``PROCESS_PID``, ``PROCESS_COMM``
+    (not ``PROCESS_NAME``: python-systemd's handler sets that field itself, to Python's
+    process name, and refuses a record that has it)."""
     out: dict[str, int | str] = {}
     if unit is not None:
         out["unit"] = unit
     if count.pid is not None:
         out["process_pid"] = count.pid
     if count.process is not None:
-        out["process_name"] = count.process
+        out["process_comm"] = count.process
     return out
 
 

@@ -22,6 +22,12 @@ from tests import fakehost
 from tests.fake_units import FakeUnits
 from tests.fakehost import FakeHost
 
+# The fields python-systemd's JournalHandler.emit passes itself beside a record's own: a
+# record with one of them fails to send ("got multiple values for keyword argument").
+JOURNAL_HANDLER_FIELDS = frozenset(
+    ("PRIORITY", "LOGGER", "THREAD_NAME", "PROCESS_NAME", "CODE_FILE", "CODE_LINE", "CODE_FUNC")
+)
+
 
 class ListHandler(logging.Handler):
     def __init__(self) -> None:
@@ -30,6 +36,10 @@ class ListHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(record)
+
+    def unsendable(self) -> list[str]:
+        """The fields of the records that journald's handler would refuse to send."""
+        return sorted({k for r in self.records for k in vars(r)} & JOURNAL_HANDLER_FIELDS)
 
 
 @dataclass
@@ -126,6 +136,7 @@ def host(tmp_path: str) -> Iterator[Host]:
     made = fakehost.create(str(tmp_path))
     h = Host(**{f.name: getattr(made, f.name) for f in fields(FakeHost)})
     yield h
+    assert h.logs.unsendable() == [], "fields the journal handler sets itself"
     if h.runner is not None:
         stuck = h.runner.stuck
         if stuck is not None:

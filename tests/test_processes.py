@@ -282,7 +282,7 @@ def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -
         )
     )
     assert not hasattr(counted["43"], "UNIT")
-    assert (counted["43"].__dict__["PROCESS_PID"], counted["43"].__dict__["PROCESS_NAME"]) == (
+    assert (counted["43"].__dict__["PROCESS_PID"], counted["43"].__dict__["PROCESS_COMM"]) == (
         "99",
         "gone",
     )

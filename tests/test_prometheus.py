@@ -28,7 +28,7 @@ import pytest
 from gpuagent import __version__
 from gpuagent.pciaddr import sysfs_slot
 from gpuagent.smi import FIELDS, parse
-from tests import fakehost, replay
+from tests import fakehost, fakesysfs, replay
 from tests.fakehost import H200_LOAD
 from tests.test_metrics import EXPECTED_VALUES
 from tests.tools import tool
@@ -261,6 +261,7 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
         got[m["__name__"], m["pci_slot"], m["uuid"]] = float(sample["value"][1])
     expected = {("gpuagent_gpu_info", slot, uuid): 1.0 for slot, uuid in uuids.items()}
     expected.update({("gpuagent_gpu_healthy", slot, uuid): 1.0 for slot, uuid in uuids.items()})
+    # No process on any GPU: 0 each, and no unit series.
     expected.update({("gpuagent_gpu_processes", slot, uuid): 0.0 for slot, uuid in uuids.items()})
     for name, (field, convert) in EXPECTED_VALUES.items():
         cell = replay.nounits(raw[cap.fields.index(replay.canonical(field))])
@@ -331,6 +332,13 @@ def test_a_stopped_agent_keeps_its_open_critical_page(stack: Stack, tmp_path: st
 # The Grafana dashboard ------------------------------------------------------------------------
 
 DASHBOARD = os.path.join(REPO, "packaging", "grafana", "gpuagent.json")
+# The fleet's processes, on its GPU BUSY: no system bus here (a process, not a service), so
+# their unit is not known and their memory is summed under unit="".
+BUSY = 3
+APPS: list[dict[str, Any]] = [
+    {"pid": 48213, "name": "/usr/bin/python3", "mib": 40960},
+    {"pid": 48214, "name": "/usr/bin/python3", "mib": 1024},
+]
 # Grafana's variables, as "All" selects them.
 VARIABLES = {"$job": ".+", "$instance": ".+", "$__rate_interval": "15s"}
 
@@ -360,15 +368,21 @@ def promql(expr: str) -> str:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A fake 8-GPU host behind a real node exporter and Prometheus for the module, one GPU
-    slowed down by the hardware (a warning problem), so that every panel has data to show."""
+    slowed down by the hardware (a warning problem) and running two processes, so that every
+    panel has data to show."""
     s = Stack(str(tmp_path_factory.mktemp("dashboard")))
     try:
         host, _, _ = launch(s, s.dir)
         thermal = {"clocks_event_reasons.active": "0x0000000000000040"}
-        host.healthy(override={host.slots[3]: thermal})
+        busy = host.slots[BUSY]
+        host.healthy(override={busy: thermal}, apps=[{"slot": busy, **a} for a in APPS])
         s.wait_for(
             "8 GPUs in Prometheus",
             lambda: s.value("count(gpuagent_gpu_temperature_celsius)") == 8,
+        )
+        s.wait_for(
+            "the processes in Prometheus",
+            lambda: s.value("sum(gpuagent_gpu_processes)") == len(APPS),
         )
         yield s
     finally:
@@ -390,6 +404,8 @@ def test_the_dashboard_covers_what_the_issue_asks() -> None:
         "gpuagent_gpu_memory_used_bytes",
         "gpuagent_probe_up",
         "gpuagent_probe_consecutive_failures",
+        "gpuagent_gpu_processes",
+        "gpuagent_gpu_unit_memory_bytes",
     ):
         assert series in exprs, series
     for panel in board["panels"]:
@@ -409,6 +425,24 @@ def test_every_panel_query_is_valid_promql(fleet: Stack) -> None:
 @pytest.mark.parametrize("expr", panel_queries())
 def test_every_panel_query_returns_data(fleet: Stack, expr: str) -> None:
     fleet.wait_for(f"data for {expr}", lambda: fleet.query(promql(expr)) or None)
+
+
+def test_who_is_on_the_gpu_sums_the_memory_by_unit_and_counts_every_gpu(fleet: Stack) -> None:
+    """The panel's table: a row per GPU and unit with the unit's memory, beside each GPU's
+    process count (0 for an idle one)."""
+    (panel,) = (
+        p for p in dashboard()["panels"] if p["title"] == "Who is on the GPU" and p.get("targets")
+    )
+    memory, count = (promql(t["expr"]) for t in panel["targets"])
+    # Prometheus keeps no empty label: unit="" (no unit known) is a series without one.
+    by_unit = [
+        (r["metric"]["pci_slot"], r["metric"].get("unit"), float(r["value"][1]))
+        for r in fleet.query(memory)
+    ]
+    busy = fakesysfs.gpu_slots(8)[BUSY]
+    assert by_unit == [(busy, None, sum(a["mib"] for a in APPS) * 1048576)]
+    counts = {r["metric"]["pci_slot"]: float(r["value"][1]) for r in fleet.query(count)}
+    assert counts == {slot: 2.0 if slot == busy else 0.0 for slot in fakesysfs.gpu_slots(8)}
 
 
 def test_the_dashboard_variables_find_the_host(fleet: Stack) -> None:

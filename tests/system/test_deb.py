@@ -634,6 +634,18 @@ def test_xids_from_the_system_journal_under_systemd(
         raise
 
 
+MAKE_JOURNAL = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
+
+
+def need_make_journal() -> None:
+    """Skip without what :func:`place_journal` needs on the host."""
+    need(os.access(MAKE_JOURNAL, os.X_OK), f"{MAKE_JOURNAL} is missing")
+    need(
+        any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
+        "systemd-journal-remote is not installed",
+    )
+
+
 def xids_under_systemd(c: Container, slots: list[str]) -> None:
     fell, app = slots[0], slots[1]
     problem = one(
