@@ -107,6 +107,10 @@ class Agent:
         self.nvlink.expedite()
         return self._report()
 
+    def close(self) -> None:
+        """The end of the run: close what the sources hold open (the system bus)."""
+        self.services.close()
+
     def tick(self, scanned: Callable[[str], None] | None = None) -> report.Report:
         """Run one tick and return its report.  ``scanned`` is called with the status line
         once the bus is scanned (before a probe that may hang: the first tick's READY=1).
