@@ -78,7 +78,9 @@ class Agent:
         self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
         self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log, self.origin.started_at)
-        self.nvlink = NvlinkSource(config, prober.runner, log, monotonic=monotonic)
+        self.nvlink = NvlinkSource(
+            config, prober.runner, log, monotonic=monotonic, state_directory=state_directory
+        )
         self.services = ServicesSource(
             config.sysfs_root, log, reader=(units or _system_units)(), monotonic=monotonic
         )
