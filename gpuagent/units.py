@@ -137,9 +137,11 @@ class Units:
             units = self._read(tuple(names), started)
         except NotWatched:
             return Result(Watch.NOT_WATCHED, duration=self.clock() - started)
-        except Failed as e:
+        except (Failed, DBusError) as e:
+            # An error reply (systemd not on the bus, a policy) fails the read as a bus would.
             self.close()
-            return Result(Watch.ERROR, error=str(e), duration=self.clock() - started)
+            error = _bus_error(e) if isinstance(e, DBusError) else str(e)
+            return Result(Watch.ERROR, error=error, duration=self.clock() - started)
         return Result(Watch.OK, units, duration=self.clock() - started)
 
     def _read(self, names: tuple[str, ...], now: float) -> dict[str, Unit]:
@@ -232,37 +234,34 @@ class Units:
 
     def _unit(self, name: str, follow: _Follow | None = None) -> Unit:
         """Read ``name``, loading it if systemd has not; ``follow``: match its signals first."""
-        try:
-            try:
-                path = self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", (name,))
-            except DBusError as e:
-                if e.name != _NO_SUCH_UNIT:
-                    raise
-                # Not loaded now (never started, or unloaded when idle): loading it reads
-                # its file, or says not-found. LoadUnit needs no privileges.
-                path = self._call(_MANAGER_PATH, _MANAGER, "LoadUnit", "s", (name,))
-            if follow is not None and path not in follow.paths:
-                # Before its properties are read: a change after the read is a signal.
-                for rule in unitsignals.rules(name, str(path)):
-                    self._match(rule)
-                follow.paths[str(path)] = name
-            return self._properties(name, path)
-        except DBusError as e:
-            raise Failed(_bus_error(e)) from None
+        path = self._loaded(name)
+        if path is None:
+            # Not loaded now (never started, or unloaded when idle): loading it reads its
+            # file, or says not-found. LoadUnit needs no privileges.
+            path = str(self._call(_MANAGER_PATH, _MANAGER, "LoadUnit", "s", (name,)))
+        if follow is not None and path not in follow.paths:
+            # Before its properties are read: a change after the read is a signal.
+            for rule in unitsignals.rules(name, path):
+                self._match(rule)
+            follow.paths[path] = name
+        return self._properties(name, path)
 
     def _again(self, name: str, last: Unit) -> Unit:
         """Read ``name`` again after a signal, never loading it: loading an idle unit would
         have systemd unload it again, and say so.  Not loaded (unloaded since) is stopped."""
+        path = self._loaded(name)
+        if path is None:
+            return replace(last, active_state="inactive", sub_state="dead")
+        return self._properties(name, path)
+
+    def _loaded(self, name: str) -> str | None:
+        """The object path of ``name`` while systemd has it loaded, else None."""
         try:
-            try:
-                path = self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", (name,))
-            except DBusError as e:
-                if e.name != _NO_SUCH_UNIT:
-                    raise
-                return replace(last, active_state="inactive", sub_state="dead")
-            return self._properties(name, path)
+            return str(self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", (name,)))
         except DBusError as e:
-            raise Failed(_bus_error(e)) from None
+            if e.name == _NO_SUCH_UNIT:
+                return None
+            raise
 
     def _properties(self, name: str, path: str) -> Unit:
         load, active, sub = (
