@@ -77,9 +77,11 @@ def _wait_for_systemd(bus: MockBus, proc: subprocess.Popen[bytes]) -> None:
     pytest.fail("the mock systemd did not come up")
 
 
-@pytest.fixture
-def dbus_daemon(tmp_path: str) -> Iterator[MockBus]:
+@contextlib.contextmanager
+def private_bus(directory: str) -> Iterator[MockBus]:
+    """A dbus-daemon of its own, its socket in ``directory``."""
     need(os.access("/usr/bin/dbus-daemon", os.X_OK), "dbus-daemon is not installed")
+    tmp_path = directory
     path = os.path.join(tmp_path, "system_bus_socket")
     conf = os.path.join(tmp_path, "bus.conf")
     with open(conf, "w", encoding="utf-8") as f:
@@ -98,8 +100,15 @@ def dbus_daemon(tmp_path: str) -> Iterator[MockBus]:
         daemon.wait(10)
 
 
+@pytest.fixture
+def dbus_daemon(tmp_path: str) -> Iterator[MockBus]:
+    with private_bus(str(tmp_path)) as bus:
+        yield bus
+
+
 @contextlib.contextmanager
-def _mock_systemd(bus: MockBus, parameters: dict[str, Any]) -> Iterator[MockBus]:
+def mock_systemd(bus: MockBus, parameters: dict[str, Any]) -> Iterator[MockBus]:
+    """python-dbusmock's systemd (tests/mock_systemd.py) on ``bus``, with ``parameters``."""
     pytest.importorskip("dbusmock")
     env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": bus.address}
     argv = [sys.executable, "-m", "dbusmock", "--system", "-t", TEMPLATE]
@@ -114,14 +123,14 @@ def _mock_systemd(bus: MockBus, parameters: dict[str, Any]) -> Iterator[MockBus]
 
 @pytest.fixture
 def systemd(dbus_daemon: MockBus) -> Iterator[MockBus]:
-    with _mock_systemd(dbus_daemon, PARAMETERS) as bus:
+    with mock_systemd(dbus_daemon, PARAMETERS) as bus:
         yield bus
 
 
 @pytest.fixture
 def refusing_systemd(dbus_daemon: MockBus) -> Iterator[MockBus]:
     """A systemd that refuses ``Subscribe()`` (as a policy might)."""
-    with _mock_systemd(dbus_daemon, {**PARAMETERS, "refuse_subscribe": True}) as bus:
+    with mock_systemd(dbus_daemon, {**PARAMETERS, "refuse_subscribe": True}) as bus:
         yield bus
 
 
