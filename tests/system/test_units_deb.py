@@ -196,7 +196,15 @@ def nvidia_units(c: Container) -> None:
     restarts = ("systemctl", "show", "-p", "NRestarts", "--value", DCGM)
     wait_for("the crash loop", lambda: int(c.out(*restarts)) >= 2, 20)
     fm_pid = c.out("systemctl", "show", "-p", "MainPID", "--value", FM)
-    got = units_as_the_service(c, f"--json --pid {fm_pid}")
+
+    def between_restarts() -> dict[str, Any] | None:
+        # systemd sets Result back to success as each restart starts: a read may land there.
+        got = units_as_the_service(c, f"--json --pid {fm_pid}")
+        ok = got["watch"] == "ok"
+        return got if not ok or got["units"][DCGM]["result"] == "exit-code" else None
+
+    got = wait_for("a read between the crash loop's restarts", between_restarts, 20)
+    assert got is not None
     assert got["watch"] == "ok", got
     units = got["units"]
     assert {k: units[FM][k] for k in ("load_state", "active_state", "sub_state", "result")} == {
