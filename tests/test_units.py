@@ -166,6 +166,9 @@ class Counting:
     def __init__(self, bus: units.Bus) -> None:
         self.bus = bus
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        # A signal that comes in again as soon as it is taken (None: the bus's own).
+        self.storm: Any = None
+        self.queue: Any = None
 
     def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
         from jeepney import HeaderFields  # noqa: PLC0415
@@ -174,9 +177,13 @@ class Counting:
         return self.bus.send_and_get_reply(message, timeout=timeout)
 
     def filter(self, rule: Any, *, queue: Any = None) -> Any:
+        self.queue = queue
         return self.bus.filter(rule, queue=queue)
 
     def recv_messages(self, *, timeout: float | None = None) -> None:
+        if self.storm is not None:
+            self.queue.append(self.storm)
+            return
         self.bus.recv_messages(timeout=timeout)
 
     def close(self) -> None:
@@ -196,6 +203,17 @@ def counted(bus: MockBus, **kw: Any) -> tuple[Units, list[Counting]]:
         return made[-1]
 
     return Units(connect, **kw), made
+
+
+def settled(bus: MockBus) -> tuple[Units, Counting]:
+    """A reader following the signals (its full read never due again) and its connection,
+    after the first read and the one that takes in the UnitNew signals of the units the
+    first one loaded; no call counted yet."""
+    reader, made = counted(bus, clock=lambda: 0.0)
+    reader.read()
+    reader.read()
+    made[-1].calls.clear()
+    return reader, made[-1]
 
 
 def read_until(reader: Units, done: Callable[[dict[str, Unit]], bool]) -> dict[str, Unit]:
@@ -395,11 +413,7 @@ def test_a_read_when_nothing_changed_makes_no_call(systemd: MockBus) -> None:
 
 
 def test_a_change_is_seen_through_its_signal_and_only_that_unit_is_read(systemd: MockBus) -> None:
-    reader, made = counted(systemd, clock=lambda: 0.0)
-    reader.read()
-    reader.read()
-    bus = made[-1]
-    bus.calls.clear()
+    reader, bus = settled(systemd)
     set_unit(
         systemd,
         FABRICMANAGER,
@@ -428,15 +442,12 @@ def test_a_unit_loaded_and_started_says_only_unit_new(systemd: MockBus) -> None:
 
 
 def test_a_unit_unloaded_since_is_stopped_and_not_loaded_again(systemd: MockBus) -> None:
-    reader, made = counted(systemd, clock=lambda: 0.0)
-    reader.read()
-    reader.read()
-    made[-1].calls.clear()
+    reader, bus = settled(systemd)
     set_unit(systemd, FABRICMANAGER, loaded=False, LoadState="loaded", NRestarts=2)
     got = read_until(reader, lambda u: u[FABRICMANAGER].active_state == "inactive")
     # NoSuchUnit to GetUnit: stopped, what else it said last time kept.
     assert got[FABRICMANAGER] == Unit(FABRICMANAGER, "loaded", "inactive", "dead", "success", 2)
-    assert made[-1].asked("LoadUnit") == []
+    assert bus.asked("LoadUnit") == []
 
 
 def test_every_unit_is_read_again_every_full_every(systemd: MockBus) -> None:
@@ -460,13 +471,10 @@ def test_every_unit_is_read_again_every_full_every(systemd: MockBus) -> None:
 
 
 def test_a_daemon_reload_reads_every_unit_again(systemd: MockBus) -> None:
-    reader, made = counted(systemd, clock=lambda: 0.0)
-    reader.read()
-    reader.read()
-    made[-1].calls.clear()
+    reader, bus = settled(systemd)
     reloading(systemd)
-    read_until(reader, lambda u: made[-1].asked() != [])
-    assert made[-1].asked() == list(UNITS)
+    read_until(reader, lambda u: bus.asked() != [])
+    assert bus.asked() == list(UNITS)
 
 
 def test_a_new_connection_subscribes_again_and_reads_every_unit(systemd: MockBus) -> None:
@@ -546,3 +554,20 @@ def test_the_daemon_lets_go_of_the_bus_at_exit(
     while name in _bus_names(systemd):
         assert time.monotonic() < deadline, f"{name} still on the bus"
         time.sleep(0.05)
+
+
+def test_a_storm_of_signals_is_taken_in_bounded_and_reads_every_unit(systemd: MockBus) -> None:
+    from jeepney import DBusAddress, new_signal  # noqa: PLC0415
+
+    reader, bus = settled(systemd)
+    path = "/org/freedesktop/systemd1/unit/nvidia_2dfabricmanager_2eservice"
+    where = DBusAddress(path, interface="org.freedesktop.DBus.Properties")
+    body: tuple[str, dict[str, Any], list[str]] = ("org.freedesktop.systemd1.Unit", {}, [])
+    bus.storm = new_signal(where, "PropertiesChanged", "sa{sv}as", body)
+    # Signals without end: the read takes in so many, then reads every unit, and returns.
+    assert reader.read().watch is Watch.OK
+    assert bus.asked() == list(UNITS)
+    bus.storm = None
+    bus.calls.clear()
+    assert reader.read().watch is Watch.OK
+    assert bus.calls == []
