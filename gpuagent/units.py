@@ -172,13 +172,16 @@ class Units:
 
             # Every signal the bus delivers (those the rules ask for, and the bus's own to
             # this connection): jeepney queues those that come in while it waits for a reply.
-            bus.filter(MatchRule(type="signal"), queue=self._follow.signals)
+            queued = bus.filter(MatchRule(type="signal"), queue=self._follow.signals)
             try:
                 self._call(_MANAGER_PATH, _MANAGER, "Subscribe", "", ())
                 self._match(unitsignals.RELOADING)
                 self._follow.enabled = True
             except DBusError:
-                pass  # refused: every read reads everything, as without signals
+                # Refused: every read reads everything, as without signals, and nothing
+                # queues the signals no read would take in.
+                queued.close()
+                self._follow.signals.clear()
         follow = self._follow
         return follow if follow is not None and follow.enabled else None
 

@@ -505,6 +505,7 @@ def test_a_refused_subscription_reads_every_unit_every_time(refusing_systemd: Mo
     assert reader.read().units[FABRICMANAGER].active_state == "failed"  # no signal awaited
     assert bus.asked() == list(UNITS)
     assert "Subscribe" not in [m for m, _ in bus.calls]
+    assert bus.queue is not None and not bus.queue  # nothing kept that no read takes in
 
 
 def test_without_following_every_read_reads_every_unit(systemd: MockBus) -> None:
