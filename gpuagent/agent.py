@@ -86,7 +86,9 @@ class Agent:
         self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
         self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log, self.origin.started_at)
-        self.nvlink = NvlinkSource(config, prober.runner, log, monotonic=monotonic)
+        self.nvlink = NvlinkSource(
+            config, prober.runner, log, monotonic=monotonic, state_directory=state_directory
+        )
         systemd = (units or _system_units)()
         self.services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
         self.processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
@@ -120,6 +122,10 @@ class Agent:
         self.nvlink.expedite()
         self.processes.expedite()
         return self._report()
+
+    def close(self) -> None:
+        """The end of the run: close what the sources hold open (the system bus)."""
+        self.services.close()
 
     def tick(self, scanned: Callable[[str], None] | None = None) -> report.Report:
         """Run one tick and return its report.  ``scanned`` is called with the status line

@@ -260,11 +260,13 @@ class Daemon:
 
     def finish(self, reason: str) -> int:
         """End the run (``reason``: ``ticks`` or ``signal``): the textfile goes, the state
-        file says the agent stopped, the lock is released.  Returns 0."""
+        file says the agent stopped, the system bus is let go, the lock is released.
+        Returns 0."""
         if reason == "signal":
             self.notifier.stopping()
             self.log(logging.INFO, Event.STOPPING, "stopping on signal")
         self.runner.kill_stuck()
+        self.agent.close()
         if self.report is not None:
             self.publisher.finish(self.report, reason, time.time())
         self.lock.release()

@@ -246,6 +246,16 @@ class Watch:
         self._history: dict[tuple[str, int, str], deque[_Sample]] = {}
         self._rising: dict[str, list[str]] = {}
 
+    @property
+    def links_up(self) -> dict[str, set[int]]:
+        """The links seen up this boot, by GPU key."""
+        return self._was_up
+
+    def remember(self, links_up: Mapping[str, Iterable[int]]) -> None:
+        """Links up earlier in this boot, before this agent read any (a restart)."""
+        for key, links in links_up.items():
+            self._was_up.setdefault(key, set()).update(links)
+
     def status(self, parsed: Parsed) -> None:
         """Take one ``nvlink --status`` answer."""
         # A GPU missing from the answer is the probe's to report (lost), not a link problem.

@@ -1,7 +1,8 @@
 """The NVLink source: each GPU's links and their error counters, on their own cadence.
 
-Owns the reader (:mod:`gpuagent.nvlinkread`, through the probe's runner) and the judgement
-(:class:`gpuagent.nvlink.Watch`); logs an outage once, its end once, and each unreadable
+Owns the reader (:mod:`gpuagent.nvlinkread`, through the probe's runner), the judgement
+(:class:`gpuagent.nvlink.Watch`) and the links up this boot kept on disk across restarts
+(:class:`gpuagent.linksup.LinksUp`); logs an outage once, its end once, and each unreadable
 line once.  Its findings (``nvlink_down``, ``nvlink_errors``) go to the verdict as source
 ``nvlink`` after each successful read only: between reads the last ones hold.
 """
@@ -15,6 +16,7 @@ from . import nvlink
 from .backoff import Backoff, cap_ticks
 from .config import Config
 from .health import Finding
+from .linksup import LinksUp
 from .logs import Event, EventLog
 from .nvlink import GpuState, Parsed
 from .nvlinkread import Reader
@@ -38,7 +40,13 @@ class NvlinkSource:
     """Call :meth:`step` once per tick whose probe gates are open."""
 
     def __init__(
-        self, config: Config, runner: Runner, log: EventLog, *, monotonic: Callable[[], float]
+        self,
+        config: Config,
+        runner: Runner,
+        log: EventLog,
+        *,
+        monotonic: Callable[[], float],
+        state_directory: str | None = None,
     ) -> None:
         self.runner = runner
         self.log = log
@@ -47,6 +55,9 @@ class NvlinkSource:
         self.watch = nvlink.Watch(
             config.nvlink_window, config.nvlink_recovery_budget, config.nvlink_replay_budget
         )
+        # $STATE_DIRECTORY: what was up before a restart in this boot is still "up earlier".
+        self.links_up = LinksUp(state_directory, log)
+        self.watch.remember(self.links_up.links)
         self._view = NvlinkView({})
 
     def configure(self, config: Config) -> None:
@@ -83,6 +94,7 @@ class NvlinkSource:
             self._view = NvlinkView(self._view.gpus, read.no_nvlink, spawns)
             return None
         self.watch.status(read.status)
+        self.links_up.update(self.watch.links_up)
         if read.counters is not None:
             self.watch.counters(self.monotonic(), read.counters)
         by_key = nvlink.slots_by_key(rows)

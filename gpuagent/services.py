@@ -87,6 +87,10 @@ class ServicesSource:
         ]
         return nvservices.persistence_findings(rows, pd)
 
+    def close(self) -> None:
+        """Close the connection to the system bus (the agent's end)."""
+        self.reader.close()
+
     def fold(self, gpus: Mapping[str, Sequence[Finding]]) -> dict[str, list[Finding]]:
         """The GPUs' nvidia-smi findings, their ``fabric`` ones marked with the host's cause."""
         return nvservices.fold_fabric(self.host, gpus)

@@ -9,25 +9,42 @@ is a fact (``LoadState`` ``not-found``), not an error.  The outcome of a read is
 - ``not_watched``: there is no system bus socket at all (a container without D-Bus);
 - ``error``: a bus that is there but fails; ``error`` is one line naming the system bus.
 
-jeepney is pure Python and blocking here; every call has a timeout, the connection's own
-``Hello`` included.  Works with jeepney 0.8 (Debian 12) and 0.9 (Debian 13): only the API
-the two share is used (no ``unwrap=``, no ``router``).
+Read by read, it follows systemd's signals instead of asking again (``full_every`` s, by
+default): the first read on a connection calls ``Subscribe()`` and adds the bus's match
+rules for each unit (:mod:`gpuagent.unitsignals`) before it reads them all; a later read
+takes in, without waiting, the signals that came since, and asks again only about the units
+they name, so a read when nothing changed makes no call.  Every ``full_every`` s, after a
+``daemon-reload`` and on every new connection it reads them all again (a safety net for a
+signal lost); ``full_every`` None, or a bus that refuses the subscription, reads them all
+every time.
+
+jeepney is pure Python and blocking here (:mod:`gpuagent.sysbus`); every call has a timeout,
+the connection's own ``Hello`` included, and taking the signals in never waits.  Works with
+jeepney 0.8 (Debian 12) and 0.9 (Debian 13): only the API the two share is used (no
+``unwrap=``, no ``router``; ``filter`` and ``recv_messages``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
+from . import unitsignals
 from .nvservices import UNITS, UnitFacts
+from .sysbus import DEFAULT_TIMEOUT, Bus, Connection, DBusError, Failed, NotWatched, system_bus
+from .sysbus import bus_error as _bus_error
+from .sysbus import oserror as _oserror
+from .unitsignals import MANAGER as _MANAGER
+from .unitsignals import MANAGER_PATH as _MANAGER_PATH
+from .unitsignals import PROPERTIES as _PROPERTIES
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "FULL_EVERY",
     "Bus",
     "PidResult",
     "Result",
@@ -37,17 +54,15 @@ __all__ = [
     "system_bus",
 ]
 
-DEFAULT_TIMEOUT = 2.0
+# How often every unit is read again whatever the signals said (s): issue 16's NVLink cadence.
+FULL_EVERY = 60.0
+# The most signals one read takes in; more, and it reads every unit again.
+_SIGNALS_MAX = 256
 _SYSTEMD = "org.freedesktop.systemd1"
-_MANAGER_PATH = "/org/freedesktop/systemd1"
-_MANAGER = f"{_SYSTEMD}.Manager"
 _UNIT = f"{_SYSTEMD}.Unit"
 _SERVICE = f"{_SYSTEMD}.Service"
-_PROPERTIES = "org.freedesktop.DBus.Properties"
 _NO_SUCH_UNIT = f"{_SYSTEMD}.NoSuchUnit"
 _NO_UNIT_FOR_PID = f"{_SYSTEMD}.NoUnitForPID"
-_DEFAULT_ADDRESS = "unix:path=/var/run/dbus/system_bus_socket"
-_ERROR_CHARS = 200
 
 Unit = UnitFacts
 
@@ -80,64 +95,21 @@ class PidResult:
     error: str = ""
 
 
-class Bus(Protocol):
-    """The part of ``jeepney.io.blocking.DBusConnection`` the reader uses."""
+@dataclass
+class _Follow:
+    """One connection's signals: those jeepney filtered in (``signals``), the units matched
+    (object path → name), the last read of each and when all were last read."""
 
-    def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any: ...
-
-    def close(self) -> None: ...
-
-
-class _NotWatched(Exception):
-    """No system bus socket."""
-
-
-class _Failed(Exception):
-    """The bus failed; ``str()`` is the reason."""
-
-
-class _DBusError(Exception):
-    """A D-Bus error reply: ``name`` and its text."""
-
-    def __init__(self, name: str, text: str) -> None:
-        super().__init__(text)
-        self.name = name
-
-
-def _address() -> str:
-    return os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or _DEFAULT_ADDRESS
-
-
-def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> Bus:
-    """Connect to the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` or the standard socket).
-
-    Raises ``FileNotFoundError`` when there is no socket, another ``OSError`` or
-    ``TimeoutError`` when the bus fails.
-    """
-    from jeepney.bus import get_connectable_addresses  # noqa: PLC0415
-    from jeepney.io.blocking import DBusConnection, prep_socket  # noqa: PLC0415
-
-    class _Connection(DBusConnection):  # type: ignore[misc]
-        # DBusConnection says Hello without a timeout: a bus that accepts and then never
-        # answers would hang the agent. Every call here has one.
-        def __init__(self, sock: Any) -> None:
-            self._timeout = timeout
-            super().__init__(sock)
-
-        def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
-            return super().send_and_get_reply(message, timeout=timeout or self._timeout)
-
-    where = next(get_connectable_addresses(address or _address()))
-    sock = prep_socket(where, timeout=timeout)
-    try:
-        return cast(Bus, _Connection(sock))
-    except BaseException:
-        sock.close()
-        raise
+    signals: deque[Any]
+    enabled: bool = False
+    paths: dict[str, str] = field(default_factory=dict)
+    units: dict[str, UnitFacts] = field(default_factory=dict)
+    full_at: float | None = None
 
 
 class Units:
-    """Reads units' states; ``connect`` makes a :class:`Bus` (tests give their own bus)."""
+    """Reads units' states; ``connect`` makes a :class:`Bus` (tests give their own bus);
+    ``full_every`` (s) how often to read them all whatever the signals say (None: always)."""
 
     def __init__(
         self,
@@ -145,44 +117,121 @@ class Units:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
+        full_every: float | None = FULL_EVERY,
     ) -> None:
         self.timeout = timeout
-        self.connect = connect or (lambda: system_bus(timeout))
         self.clock = clock
-        self._bus: Bus | None = None
+        self.full_every = full_every
+        self.connection = Connection(connect or (lambda: system_bus(timeout)), timeout)
+        self._follow: _Follow | None = None
 
     def close(self) -> None:
-        """Drop the connection (the next read connects again)."""
-        if self._bus is not None:
-            bus, self._bus = self._bus, None
-            with contextlib.suppress(OSError):
-                bus.close()
+        """Drop the connection (the next read connects again, and reads every unit)."""
+        self._follow = None
+        self.connection.close()
 
     def read(self, names: Sequence[str] = UNITS) -> Result:
         """The states of ``names``; never raises for anything the bus does."""
         started = self.clock()
         try:
-            units = {name: self._unit(name) for name in names}
-        except _NotWatched:
+            units = self._read(tuple(names), started)
+        except NotWatched:
             return Result(Watch.NOT_WATCHED, duration=self.clock() - started)
-        except _Failed as e:
+        except (Failed, DBusError) as e:
+            # An error reply (systemd not on the bus, a policy) fails the read as a bus would.
             self.close()
-            return Result(Watch.ERROR, error=str(e), duration=self.clock() - started)
+            error = _bus_error(e) if isinstance(e, DBusError) else str(e)
+            return Result(Watch.ERROR, error=error, duration=self.clock() - started)
         return Result(Watch.OK, units, duration=self.clock() - started)
+
+    def _read(self, names: tuple[str, ...], now: float) -> dict[str, Unit]:
+        follow = self._following()
+        if follow is None:
+            return {name: self._unit(name) for name in names}
+        changes = self._take_signals(follow)
+        last = follow.full_at
+        if (
+            changes.everything
+            or last is None
+            or now - last >= cast(float, self.full_every)
+            or not all(name in follow.units for name in names)
+        ):
+            follow.units.update({name: self._unit(name, follow) for name in names})
+            follow.full_at = now
+        else:
+            for name in changes.names.intersection(names):
+                follow.units[name] = self._again(name, follow.units[name])
+        return {name: follow.units[name] for name in names}
+
+    def _following(self) -> _Follow | None:
+        """This connection's signals, subscribed on its first read; None: read everything."""
+        bus = self.connection.connected()
+        if self._follow is None and self.full_every is not None:
+            self._follow = _Follow(deque())
+            from jeepney import MatchRule  # noqa: PLC0415
+
+            # Every signal the bus delivers (those the rules ask for, and the bus's own to
+            # this connection): jeepney queues those that come in while it waits for a reply.
+            queued = bus.filter(MatchRule(type="signal"), queue=self._follow.signals)
+            try:
+                self._call(_MANAGER_PATH, _MANAGER, "Subscribe", "", ())
+                self._match(unitsignals.RELOADING)
+                self._follow.enabled = True
+            except DBusError:
+                # Refused: every read reads everything, as without signals, and nothing
+                # queues the signals no read would take in.
+                queued.close()
+                self._follow.signals.clear()
+        follow = self._follow
+        return follow if follow is not None and follow.enabled else None
+
+    def _take_signals(self, follow: _Follow) -> unitsignals.Changes:
+        """What the signals that came since the last read say, without waiting for any."""
+        bus = self.connection.connected()
+        for _ in range(_SIGNALS_MAX):
+            try:
+                bus.recv_messages(timeout=0)
+            except TimeoutError:
+                break
+            except (OSError, ValueError) as e:
+                raise Failed(f"system bus: {_oserror(e)}") from None
+        else:
+            follow.signals.clear()
+            return unitsignals.Changes(everything=True)
+        from jeepney import HeaderFields  # noqa: PLC0415
+
+        signals = []
+        while follow.signals:
+            msg = follow.signals.popleft()
+            fields = msg.header.fields
+            signals.append(
+                unitsignals.Signal(
+                    str(fields.get(HeaderFields.path, "")),
+                    str(fields.get(HeaderFields.interface, "")),
+                    str(fields.get(HeaderFields.member, "")),
+                    msg.body[0] if msg.body else None,
+                )
+            )
+        return unitsignals.changed(signals, follow.paths)
+
+    def _match(self, rule: str) -> None:
+        from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+        self.connection.send(message_bus.AddMatch(rule))
 
     def unit_for_pid(self, pid: int) -> PidResult:
         """The unit process ``pid`` belongs to (``GetUnitByPID``); None when it is in none."""
         try:
             path = self._call(_MANAGER_PATH, _MANAGER, "GetUnitByPID", "u", (pid,))
             return PidResult(Watch.OK, str(self._get(path, _UNIT, "Id")))
-        except _DBusError as e:
+        except DBusError as e:
             if e.name in (_NO_UNIT_FOR_PID, _NO_SUCH_UNIT):
                 return PidResult(Watch.OK)
             self.close()
             return PidResult(Watch.ERROR, error=_bus_error(e))
-        except _NotWatched:
+        except NotWatched:
             return PidResult(Watch.NOT_WATCHED)
-        except _Failed as e:
+        except Failed as e:
             self.close()
             return PidResult(Watch.ERROR, error=str(e))
 
@@ -191,9 +240,9 @@ class Units:
         gives it where ``/proc`` is hidden), or None: not there, or the bus failed."""
         try:
             processes = self._call(_MANAGER_PATH, _MANAGER, "GetUnitProcesses", "s", (unit,))
-        except (_DBusError, _NotWatched):
+        except (DBusError, NotWatched):
             return None
-        except _Failed:
+        except Failed:
             self.close()
             return None
         for cgroup, member, _cmdline in processes or ():
@@ -201,25 +250,45 @@ class Units:
                 return str(cgroup)
         return None
 
-    def _unit(self, name: str) -> Unit:
+    def _unit(self, name: str, follow: _Follow | None = None) -> Unit:
+        """Read ``name``, loading it if systemd has not; ``follow``: match its signals first."""
+        path = self._loaded(name)
+        if path is None:
+            # Not loaded now (never started, or unloaded when idle): loading it reads its
+            # file, or says not-found. LoadUnit needs no privileges.
+            path = str(self._call(_MANAGER_PATH, _MANAGER, "LoadUnit", "s", (name,)))
+        if follow is not None and path not in follow.paths:
+            # Before its properties are read: a change after the read is a signal.
+            for rule in unitsignals.rules(name, path):
+                self._match(rule)
+            follow.paths[path] = name
+        return self._properties(name, path)
+
+    def _again(self, name: str, last: Unit) -> Unit:
+        """Read ``name`` again after a signal, never loading it: loading an idle unit would
+        have systemd unload it again, and say so.  Not loaded (unloaded since) is stopped."""
+        path = self._loaded(name)
+        if path is None:
+            return replace(last, active_state="inactive", sub_state="dead")
+        return self._properties(name, path)
+
+    def _loaded(self, name: str) -> str | None:
+        """The object path of ``name`` while systemd has it loaded, else None."""
         try:
-            try:
-                path = self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", (name,))
-            except _DBusError as e:
-                if e.name != _NO_SUCH_UNIT:
-                    raise
-                # Not loaded now (never started, or unloaded when idle): loading it reads
-                # its file, or says not-found. LoadUnit needs no privileges.
-                path = self._call(_MANAGER_PATH, _MANAGER, "LoadUnit", "s", (name,))
-            load, active, sub = (
-                str(self._get(path, _UNIT, p)) for p in ("LoadState", "ActiveState", "SubState")
-            )
-            # Result and NRestarts are a service's; a unit not found has only defaults.
-            service = load != "not-found" and name.endswith(".service")
-            result = str(self._get(path, _SERVICE, "Result")) if service else ""
-            restarts = int(self._get(path, _SERVICE, "NRestarts")) if service else None
-        except _DBusError as e:
-            raise _Failed(_bus_error(e)) from None
+            return str(self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", (name,)))
+        except DBusError as e:
+            if e.name == _NO_SUCH_UNIT:
+                return None
+            raise
+
+    def _properties(self, name: str, path: str) -> Unit:
+        load, active, sub = (
+            str(self._get(path, _UNIT, p)) for p in ("LoadState", "ActiveState", "SubState")
+        )
+        # Result and NRestarts are a service's; a unit not found has only defaults.
+        service = load != "not-found" and name.endswith(".service")
+        result = str(self._get(path, _SERVICE, "Result")) if service else ""
+        restarts = int(self._get(path, _SERVICE, "NRestarts")) if service else None
         return Unit(name, load, active, sub, result, restarts)
 
     def _get(self, path: str, interface: str, prop: str) -> Any:
@@ -228,47 +297,4 @@ class Units:
         return value[1] if isinstance(value, tuple) else value
 
     def _call(self, path: str, interface: str, method: str, sig: str, body: tuple[Any, ...]) -> Any:
-        from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call  # noqa: PLC0415
-
-        bus = self._connected()
-        msg = new_method_call(DBusAddress(path, _SYSTEMD, interface), method, sig, body)
-        try:
-            reply = bus.send_and_get_reply(msg, timeout=self.timeout)
-        except TimeoutError:
-            raise _Failed(f"system bus: no answer within {self.timeout:g} s") from None
-        except (OSError, ValueError) as e:
-            raise _Failed(f"system bus: {_oserror(e)}") from None
-        if reply.header.message_type == MessageType.error:
-            name = str(reply.header.fields.get(HeaderFields.error_name, "unknown error"))
-            text = str(reply.body[0]) if reply.body else ""
-            raise _DBusError(name, text)
-        return reply.body[0] if reply.body else None
-
-    def _connected(self) -> Bus:
-        from jeepney.wrappers import DBusErrorResponse  # noqa: PLC0415
-
-        if self._bus is not None:
-            return self._bus
-        try:
-            self._bus = self.connect()
-        except FileNotFoundError:
-            raise _NotWatched from None
-        except TimeoutError:
-            raise _Failed(
-                f"system bus ({_address()}): no answer within {self.timeout:g} s"
-            ) from None
-        except (OSError, ValueError, RuntimeError, DBusErrorResponse) as e:
-            # ValueError, RuntimeError: jeepney's address parsing and authentication;
-            # DBusErrorResponse: the bus refused the Hello.
-            raise _Failed(f"system bus ({_address()}): {_oserror(e)}") from None
-        return self._bus
-
-
-def _oserror(e: BaseException) -> str:
-    text = getattr(e, "strerror", None) or str(e) or type(e).__name__
-    return " ".join(str(text).split())[:_ERROR_CHARS]
-
-
-def _bus_error(e: _DBusError) -> str:
-    text = " ".join(str(e).split())[:_ERROR_CHARS]
-    return f"system bus: {e.name}: {text}" if text else f"system bus: {e.name}"
+        return self.connection.call(path, interface, method, sig, body)

@@ -22,7 +22,7 @@ def units(as_json: bool, pid: int | None) -> None:
     from . import units as units_  # noqa: PLC0415
     from .status import clean  # noqa: PLC0415
 
-    reader = units_.Units()
+    reader = units_.Units(full_every=None)  # one look: no signals to follow
     result = reader.read()
     owner = reader.unit_for_pid(pid) if pid is not None else None
     if as_json:

@@ -1,13 +1,18 @@
 """A python-dbusmock template of the part of systemd's org.freedesktop.systemd1 that
-gpuagent.units reads: GetUnit, LoadUnit, GetUnitByPID, GetUnitProcesses, and units with the
-Unit and Service interfaces' LoadState, ActiveState, SubState, Id, Result and NRestarts.
+gpuagent.units reads: Subscribe, GetUnit, LoadUnit, GetUnitByPID, GetUnitProcesses, and
+units with the Unit and Service interfaces' LoadState, ActiveState, SubState, Id, Result and
+NRestarts, and the signals that say a unit changed.
 
 As systemd does: GetUnit fails with NoSuchUnit for a unit that is not loaded now, LoadUnit
 loads any name (LoadState not-found when there is no such unit file), GetUnitByPID fails
-with NoUnitForPID.  Parameters: ``{"units": {name: {prop: value, ..., "loaded": bool}},
-"pids": {"1234": name}, "cgroups": {"1234": path}}`` (the control group GetUnitProcesses
-lists for a PID; the unit's own without one); ``SetUnit(name, props, loaded)`` on the mock
-interface changes a unit while it runs.
+with NoUnitForPID; a unit that changes sends PropertiesChanged on its path, one per
+interface, except a unit just loaded, which sends the Manager's UnitNew instead (a unit
+unloaded, UnitRemoved).  Unlike systemd it sends them whether or not anyone subscribed, and
+before the reply to the call that caused them.  Parameters: ``{"units": {name: {prop:
+value, ..., "loaded": bool}}, "pids": {"1234": name}, "cgroups": {"1234": path},
+"refuse_subscribe": bool}`` (``cgroups``: the control group GetUnitProcesses lists for a
+PID; the unit's own without one); ``SetUnit(name, props, loaded)`` on the mock interface
+changes a unit while it runs.
 """
 
 from __future__ import annotations
@@ -48,9 +53,14 @@ def _set(mock: Any, name: str, props: dict[str, Any], loaded: bool) -> str:
         "Result": dbus.String(values["Result"]),
         "NRestarts": dbus.UInt32(values["NRestarts"]),
     }
+    was_loaded = name in mock.loaded_units
     if path not in mockobject.objects:
         mock.AddObject(path, UNIT_IFACE, unit, [])
         mockobject.objects[path].AddProperties(SERVICE_IFACE, service)
+    elif loaded and not was_loaded:
+        # Loaded now: systemd's first word of it is UnitNew, not PropertiesChanged.
+        mockobject.objects[path].props[UNIT_IFACE].update(unit)
+        mockobject.objects[path].props[SERVICE_IFACE].update(service)
     else:
         mockobject.objects[path].UpdateProperties(UNIT_IFACE, unit)
         mockobject.objects[path].UpdateProperties(SERVICE_IFACE, service)
@@ -58,11 +68,15 @@ def _set(mock: Any, name: str, props: dict[str, Any], loaded: bool) -> str:
         mock.loaded_units.add(name)
     else:
         mock.loaded_units.discard(name)
+    if loaded != was_loaded:
+        member = "UnitNew" if loaded else "UnitRemoved"
+        mock.EmitSignal(MAIN_IFACE, member, "so", [dbus.String(name), dbus.ObjectPath(path)])
     return path
 
 
 def load(mock: Any, parameters: dict[str, Any]) -> None:
     mock.loaded_units = set()
+    mock.refuse_subscribe = bool(parameters.get("refuse_subscribe", False))
     mock.pids = {int(pid): str(name) for pid, name in parameters.get("pids", {}).items()}
     mock.cgroups = {int(pid): str(cg) for pid, cg in parameters.get("cgroups", {}).items()}
     for name, given in parameters.get("units", {}).items():
@@ -73,6 +87,14 @@ def load(mock: Any, parameters: dict[str, Any]) -> None:
 
 def _error(name: str, text: str) -> dbus.exceptions.DBusException:
     return dbus.exceptions.DBusException(text, name=f"org.freedesktop.systemd1.{name}")
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="", out_signature="")  # type: ignore[untyped-decorator]
+def Subscribe(self: Any) -> None:
+    if self.refuse_subscribe:
+        raise dbus.exceptions.DBusException(
+            "Access denied", name="org.freedesktop.DBus.Error.AccessDenied"
+        )
 
 
 @dbus.service.method(MAIN_IFACE, in_signature="s", out_signature="o")  # type: ignore[untyped-decorator]
@@ -87,7 +109,9 @@ def LoadUnit(self: Any, name: str) -> str:
     path = _path(str(name))
     if path not in mockobject.objects:
         return _set(self, str(name), {}, True)
-    self.loaded_units.add(str(name))
+    if str(name) not in self.loaded_units:
+        self.loaded_units.add(str(name))
+        self.EmitSignal(MAIN_IFACE, "UnitNew", "so", [dbus.String(name), dbus.ObjectPath(path)])
     return path
 
 

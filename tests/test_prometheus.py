@@ -10,6 +10,8 @@ deadline, and every process is stopped at the end.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import re
@@ -31,6 +33,9 @@ from gpuagent.smi import FIELDS, parse
 from tests import fakehost, fakesysfs, replay
 from tests.fakehost import H200_LOAD
 from tests.test_metrics import EXPECTED_VALUES
+from tests.test_nvidia_scenarios import COUNTERS as NVLINK_COUNTERS
+from tests.test_nvidia_scenarios import STATUS as NVLINK_STATUS
+from tests.test_units import PARAMETERS, mock_systemd, private_bus
 from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -179,9 +184,16 @@ def stack(tmp_path: str) -> Iterator[Stack]:
             s.stop(name)
 
 
-def launch(stack: Stack, d: str) -> tuple[fakehost.FakeHost, str, int]:
-    """Node exporter, Prometheus and the agent on a fake 8-GPU host under ``d``; returns the
-    host, the node exporter's link to the agent's textfile and the node exporter's port."""
+def launch(
+    stack: Stack,
+    d: str,
+    env: dict[str, str] | None = None,
+    prepare: Callable[[fakehost.FakeHost], None] | None = None,
+) -> tuple[fakehost.FakeHost, str, int]:
+    """Node exporter, Prometheus and the agent on a fake 8-GPU host under ``d`` (the agent's
+    environment with ``env`` added; ``prepare`` the host before the agent starts); returns
+    the host, the node exporter's link to the agent's textfile and the node exporter's
+    port."""
     node_exporter, prometheus = need("prometheus-node-exporter", "prometheus")
     # The package's layout: node exporter's directory holds a link into the agent's own.
     run = os.path.join(d, "run")
@@ -193,6 +205,8 @@ def launch(stack: Stack, d: str) -> tuple[fakehost.FakeHost, str, int]:
     host = fakehost.create(
         d, state_file=f"{run}/state.json", textfile=link, interval=0.5, probe_timeout=2
     )
+    if prepare is not None:
+        prepare(host)
 
     ne_port = free_port()
     while (prom_port := free_port()) == ne_port:
@@ -226,11 +240,11 @@ def launch(stack: Stack, d: str) -> tuple[fakehost.FakeHost, str, int]:
         ],
     )
     stack.prometheus = f"http://127.0.0.1:{prom_port}"
-    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    agent_env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
     stack.start(
         "gpuagent",
         [PYTHON, "-m", "gpuagent", "--config", host.conf, "run"],
-        {**env, "PYTHONPATH": REPO},
+        {**agent_env, **(env or {}), "PYTHONPATH": REPO},
     )
     return host, link, ne_port
 
@@ -324,16 +338,32 @@ def test_a_stopped_agent_keeps_its_open_critical_page(stack: Stack, tmp_path: st
     assert [a["metric"] for a in only] == [page["metric"]]
     assert stack.stop("gpuagent") == 0
     stack.wait_for("gpuagent's series gone", lambda: stack.query("gpuagent_info") == [])
-    time.sleep(5)  # five rule evaluations without the agent
+    gone = time.time()
+    # Five rule evaluations (one a second) without the agent: Prometheus says when it last
+    # evaluated each group.
+    stack.wait_for(
+        "five rule evaluations without the agent",
+        lambda: min(last_evaluations(stack)) >= gone + 5,
+    )
     (kept,) = stack.query(alert)
     assert kept["metric"] == page["metric"]
+
+
+def last_evaluations(stack: Stack) -> list[float]:
+    """When Prometheus last evaluated each rule group (Unix time)."""
+    out = []
+    for group in get(f"{stack.prometheus}/api/v1/rules")["data"]["groups"]:
+        # RFC 3339 with nanoseconds ("2026-12-01T10:00:00.123456789Z"): microseconds will do.
+        stamp = re.sub(r"(\.\d{6})\d*", r"\1", group["lastEvaluation"]).replace("Z", "+00:00")
+        out.append(datetime.datetime.fromisoformat(stamp).timestamp())
+    return out
 
 
 # The Grafana dashboard ------------------------------------------------------------------------
 
 DASHBOARD = os.path.join(REPO, "packaging", "grafana", "gpuagent.json")
-# The fleet's processes, on its GPU BUSY: no system bus here (a process, not a service), so
-# their unit is not known and their memory is summed under unit="".
+# The fleet's processes, on its GPU BUSY: the mock systemd knows no unit for their PIDs, so
+# their memory is summed under unit="".
 BUSY = 3
 APPS: list[dict[str, Any]] = [
     {"pid": 48213, "name": "/usr/bin/python3", "mib": 40960},
@@ -368,26 +398,36 @@ def promql(expr: str) -> str:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """A fake 8-GPU host behind a real node exporter and Prometheus for the module, one GPU
-    slowed down by the hardware (a warning problem) and running two processes, so that every
-    panel has data to show."""
+    slowed down by the hardware (a warning problem) and running two processes, its GPUs'
+    NVLink read from a real H200's answers and NVIDIA's units from a mock systemd on a private
+    bus, so that every panel has data to show."""
     s = Stack(str(tmp_path_factory.mktemp("dashboard")))
-    try:
-        host, _, _ = launch(s, s.dir)
-        thermal = {"clocks_event_reasons.active": "0x0000000000000040"}
-        busy = host.slots[BUSY]
-        host.healthy(override={busy: thermal}, apps=[{"slot": busy, **a} for a in APPS])
-        s.wait_for(
-            "8 GPUs in Prometheus",
-            lambda: s.value("count(gpuagent_gpu_temperature_celsius)") == 8,
-        )
-        s.wait_for(
-            "the processes in Prometheus",
-            lambda: s.value("sum(gpuagent_gpu_processes)") == len(APPS),
-        )
-        yield s
-    finally:
-        for name in reversed(list(s.procs)):
-            s.stop(name)
+    with contextlib.ExitStack() as mocks:
+        try:
+            bus = mocks.enter_context(private_bus(s.dir))
+            mocks.enter_context(mock_systemd(bus, PARAMETERS))
+            # One GPU slowed down and busy; NVLink answered from the first read on.
+            thermal = {"clocks_event_reasons.active": "0x0000000000000040"}
+            nvlink = {"status": NVLINK_STATUS, "errorcounters": NVLINK_COUNTERS}
+
+            def prepare(host: fakehost.FakeHost) -> None:
+                busy = host.slots[BUSY]
+                apps = [{"slot": busy, **a} for a in APPS]
+                host.healthy(override={busy: thermal}, nvlink=nvlink, apps=apps)
+
+            launch(s, s.dir, {"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, prepare)
+            s.wait_for(
+                "8 GPUs in Prometheus",
+                lambda: s.value("count(gpuagent_gpu_temperature_celsius)") == 8,
+            )
+            s.wait_for(
+                "the processes in Prometheus",
+                lambda: s.value("sum(gpuagent_gpu_processes)") == len(APPS),
+            )
+            yield s
+        finally:
+            for name in reversed(list(s.procs)):
+                s.stop(name)
 
 
 def test_the_dashboard_covers_what_the_issue_asks() -> None:
@@ -406,8 +446,14 @@ def test_the_dashboard_covers_what_the_issue_asks() -> None:
         "gpuagent_probe_consecutive_failures",
         "gpuagent_gpu_processes",
         "gpuagent_gpu_unit_memory_bytes",
+        "gpuagent_gpu_nvlink_links",
+        "gpuagent_gpu_nvlink_errors_total",
+        "gpuagent_service_active",
+        "gpuagent_service_restarts_total",
     ):
         assert series in exprs, series
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert "NVLink and NVIDIA services" in rows
     for panel in board["panels"]:
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}

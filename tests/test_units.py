@@ -7,15 +7,17 @@ Debian 12 and 13, as the packaged service's user.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -80,9 +82,11 @@ def _wait_for_systemd(bus: MockBus, proc: subprocess.Popen[bytes]) -> None:
     pytest.fail("the mock systemd did not come up")
 
 
-@pytest.fixture
-def dbus_daemon(tmp_path: str) -> Iterator[MockBus]:
+@contextlib.contextmanager
+def private_bus(directory: str) -> Iterator[MockBus]:
+    """A dbus-daemon of its own, its socket in ``directory``."""
     need(os.access("/usr/bin/dbus-daemon", os.X_OK), "dbus-daemon is not installed")
+    tmp_path = directory
     path = os.path.join(tmp_path, "system_bus_socket")
     conf = os.path.join(tmp_path, "bus.conf")
     with open(conf, "w", encoding="utf-8") as f:
@@ -102,35 +106,135 @@ def dbus_daemon(tmp_path: str) -> Iterator[MockBus]:
 
 
 @pytest.fixture
-def systemd(dbus_daemon: MockBus) -> Iterator[MockBus]:
+def dbus_daemon(tmp_path: str) -> Iterator[MockBus]:
+    with private_bus(str(tmp_path)) as bus:
+        yield bus
+
+
+@contextlib.contextmanager
+def mock_systemd(bus: MockBus, parameters: dict[str, Any]) -> Iterator[MockBus]:
+    """python-dbusmock's systemd (tests/mock_systemd.py) on ``bus``, with ``parameters``."""
     pytest.importorskip("dbusmock")
-    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": dbus_daemon.address}
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": bus.address}
     argv = [sys.executable, "-m", "dbusmock", "--system", "-t", TEMPLATE]
-    proc = subprocess.Popen([*argv, "-p", json.dumps(PARAMETERS)], env=env)
+    proc = subprocess.Popen([*argv, "-p", json.dumps(parameters)], env=env)
     try:
-        _wait_for_systemd(dbus_daemon, proc)
-        yield dbus_daemon
+        _wait_for_systemd(bus, proc)
+        yield bus
     finally:
         proc.terminate()
         proc.wait(10)
 
 
-def set_unit(bus: MockBus, name: str, loaded: bool = True, **props: str | int) -> None:
-    """Change a unit of the running mock (its SetUnit method)."""
+@pytest.fixture
+def systemd(dbus_daemon: MockBus) -> Iterator[MockBus]:
+    with mock_systemd(dbus_daemon, PARAMETERS) as bus:
+        yield bus
+
+
+@pytest.fixture
+def refusing_systemd(dbus_daemon: MockBus) -> Iterator[MockBus]:
+    """A systemd that refuses ``Subscribe()`` (as a policy might)."""
+    with mock_systemd(dbus_daemon, {**PARAMETERS, "refuse_subscribe": True}) as bus:
+        yield bus
+
+
+def _mock_call(bus: MockBus, method: str, sig: str, body: tuple[Any, ...]) -> None:
     from jeepney import DBusAddress, new_method_call  # noqa: PLC0415
 
     addr = DBusAddress(
         "/org/freedesktop/systemd1", "org.freedesktop.systemd1", "org.freedesktop.DBus.Mock"
     )
-    body = {k: ("u" if isinstance(v, int) else "s", v) for k, v in props.items()}
     conn = units.system_bus(2.0, bus.address)
     try:
-        reply = conn.send_and_get_reply(
-            new_method_call(addr, "SetUnit", "sa{sv}b", (name, body, loaded))
-        )
+        reply = conn.send_and_get_reply(new_method_call(addr, method, sig, body))
         assert reply.header.message_type.name == "method_return", reply.body
     finally:
         conn.close()
+
+
+def set_unit(bus: MockBus, name: str, loaded: bool = True, **props: str | int) -> None:
+    """Change a unit of the running mock (its SetUnit method)."""
+    body = {k: ("u" if isinstance(v, int) else "s", v) for k, v in props.items()}
+    _mock_call(bus, "SetUnit", "sa{sv}b", (name, body, loaded))
+
+
+def reloading(bus: MockBus) -> None:
+    """The mock systemd says it finished a ``daemon-reload`` (its ``Reloading(false)``)."""
+    manager = "org.freedesktop.systemd1.Manager"
+    _mock_call(bus, "EmitSignal", "sssav", (manager, "Reloading", "b", [("b", False)]))
+
+
+class Counting:
+    """A connection to the bus that notes each method call sent on it: (member, body)."""
+
+    def __init__(self, bus: units.Bus) -> None:
+        self.bus = bus
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        # A signal that comes in again as soon as it is taken (None: the bus's own).
+        self.storm: Any = None
+        self.queue: Any = None
+
+    def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
+        from jeepney import HeaderFields  # noqa: PLC0415
+
+        self.calls.append((message.header.fields[HeaderFields.member], message.body))
+        return self.bus.send_and_get_reply(message, timeout=timeout)
+
+    def filter(self, rule: Any, *, queue: Any = None) -> Any:
+        self.queue = queue
+        return self.bus.filter(rule, queue=queue)
+
+    def recv_messages(self, *, timeout: float | None = None) -> None:
+        if self.storm is not None:
+            self.queue.append(self.storm)
+            return
+        self.bus.recv_messages(timeout=timeout)
+
+    def close(self) -> None:
+        self.bus.close()
+
+    def asked(self, member: str = "GetUnit") -> list[str]:
+        """The units named by the ``member`` calls, in order."""
+        return [str(body[0]) if body else "" for m, body in self.calls if m == member]
+
+
+def counted(bus: MockBus, **kw: Any) -> tuple[Units, list[Counting]]:
+    """A reader whose connections (the latest last) count their calls."""
+    made: list[Counting] = []
+
+    def connect() -> units.Bus:
+        made.append(Counting(units.system_bus(1.0, bus.address)))
+        return made[-1]
+
+    return Units(connect, **kw), made
+
+
+def settled(bus: MockBus) -> tuple[Units, Counting]:
+    """A reader following the signals (its full read never due again) and its connection,
+    after the first read and the one that takes in the UnitNew signals of the units the
+    first one loaded; no call counted yet."""
+    reader, made = counted(bus, clock=lambda: 0.0)
+    reader.read()
+    reader.read()
+    made[-1].calls.clear()
+    return reader, made[-1]
+
+
+def read_until(reader: Units, done: Callable[[dict[str, Unit]], bool]) -> dict[str, Unit]:
+    """Read until ``done`` says the units are as awaited, waiting on the bus between reads
+    (for a signal), within a deadline."""
+    deadline = time.monotonic() + 10
+    while True:
+        result = reader.read()
+        assert result.watch is Watch.OK, result.error
+        if done(result.units):
+            return result.units
+        left = deadline - time.monotonic()
+        assert left > 0, f"never came: {result.units}"
+        assert isinstance(reader.connection.bus, Counting)
+        sock = reader.connection.bus.bus.sock  # type: ignore[attr-defined]
+        select.select([sock], [], [], min(left, 0.5))
 
 
 def test_the_three_units(systemd: MockBus) -> None:
@@ -150,7 +254,7 @@ def test_the_three_units(systemd: MockBus) -> None:
 
 
 def test_a_crash_loop_and_a_failure_are_read_as_they_change(systemd: MockBus) -> None:
-    reader = systemd.units()
+    reader, _ = counted(systemd)
     assert reader.read().watch is Watch.OK
     set_unit(
         systemd,
@@ -162,8 +266,8 @@ def test_a_crash_loop_and_a_failure_are_read_as_they_change(systemd: MockBus) ->
         NRestarts=7,
     )
     set_unit(systemd, PERSISTENCED, LoadState="loaded", ActiveState="failed", SubState="failed")
-    # The same connection, kept from the last read.
-    got = reader.read([FABRICMANAGER, PERSISTENCED]).units
+    # The same connection, kept from the last read: systemd's signals say what changed.
+    got = read_until(reader, lambda u: u[PERSISTENCED].active_state == "failed")
     assert got[FABRICMANAGER] == Unit(
         FABRICMANAGER, "loaded", "activating", "auto-restart", "exit-code", 7
     )
@@ -259,8 +363,8 @@ def test_a_bus_without_systemd_is_an_error_naming_it(dbus_daemon: MockBus) -> No
 def test_a_bus_that_goes_away_is_an_error_then_reconnects(systemd: MockBus) -> None:
     reader = systemd.units()
     assert reader.read().watch is Watch.OK
-    assert reader._bus is not None
-    reader._bus.close()  # the bus restarted under the agent
+    assert reader.connection.bus is not None
+    reader.connection.bus.close()  # the bus restarted under the agent
     failed = reader.read()
     assert failed.watch is Watch.ERROR
     assert failed.error.startswith("system bus: "), failed.error
@@ -297,3 +401,189 @@ def test_the_units_command_without_a_bus(tmp_path: str) -> None:
     assert res.stderr == "gpuagent: no system bus socket: NVIDIA's units are not watched\n"
     res = run_cli(f"unix:path={tmp_path}/none", "--json")
     assert json.loads(res.stdout) == {"watch": "not_watched", "error": "", "units": {}}
+
+
+# Following systemd's signals: a read asks again only about what a signal named.
+
+
+def test_a_read_when_nothing_changed_makes_no_call(systemd: MockBus) -> None:
+    reader, made = counted(systemd, clock=lambda: 0.0)  # the full read never due again
+    first = reader.read()
+    bus = made[-1]
+    assert [m for m, _ in bus.calls][:2] == ["Subscribe", "AddMatch"]
+    # Each unit's rules are added before its properties are read.
+    assert bus.asked("AddMatch")[1:3] == [
+        "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',"
+        "path='/org/freedesktop/systemd1/unit/nvidia_2dfabricmanager_2eservice'",
+        "type='signal',interface='org.freedesktop.systemd1.Manager',member='UnitNew',"
+        f"path='/org/freedesktop/systemd1',arg0='{FABRICMANAGER}'",
+    ]
+    # Loading persistenced and DCGM made the mock say UnitNew: this read asks about them.
+    second = reader.read()
+    assert second.units == first.units
+    bus.calls.clear()
+    for _ in range(50):
+        assert reader.read() == replace(second, duration=0.0)
+    assert bus.calls == []
+
+
+def test_a_change_is_seen_through_its_signal_and_only_that_unit_is_read(systemd: MockBus) -> None:
+    reader, bus = settled(systemd)
+    set_unit(
+        systemd,
+        FABRICMANAGER,
+        LoadState="loaded",
+        ActiveState="failed",
+        SubState="failed",
+        Result="exit-code",
+        NRestarts=3,
+    )
+    got = read_until(reader, lambda u: u[FABRICMANAGER].active_state == "failed")
+    assert got[FABRICMANAGER] == Unit(FABRICMANAGER, "loaded", "failed", "failed", "exit-code", 3)
+    assert set(bus.asked()) == {FABRICMANAGER}
+    assert bus.asked("LoadUnit") == []
+    assert got[PERSISTENCED].active_state == "inactive"
+
+
+def test_a_unit_loaded_and_started_says_only_unit_new(systemd: MockBus) -> None:
+    reader, made = counted(systemd, clock=lambda: 0.0)
+    reader.read()
+    set_unit(systemd, PERSISTENCED, loaded=False, LoadState="loaded")  # unloaded when idle
+    read_until(reader, lambda u: True)
+    set_unit(systemd, PERSISTENCED, LoadState="loaded", ActiveState="active", SubState="running")
+    got = read_until(reader, lambda u: u[PERSISTENCED].active_state == "active")
+    assert got[PERSISTENCED] == Unit(PERSISTENCED, "loaded", "active", "running", "success", 0)
+    assert made[-1].asked("LoadUnit").count(PERSISTENCED) == 1  # the first read's
+
+
+def test_a_unit_unloaded_since_is_stopped_and_not_loaded_again(systemd: MockBus) -> None:
+    reader, bus = settled(systemd)
+    set_unit(systemd, FABRICMANAGER, loaded=False, LoadState="loaded", NRestarts=2)
+    got = read_until(reader, lambda u: u[FABRICMANAGER].active_state == "inactive")
+    # NoSuchUnit to GetUnit: stopped, what else it said last time kept.
+    assert got[FABRICMANAGER] == Unit(FABRICMANAGER, "loaded", "inactive", "dead", "success", 2)
+    assert bus.asked("LoadUnit") == []
+
+
+def test_every_unit_is_read_again_every_full_every(systemd: MockBus) -> None:
+    now = [0.0]
+    reader, made = counted(systemd, clock=lambda: now[0], full_every=60.0)
+    reader.read()
+    reader.read()
+    bus = made[-1]
+    bus.calls.clear()
+    now[0] = 59.9
+    reader.read()
+    assert bus.calls == []
+    now[0] = 60.0
+    reader.read()
+    assert bus.asked() == list(UNITS)
+    assert bus.asked("AddMatch") == []  # matched once per connection
+    bus.calls.clear()
+    now[0] = 119.0
+    reader.read()
+    assert bus.calls == []
+
+
+def test_a_daemon_reload_reads_every_unit_again(systemd: MockBus) -> None:
+    reader, bus = settled(systemd)
+    reloading(systemd)
+    read_until(reader, lambda u: bus.asked() != [])
+    assert bus.asked() == list(UNITS)
+
+
+def test_a_new_connection_subscribes_again_and_reads_every_unit(systemd: MockBus) -> None:
+    reader, made = counted(systemd, clock=lambda: 0.0)
+    reader.read()
+    reader.read()
+    assert reader.connection.bus is not None
+    reader.connection.bus.close()  # the bus restarted under the agent
+    failed = reader.read()
+    assert failed.watch is Watch.ERROR
+    assert failed.error.startswith("system bus: "), failed.error
+    assert "\n" not in failed.error
+    assert reader.read().watch is Watch.OK
+    assert len(made) == 2
+    assert [m for m, _ in made[-1].calls][:1] == ["Subscribe"]
+    assert made[-1].asked() == list(UNITS)
+
+
+def test_a_refused_subscription_reads_every_unit_every_time(refusing_systemd: MockBus) -> None:
+    reader, made = counted(refusing_systemd, clock=lambda: 0.0)
+    assert reader.read().watch is Watch.OK
+    bus = made[-1]
+    assert [m for m, _ in bus.calls][:2] == ["Subscribe", "GetUnit"]
+    bus.calls.clear()
+    set_unit(
+        refusing_systemd, FABRICMANAGER, LoadState="loaded", ActiveState="failed", SubState="failed"
+    )
+    assert reader.read().units[FABRICMANAGER].active_state == "failed"  # no signal awaited
+    assert bus.asked() == list(UNITS)
+    assert "Subscribe" not in [m for m, _ in bus.calls]
+    assert bus.queue is not None and not bus.queue  # nothing kept that no read takes in
+
+
+def test_without_following_every_read_reads_every_unit(systemd: MockBus) -> None:
+    reader, made = counted(systemd, full_every=None)
+    reader.read()
+    reader.read()
+    assert [m for m, _ in made[-1].calls].count("GetUnit") == 2 * len(UNITS)
+    assert "Subscribe" not in [m for m, _ in made[-1].calls]
+
+
+def _bus_names(bus: MockBus) -> list[str]:
+    from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+    conn = units.system_bus(2.0, bus.address)
+    try:
+        return list(conn.send_and_get_reply(message_bus.ListNames()).body[0])
+    finally:
+        conn.close()
+
+
+def test_the_daemon_lets_go_of_the_bus_at_exit(
+    systemd: MockBus, tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuagent.config import Config  # noqa: PLC0415
+    from gpuagent.daemon import Daemon  # noqa: PLC0415
+    from tests import fakehost  # noqa: PLC0415
+
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", systemd.address)
+    os.mkdir(os.path.join(tmp_path, "sys"))
+    cfg = Config(
+        sysfs_root=os.path.join(tmp_path, "sys"),
+        state_file=os.path.join(tmp_path, "state.json"),
+        textfile="",
+        journal_directory=fakehost.quiet_journal(),
+    )
+    daemon = Daemon(cfg, ("/nonexistent.toml", False))
+    assert daemon.start(install_signals=False) is None
+    report = daemon.step()
+    assert report.state["services"][FABRICMANAGER]["active_state"] == "active"
+    reader = daemon.agent.services.reader
+    assert isinstance(reader, Units) and reader.connection.bus is not None
+    name = reader.connection.bus.unique_name  # type: ignore[attr-defined]
+    assert name in _bus_names(systemd)
+    assert daemon.finish("ticks") == 0
+    assert reader.connection.bus is None
+    deadline = time.monotonic() + 10
+    while name in _bus_names(systemd):
+        assert time.monotonic() < deadline, f"{name} still on the bus"
+        time.sleep(0.05)
+
+
+def test_a_storm_of_signals_is_taken_in_bounded_and_reads_every_unit(systemd: MockBus) -> None:
+    from jeepney import DBusAddress, new_signal  # noqa: PLC0415
+
+    reader, bus = settled(systemd)
+    path = "/org/freedesktop/systemd1/unit/nvidia_2dfabricmanager_2eservice"
+    where = DBusAddress(path, interface="org.freedesktop.DBus.Properties")
+    body: tuple[str, dict[str, Any], list[str]] = ("org.freedesktop.systemd1.Unit", {}, [])
+    bus.storm = new_signal(where, "PropertiesChanged", "sa{sv}as", body)
+    # Signals without end: the read takes in so many, then reads every unit, and returns.
+    assert reader.read().watch is Watch.OK
+    assert bus.asked() == list(UNITS)
+    bus.storm = None
+    bus.calls.clear()
+    assert reader.read().watch is Watch.OK
+    assert bus.calls == []

@@ -47,6 +47,12 @@ _NOT_FOR_A_CHECK = re.compile(
     r"|RestartSec|RestartPreventExitStatus|RuntimeDirectory|RuntimeDirectoryMode|WantedBy)="
 )
 CHECK = "gpuagent-units-check.service"
+# The container shares the host's network: a port for its node exporter, not test_deb.py's.
+NODE_EXPORTER = "127.0.0.1:19102"
+SCRAPE = (
+    "import urllib.request; "
+    f"print(urllib.request.urlopen('http://{NODE_EXPORTER}/metrics', timeout=5).read().decode())"
+)
 OUTPUT = "/run/gpuagent-units-check.json"
 
 
@@ -109,6 +115,20 @@ def static_user(c: Container) -> int | None:
     """gpuagent's uid in /etc/passwd (where sysusers writes), None when it is not there."""
     line = c.run("grep", "^gpuagent:", "/etc/passwd", check=False).stdout.strip()
     return int(line.split(":")[2]) if line else None
+
+
+def node_exporter_on_its_port(c: Container) -> None:
+    """Debian's node exporter (in the lab's root file system), listening on NODE_EXPORTER."""
+    c.write(
+        "/etc/default/prometheus-node-exporter", f'ARGS="--web.listen-address={NODE_EXPORTER}"\n'
+    )
+    c.run("systemctl", "restart", "prometheus-node-exporter")
+
+
+def scraped(c: Container) -> str:
+    """What node_exporter serves over HTTP, as Prometheus scrapes it ("" while it cannot)."""
+    got = c.run("python3", "-c", SCRAPE, check=False)
+    return got.stdout if got.returncode == 0 else ""
 
 
 def install(c: Container, deb_path: str) -> str:
@@ -176,7 +196,15 @@ def nvidia_units(c: Container) -> None:
     restarts = ("systemctl", "show", "-p", "NRestarts", "--value", DCGM)
     wait_for("the crash loop", lambda: int(c.out(*restarts)) >= 2, 20)
     fm_pid = c.out("systemctl", "show", "-p", "MainPID", "--value", FM)
-    got = units_as_the_service(c, f"--json --pid {fm_pid}")
+
+    def between_restarts() -> dict[str, Any] | None:
+        # systemd sets Result back to success as each restart starts: a read may land there.
+        got = units_as_the_service(c, f"--json --pid {fm_pid}")
+        ok = got["watch"] == "ok"
+        return got if not ok or got["units"][DCGM]["result"] == "exit-code" else None
+
+    got = wait_for("a read between the crash loop's restarts", between_restarts, 20)
+    assert got is not None
     assert got["watch"] == "ok", got
     units = got["units"]
     assert {k: units[FM][k] for k in ("load_state", "active_state", "sub_state", "result")} == {
@@ -239,12 +267,24 @@ def the_agent_reports_them(c: Container) -> None:
     text = c.status().stdout
     assert "services: fabric manager active, persistenced inactive (dead)" in text, text
     assert c.events(Event.PROBLEM_PERSISTENCED_DOWN), c.journal()
-    # The textfile that node_exporter serves (this container's exporter listens on no port
-    # the test knows; tests/system/test_deb.py checks the exporter itself).
+    # The textfile the agent writes, into the runtime directory node_exporter's link names.
     prom = c.out("cat", "/run/gpuagent/gpuagent.prom")
     assert f'gpuagent_service_active{{unit="{PD}"}} 0.0' in prom, prom
     assert f'gpuagent_service_active{{unit="{FM}"}} 1.0' in prom, prom
     assert f'gpuagent_service_restarts_total{{unit="{DCGM}"}}' in prom, prom
+    # And node_exporter's HTTP endpoint, through the package's link in its textfile
+    # directory: the services' series, the host problem's, and no scrape error.
+    active = re.compile(rf'^gpuagent_service_active{{unit="{re.escape(FM)}"}} 1$', re.M)
+    served = wait_for("the services in node_exporter", lambda: active.search(scraped(c)), 15)
+    assert served is not None
+    text = served.string
+    assert re.search(rf'^gpuagent_service_active{{unit="{re.escape(PD)}"}} 0$', text, re.M), text
+    dcgm = re.search(
+        rf'^gpuagent_service_restarts_total{{unit="{re.escape(DCGM)}"}} (\d+)$', text, re.M
+    )
+    assert dcgm is not None and int(dcgm[1]) >= 2, text
+    assert re.search(r"^node_textfile_scrape_error 0$", text, re.M), text
+    assert 'kind="persistenced_down"' in text, text
 
 
 def purge_keeps_the_user(c: Container) -> None:
@@ -265,6 +305,7 @@ def test_upgrade_and_units_over_the_bus(
     c = container
     try:
         c.apt("update")
+        node_exporter_on_its_port(c)
         upgrade(c, old_deb, new_deb, nss_systemd=False)
         security = c.out("systemd-analyze", "security", "--no-pager", "gpuagent.service")
         m = re.search(r"Overall exposure level for gpuagent\.service: (\d+\.\d+)", security)

@@ -1,0 +1,92 @@
+"""The NVLink links seen up in this boot, remembered on disk across the agent's restarts.
+
+``nvlink_down`` says a link is down that was up earlier in this boot: a restart (an upgrade,
+``systemctl restart``) must not forget that, or a link that went down while the agent was
+away would look as if it had never been up.  The file is ``nvlink.json`` in the directory
+systemd names in ``$STATE_DIRECTORY`` (``/var/lib/gpuagent``), beside ``gpus.json``
+(:mod:`gpuagent.known`); it names the boot (the kernel's ``boot_id``), so that after a
+reboot it says nothing: a link down from the start of a boot is the comparison's to judge
+(fewer links than the other GPUs of its model).  A hand run without ``$STATE_DIRECTORY``
+remembers nothing.  A file that cannot be read or written is one warning, and the agent
+goes on with what it sees.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+from . import state
+from .condition import Condition, Edge
+from .logs import EventLog
+
+__all__ = ["BOOT_ID", "FILE", "LinksUp", "boot_id"]
+
+FILE = "nvlink.json"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: str = BOOT_ID) -> str:
+    """This boot's id ("" when it cannot be read: then nothing is remembered)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except (OSError, ValueError):
+        return ""
+
+
+class LinksUp:
+    """The links up this boot by GPU key (``nvlink.Gpu.key``), remembered in ``directory``
+    (None or ``""``: not remembered); ``boot`` says which boot this is."""
+
+    def __init__(
+        self, directory: str | None, log: EventLog, *, boot: Callable[[], str] = boot_id
+    ) -> None:
+        self.log = log
+        self.boot = boot()
+        self.path = os.path.join(directory, FILE) if directory and self.boot else None
+        self.links: dict[str, set[int]] = {}
+        self._trouble: Condition[str] = Condition()
+        if self.path is not None and os.path.lexists(self.path):
+            self.links = self._read(self.path)
+
+    def _read(self, path: str) -> dict[str, set[int]]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if data["boot_id"] != self.boot:
+                return {}  # another boot's: a reboot forgets
+            links = {str(k): {int(n) for n in v} for k, v in data["links_up"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self._note(f"{path}: cannot read the NVLink links up this boot: {_why(e)}")
+            return {}
+        return links
+
+    def update(self, links: Mapping[str, set[int]]) -> None:
+        """The links up this boot now (all of them, by GPU key); writes the file when that
+        changes what it holds."""
+        if links == self.links:
+            return
+        self.links = {k: set(v) for k, v in links.items()}
+        if self.path is None:
+            return
+        data = {
+            "boot_id": self.boot,
+            "links_up": {k: sorted(v) for k, v in sorted(self.links.items())},
+        }
+        try:
+            state.write(self.path, data)
+        except OSError as e:
+            self._note(f"{self.path}: cannot remember the NVLink links up this boot: {_why(e)}")
+            return
+        self._note(None)
+
+    def _note(self, error: str | None) -> None:
+        if self._trouble.update(error) is Edge.STARTED:
+            self.log(logging.WARNING, None, f"{error}; going on with the links read from now")
+
+
+def _why(e: BaseException) -> str:
+    return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__

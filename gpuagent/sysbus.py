@@ -1,0 +1,165 @@
+"""The system bus, one connection to it: connect, call with a timeout, and say in one line
+what failed (jeepney, blocking; only the API jeepney 0.8 and 0.9 share).
+
+:class:`Connection` makes the connection when first asked and keeps it until :meth:`close`;
+what the bus does comes out as :class:`NotWatched` (no socket at all), :class:`Failed` (the
+bus failed: ``str()`` is the line) or :class:`DBusError` (an error reply).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "Bus",
+    "Connection",
+    "DBusError",
+    "Failed",
+    "NotWatched",
+    "bus_address",
+    "bus_error",
+    "oserror",
+    "system_bus",
+]
+
+DEFAULT_TIMEOUT = 2.0
+_DEFAULT_ADDRESS = "unix:path=/var/run/dbus/system_bus_socket"
+_ERROR_CHARS = 200
+
+
+class Bus(Protocol):
+    """The part of ``jeepney.io.blocking.DBusConnection`` the reader uses."""
+
+    def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any: ...
+
+    def filter(self, rule: Any, *, queue: deque[Any] | None = None) -> Any: ...
+
+    def recv_messages(self, *, timeout: float | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NotWatched(Exception):
+    """No system bus socket."""
+
+
+class Failed(Exception):
+    """The bus failed; ``str()`` is the reason."""
+
+
+class DBusError(Exception):
+    """A D-Bus error reply: ``name`` and its text."""
+
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(text)
+        self.name = name
+
+
+def bus_address() -> str:
+    """``$DBUS_SYSTEM_BUS_ADDRESS``, or the system bus's standard socket."""
+    return os.environ.get("DBUS_SYSTEM_BUS_ADDRESS") or _DEFAULT_ADDRESS
+
+
+def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> Bus:
+    """Connect to the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` or the standard socket).
+
+    Raises ``FileNotFoundError`` when there is no socket, another ``OSError`` or
+    ``TimeoutError`` when the bus fails.
+    """
+    from jeepney.bus import get_connectable_addresses  # noqa: PLC0415
+    from jeepney.io.blocking import DBusConnection, prep_socket  # noqa: PLC0415
+
+    class _Connection(DBusConnection):  # type: ignore[misc]
+        # DBusConnection says Hello without a timeout: a bus that accepts and then never
+        # answers would hang the agent. Every call here has one.
+        def __init__(self, sock: Any) -> None:
+            self._timeout = timeout
+            super().__init__(sock)
+
+        def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
+            return super().send_and_get_reply(message, timeout=timeout or self._timeout)
+
+    where = next(get_connectable_addresses(address or bus_address()))
+    sock = prep_socket(where, timeout=timeout)
+    try:
+        return cast(Bus, _Connection(sock))
+    except BaseException:
+        sock.close()
+        raise
+
+
+class Connection:
+    """One connection to the bus, made by ``connect`` when first needed."""
+
+    def __init__(self, connect: Callable[[], Bus], timeout: float) -> None:
+        self.connect = connect
+        self.timeout = timeout
+        self.bus: Bus | None = None
+
+    def close(self) -> None:
+        """Drop the connection (the next call connects again)."""
+        if self.bus is not None:
+            bus, self.bus = self.bus, None
+            with contextlib.suppress(OSError):
+                bus.close()
+
+    def call(self, path: str, interface: str, method: str, sig: str, body: tuple[Any, ...]) -> Any:
+        """Call ``method`` of systemd's; its reply's first value."""
+        from jeepney import DBusAddress, new_method_call  # noqa: PLC0415
+
+        where = DBusAddress(path, "org.freedesktop.systemd1", interface)
+        return self.send(new_method_call(where, method, sig, body))
+
+    def send(self, msg: Any) -> Any:
+        """Send ``msg`` and wait for its reply (the timeout); its first value."""
+        from jeepney import HeaderFields, MessageType  # noqa: PLC0415
+
+        bus = self.connected()
+        try:
+            reply = bus.send_and_get_reply(msg, timeout=self.timeout)
+        except TimeoutError:
+            raise Failed(f"system bus: no answer within {self.timeout:g} s") from None
+        except (OSError, ValueError) as e:
+            raise Failed(f"system bus: {oserror(e)}") from None
+        if reply.header.message_type == MessageType.error:
+            name = str(reply.header.fields.get(HeaderFields.error_name, "unknown error"))
+            text = str(reply.body[0]) if reply.body else ""
+            raise DBusError(name, text)
+        return reply.body[0] if reply.body else None
+
+    def connected(self) -> Bus:
+        """The bus, connected now if it was not."""
+        from jeepney.wrappers import DBusErrorResponse  # noqa: PLC0415
+
+        if self.bus is not None:
+            return self.bus
+        try:
+            self.bus = self.connect()
+        except FileNotFoundError:
+            raise NotWatched from None
+        except TimeoutError:
+            raise Failed(
+                f"system bus ({bus_address()}): no answer within {self.timeout:g} s"
+            ) from None
+        except (OSError, ValueError, RuntimeError, DBusErrorResponse) as e:
+            # ValueError, RuntimeError: jeepney's address parsing and authentication;
+            # DBusErrorResponse: the bus refused the Hello.
+            raise Failed(f"system bus ({bus_address()}): {oserror(e)}") from None
+        return self.bus
+
+
+def oserror(e: BaseException) -> str:
+    """What failed, in one line."""
+    text = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return " ".join(str(text).split())[:_ERROR_CHARS]
+
+
+def bus_error(e: DBusError) -> str:
+    """An error reply, in one line naming the system bus."""
+    text = " ".join(str(e).split())[:_ERROR_CHARS]
+    return f"system bus: {e.name}: {text}" if text else f"system bus: {e.name}"
