@@ -1,7 +1,9 @@
 """What reading the earlier boots costs (recurrence, issue 18): each tick's slice (target
 <= 10 ms, :data:`gpuagent.earlier.SLICE`) and the CPU per 100,000 kernel records (target
 <= 2 s), beside floors measured in the same run: opening the journal (what any slice that
-opens it pays) and the bare reader stepping over every entry the read matches.
+opens it pays) and the bare reader stepping over every entry the read matches; and the
+RSS of a process as the agent is, this boot's records read and then the earlier boots
+(target <= 32 MiB on Debian 13), beside the same process before the earlier boots.
 
 The journal is a real one made with ``../shared/tools/make-test-journal`` (needs
 ``systemd-journal-remote``): three earlier boots of kernel records (one in 100 an Xid or
@@ -22,7 +24,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.journal import MAKE, OTHER, XIDS, boot_id
+from bench.journal import MAKE, OTHER, REPO, XIDS, boot_id, status_kib
 from gpuagent import earlier
 from gpuagent.earlier import EarlierBoots
 
@@ -87,12 +89,38 @@ def floor_step(journal: str) -> tuple[float, int]:
     return took, n
 
 
+def child(journal: str) -> None:
+    """One process as the agent is: its modules, this boot's records, then the earlier
+    boots; prints RSS (KiB) before and after those, and the peak."""
+    import gpuagent.cli  # noqa: PLC0415
+    import gpuagent.daemon  # noqa: F401, PLC0415
+    from gpuagent.kernlog import KernelLog  # noqa: PLC0415
+    from gpuagent.xidcount import XidCounter  # noqa: PLC0415
+
+    log = KernelLog(journal)
+    log.poll(XidCounter().add)
+    before = status_kib("VmRSS")
+    read(journal)
+    print(before, status_kib("VmRSS"), status_kib("VmHWM"))
+
+
+def rss(journal: str) -> list[float]:
+    """:func:`child`'s figures, in MiB."""
+    argv = [sys.executable, "-m", "bench.earlier", "--child", journal]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=REPO, timeout=300)
+    return [int(x) / 1024 for x in out.stdout.split()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return 0
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
         journal = make_journal(d, args.entries)
         runs = [read(journal) for _ in range(args.runs)]
@@ -118,6 +146,11 @@ def main() -> int:
             f"CPU: {cpu / records * 1e5:.2f} s per 100,000 records (target <= 2 s; median of "
             f"{args.runs}); floor: the bare reader stepping over the {n:,} records "
             f"{stepped / n * 1e5:.2f} s per 100,000"
+        )
+        before, after, peak = rss(journal)
+        print(
+            f"RSS: {after:.1f} MiB after the earlier boots (target <= 32 MiB on Debian 13), "
+            f"peak {peak:.1f}; floor: {before:.1f} MiB with this boot read, before them"
         )
         if args.check and ms[-1] > earlier.SLICE * 1e3:
             print(f"bench.earlier: a slice took {ms[-1]:.1f} ms", file=sys.stderr)

@@ -18,23 +18,13 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
-from . import state
+from . import bootid, state
 from .condition import Condition, Edge
 from .logs import EventLog
 
-__all__ = ["BOOT_ID", "FILE", "LinksUp", "boot_id"]
+__all__ = ["FILE", "LinksUp"]
 
 FILE = "nvlink.json"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
-
-def boot_id(path: str = BOOT_ID) -> str:
-    """This boot's id ("" when it cannot be read: then nothing is remembered)."""
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read().strip()
-    except (OSError, ValueError):
-        return ""
 
 
 class LinksUp:
@@ -42,7 +32,7 @@ class LinksUp:
     (None or ``""``: not remembered); ``boot`` says which boot this is."""
 
     def __init__(
-        self, directory: str | None, log: EventLog, *, boot: Callable[[], str] = boot_id
+        self, directory: str | None, log: EventLog, *, boot: Callable[[], str] = bootid.current
     ) -> None:
         self.log = log
         self.boot = boot()

@@ -8,7 +8,8 @@ import logging
 import os
 import stat
 
-from gpuagent.linksup import FILE, LinksUp, boot_id
+from gpuagent import bootid
+from gpuagent.linksup import FILE, LinksUp
 from gpuagent.logs import EventLog
 from tests.conftest import Host
 from tests.test_nvidia_scenarios import nvlink
@@ -45,7 +46,7 @@ def test_a_link_down_while_the_agent_was_away_is_nvlink_down(host: Host, tmp_pat
     host.make_agent(state_directory=directory, nvlink_interval=10.0)
     host.tick(2)
     data = remembered(directory)
-    assert data["boot_id"] == boot_id() != ""
+    assert data["boot_id"] == bootid.current() != ""
     links_up = data["links_up"]
     assert isinstance(links_up, dict) and len(links_up) == 8
     assert all(v == list(range(18)) for v in links_up.values())
@@ -75,7 +76,7 @@ def test_another_boots_file_is_forgotten(host: Host, tmp_path: str) -> None:
     host.make_agent(state_directory=directory, nvlink_interval=10.0)
     host.tick()
     assert kinds(host) == {}
-    assert remembered(directory)["boot_id"] == boot_id()
+    assert remembered(directory)["boot_id"] == bootid.current()
     assert remembered(directory)["links_up"] == {
         k: [n for n in range(18) if n != 14]
         for k in data["links_up"]  # type: ignore[attr-defined]

@@ -460,6 +460,15 @@ def test_the_dashboard_covers_what_the_issue_asks() -> None:
             assert panel["targets"] and panel["description"], panel["title"]
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
+    # No two panels on the same cell of Grafana's 24-column grid.
+    taken: dict[tuple[int, int], str] = {}
+    for panel in board["panels"]:
+        g = panel["gridPos"]
+        for cell in (
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        ):
+            assert cell not in taken, (panel["title"], taken[cell])
+            taken[cell] = panel["title"]
 
 
 def test_every_panel_query_is_valid_promql(fleet: Stack) -> None:
