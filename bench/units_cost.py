@@ -8,7 +8,8 @@ Each run is a fresh ``/usr/bin/python3``; its floor is that interpreter after im
 connection, reading every unit each time.  Then the CPU of a tick's services step
 (``ServicesSource.step``: the read, the findings, the view) three ways: with a reader that
 answers at once (the floor), following systemd's signals as the agent does (nothing
-changed: no call), and reading every unit every time.  Against the system bus; ``--mock``
+changed: no call), the tick of its check of what the signals left (one call), and reading
+every unit every time.  Against the system bus; ``--mock``
 starts a private dbus-daemon with the tests' python-dbusmock systemd instead (slower to
 answer than systemd itself).  Usage::
 
@@ -82,6 +83,8 @@ follow_first = followed.read()
 follow_first_ms = (time.perf_counter() - t) * 1000
 follow_step, source = per_step(followed)
 full_step, _ = per_step(units.Units(full_every=None))
+# The safety net's tick (every 60 s in the agent): due on every step here.
+check_step, _ = per_step(units.Units(full_every=0.0))
 print(json.dumps({
     "watch": first.watch.value, "error": first.error, "floor": floor, "imported": imported,
     "import_ms": imported_ms, "first_ms": first_ms,
@@ -90,6 +93,7 @@ print(json.dumps({
     "cpu_ms": sum(cpu) / len(cpu) if cpu else 0.0,
     "follow_first_ms": follow_first_ms,
     "floor_step_ms": floor_step, "follow_step_ms": follow_step, "full_step_ms": full_step,
+    "check_step_ms": check_step,
     # What the followed reads said, against the first full read's (the same, nothing changed).
     "same": {n: u.active_state for n, u in source.reader.read().units.items()}
         == {n: u.active_state for n, u in first.units.items()},
@@ -182,6 +186,11 @@ def main() -> None:
     floor, follow, full = med("floor_step_ms"), med("follow_step_ms"), med("full_step_ms")
     print(f"  floor (the same step, a reader answering at once): {floor:.3f} ms")
     print(f"  following signals, nothing changed: {follow:.3f} ms (+{follow - floor:.3f} ms)")
+    check = med("check_step_ms")
+    print(
+        f"  the check of what the signals left (one ListUnitsByPatterns; every 60 s): "
+        f"{check:.3f} ms (+{check - floor:.3f} ms)"
+    )
     print(f"  reading every unit every tick: {full:.3f} ms (+{full - floor:.3f} ms)")
 
 

@@ -13,10 +13,11 @@ Read by read, it follows systemd's signals instead of asking again (``full_every
 default): the first read on a connection calls ``Subscribe()`` and adds the bus's match
 rules for each unit (:mod:`gpuagent.unitsignals`) before it reads them all; a later read
 takes in, without waiting, the signals that came since, and asks again only about the units
-they name, so a read when nothing changed makes no call.  Every ``full_every`` s, after a
-``daemon-reload`` and on every new connection it reads them all again (a safety net for a
-signal lost); ``full_every`` None, or a bus that refuses the subscription, reads them all
-every time.
+they name, so a read when nothing changed makes no call.  After a
+``daemon-reload`` and on every new connection it reads them all again; every ``full_every``
+s one call (``ListUnitsByPatterns``) checks the states the signals left, and a unit that
+differs is read again (a safety net for a signal lost); ``full_every`` None, or a bus that
+refuses the subscription, reads them all every time.
 
 jeepney is pure Python and blocking here (:mod:`gpuagent.sysbus`); every call has a timeout,
 the connection's own ``Hello`` included, and taking the signals in never waits.  Works with
@@ -63,6 +64,7 @@ _UNIT = f"{_SYSTEMD}.Unit"
 _SERVICE = f"{_SYSTEMD}.Service"
 _NO_SUCH_UNIT = f"{_SYSTEMD}.NoSuchUnit"
 _NO_UNIT_FOR_PID = f"{_SYSTEMD}.NoUnitForPID"
+_UNKNOWN_METHOD = "org.freedesktop.DBus.Error.UnknownMethod"
 
 Unit = UnitFacts
 
@@ -149,19 +151,45 @@ class Units:
         if follow is None:
             return {name: self._unit(name) for name in names}
         changes = self._take_signals(follow)
-        last = follow.full_at
         if (
             changes.everything
-            or last is None
-            or now - last >= cast(float, self.full_every)
+            or follow.full_at is None
             or not all(name in follow.units for name in names)
         ):
             follow.units.update({name: self._unit(name, follow) for name in names})
             follow.full_at = now
-        else:
-            for name in changes.names.intersection(names):
-                follow.units[name] = self._again(name, follow.units[name])
+            return {name: follow.units[name] for name in names}
+        again = changes.names.intersection(names)
+        if now - follow.full_at >= cast(float, self.full_every):
+            follow.full_at = now
+            again |= self._drifted(names, follow.units)
+        for name in again:
+            follow.units[name] = self._again(name, follow.units[name])
         return {name: follow.units[name] for name in names}
+
+    def _drifted(self, names: tuple[str, ...], held: dict[str, Unit]) -> set[str]:
+        """The safety net for a lost signal, in one call: the units whose state systemd lists
+        (``ListUnitsByPatterns``, which loads nothing: a unit not loaded is not listed) other
+        than the signals left it, to be read again; all of them where systemd has no such
+        method (before 230)."""
+        try:
+            rows = self._call(
+                _MANAGER_PATH, _MANAGER, "ListUnitsByPatterns", "asas", ([], list(names))
+            )
+        except DBusError as e:
+            if e.name == _UNKNOWN_METHOD:
+                return set(names)
+            raise
+        listed = {str(r[0]): (str(r[2]), str(r[3]), str(r[4])) for r in rows or ()}
+        out = set()
+        for name in names:
+            u = held[name]
+            if name in listed:
+                if listed[name] != (u.load_state, u.active_state, u.sub_state):
+                    out.add(name)
+            elif (u.active_state, u.sub_state) != ("inactive", "dead"):
+                out.add(name)  # unloaded since, a stopped unit
+        return out
 
     def _following(self) -> _Follow | None:
         """This connection's signals, subscribed on its first read; None: read everything."""

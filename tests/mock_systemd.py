@@ -12,11 +12,12 @@ before the reply to the call that caused them.  Parameters: ``{"units": {name: {
 value, ..., "loaded": bool}}, "pids": {"1234": name}, "cgroups": {"1234": path},
 "refuse_subscribe": bool}`` (``cgroups``: the control group GetUnitProcesses lists for a
 PID; the unit's own without one); ``SetUnit(name, props, loaded)`` on the mock interface
-changes a unit while it runs.
+changes a unit while it runs (``SetUnitSilently(name, props)`` without a signal: one lost).
 """
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 import dbus
@@ -132,6 +133,31 @@ def GetUnitProcesses(self: Any, name: str) -> list[tuple[str, int, str]]:
         for pid, unit in sorted(self.pids.items())
         if unit == str(name)
     ]
+
+
+@dbus.service.method(MAIN_IFACE, in_signature="asas", out_signature="a(ssssssouso)")  # type: ignore[untyped-decorator]
+def ListUnitsByPatterns(self: Any, states: list[str], patterns: list[str]) -> list[Any]:
+    # As systemd: the loaded units only (it loads none), by name pattern (and state).
+    out = []
+    for name in sorted(self.loaded_units):
+        if patterns and not any(fnmatch.fnmatchcase(name, str(p)) for p in patterns):
+            continue
+        props = mockobject.objects[_path(name)].props[UNIT_IFACE]
+        load, active, sub = (str(props[k]) for k in ("LoadState", "ActiveState", "SubState"))
+        if states and not {load, active, sub} & {str(x) for x in states}:
+            continue
+        row = (name, "", load, active, sub, "", dbus.ObjectPath(_path(name)), dbus.UInt32(0))
+        out.append((*row, "", dbus.ObjectPath("/")))
+    return out
+
+
+@dbus.service.method(MOCK_IFACE, in_signature="sa{sv}")  # type: ignore[untyped-decorator]
+def SetUnitSilently(self: Any, name: str, props: dict[str, Any]) -> None:
+    # A change whose signal is lost: the properties change, nothing is sent.
+    obj = mockobject.objects[_path(str(name))]
+    for key, value in props.items():
+        iface = SERVICE_IFACE if str(key) in ("Result", "NRestarts") else UNIT_IFACE
+        obj.props[iface][str(key)] = value
 
 
 @dbus.service.method(MOCK_IFACE, in_signature="sa{sv}b")  # type: ignore[untyped-decorator]

@@ -159,6 +159,12 @@ def set_unit(bus: MockBus, name: str, loaded: bool = True, **props: str | int) -
     _mock_call(bus, "SetUnit", "sa{sv}b", (name, body, loaded))
 
 
+def set_unit_silently(bus: MockBus, name: str, **props: str | int) -> None:
+    """Change a unit of the running mock and lose the signal (its SetUnitSilently)."""
+    body = {k: ("u" if isinstance(v, int) else "s", v) for k, v in props.items()}
+    _mock_call(bus, "SetUnitSilently", "sa{sv}", (name, body))
+
+
 def reloading(bus: MockBus) -> None:
     """The mock systemd says it finished a ``daemon-reload`` (its ``Reloading(false)``)."""
     manager = "org.freedesktop.systemd1.Manager"
@@ -465,7 +471,7 @@ def test_a_unit_unloaded_since_is_stopped_and_not_loaded_again(systemd: MockBus)
     assert bus.asked("LoadUnit") == []
 
 
-def test_every_unit_is_read_again_every_full_every(systemd: MockBus) -> None:
+def test_every_full_every_one_call_checks_what_the_signals_left(systemd: MockBus) -> None:
     now = [0.0]
     reader, made = counted(systemd, clock=lambda: now[0], full_every=60.0)
     reader.read()
@@ -477,12 +483,30 @@ def test_every_unit_is_read_again_every_full_every(systemd: MockBus) -> None:
     assert bus.calls == []
     now[0] = 60.0
     reader.read()
-    assert bus.asked() == list(UNITS)
-    assert bus.asked("AddMatch") == []  # matched once per connection
+    # Nothing differs: that one call, and no unit read.
+    assert [m for m, _ in bus.calls] == ["ListUnitsByPatterns"]
+    assert bus.calls[0][1] == ([], list(UNITS))
     bus.calls.clear()
     now[0] = 119.0
     reader.read()
     assert bus.calls == []
+
+
+def test_a_change_whose_signal_was_lost_is_read_at_the_next_check(systemd: MockBus) -> None:
+    now = [0.0]
+    reader, made = counted(systemd, clock=lambda: now[0], full_every=60.0)
+    first = reader.read()
+    reader.read()
+    bus = made[-1]
+    set_unit_silently(systemd, FABRICMANAGER, ActiveState="failed", SubState="failed", NRestarts=5)
+    now[0] = 30.0
+    assert reader.read().units == first.units  # not seen yet: no signal came
+    bus.calls.clear()
+    now[0] = 60.0
+    got = reader.read().units
+    assert [m for m, _ in bus.calls][:2] == ["ListUnitsByPatterns", "GetUnit"]
+    assert bus.asked() == [FABRICMANAGER]  # only the unit that differs
+    assert got[FABRICMANAGER] == Unit(FABRICMANAGER, "loaded", "failed", "failed", "success", 5)
 
 
 def test_a_daemon_reload_reads_every_unit_again(systemd: MockBus) -> None:
