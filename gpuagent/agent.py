@@ -96,7 +96,7 @@ class Agent:
         self.earlier = EarlierBoots(
             config.journal_directory, config.history_days, config.recurrence_boots
         )
-        self.bus.remember(self.known.gpus, self.known.not_back)
+        self.bus.remember(self.known.gpus, self.known.not_back, self.known.gone_since)
         self._bug = Bug(log, "in a tick")
 
     @property
@@ -212,7 +212,7 @@ class Agent:
                 "uuid": uuid if isinstance(uuid, str) else None,
                 "name": name if isinstance(name, str) else None,
             }
-        self.known.update(present)
+        self.known.update(present, self.wall())
         return bus
 
     def _report(self) -> report.Report:

@@ -8,7 +8,7 @@ appear after the first scan one info line.  The scan itself is :class:`gpuagent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from . import pci
@@ -34,7 +34,7 @@ class Bus:
         not leave it)."""
         if sysfs_root != self.scanner.root:
             self.scanner = pci.Scanner(sysfs_root)
-            self.view = replace(self.view, seen=frozenset(), not_back=frozenset())
+            self.view = replace(self.view, seen=frozenset(), not_back=frozenset(), gone_since={})
 
     def scan(self) -> BusView:
         """Scan the bus; returns (and keeps as :attr:`view`) what it found."""
@@ -57,6 +57,7 @@ class Bus:
             tuple(problems),
             pci.module_loaded(self.scanner.root),
             self.view.not_back - {g.slot for g in gpus},
+            {s: t for s, t in self.view.gone_since.items() if s not in {g.slot for g in gpus}},
         )
         return self.view
 
@@ -64,20 +65,30 @@ class Bus:
         """What sits at PCI ``slot`` per sysfs (:func:`gpuagent.pci.describe`)."""
         return pci.describe(self.scanner.root, slot)
 
-    def remember(self, slots: Iterable[str], not_back: Iterable[str] = ()) -> None:
+    def remember(
+        self,
+        slots: Iterable[str],
+        not_back: Iterable[str] = (),
+        gone_since: Mapping[str, float] | None = None,
+    ) -> None:
         """Count ``slots`` as seen on the bus (the GPUs this host had before a restart), of
-        them ``not_back`` last on it in an earlier boot (until they are on it again)."""
+        them ``not_back`` last on it in an earlier boot (until they are on it again), and
+        ``gone_since`` when those missing were first found missing (wall s)."""
         self.view = replace(
             self.view,
             seen=self.view.seen | frozenset(slots),
             not_back=self.view.not_back | frozenset(not_back),
+            gone_since={**self.view.gone_since, **(gone_since or {})},
         )
 
     def forget(self, slots: Iterable[str]) -> BusView:
         """Forget that ``slots`` were ever seen (they left for good); returns the view."""
         gone = frozenset(slots)
         self.view = replace(
-            self.view, seen=self.view.seen - gone, not_back=self.view.not_back - gone
+            self.view,
+            seen=self.view.seen - gone,
+            not_back=self.view.not_back - gone,
+            gone_since={s: t for s, t in self.view.gone_since.items() if s not in gone},
         )
         return self.view
 

@@ -25,8 +25,11 @@ __all__ = ["FILE", "KnownGpus"]
 
 FILE = "gpus.json"
 Gpu = dict[str, str | None]
-# What the file keeps of each GPU beside its slot; ``boot``: the boot it was last on the bus in.
-_KEYS = ("uuid", "name", "boot")
+# A GPU as the file keeps it: Gpu's keys, ``boot`` and ``gone_at``.
+Entry = dict[str, str | float | None]
+# What the file keeps of each GPU beside its slot; ``boot``: the boot it was last on the bus in;
+# ``gone_at``: when it was first found missing from it (s since the epoch; None while on it).
+_KEYS = ("uuid", "name", "boot", "gone_at")
 
 
 class KnownGpus:
@@ -37,7 +40,7 @@ class KnownGpus:
         self.log = log
         self.boot = boot
         self.path = os.path.join(directory, FILE) if directory else None
-        self.gpus: dict[str, Gpu] = {}
+        self.gpus: dict[str, Entry] = {}
         self._trouble: Condition[str] = Condition()
         if self.path is not None and os.path.lexists(self.path):
             self.gpus = self._read(self.path)
@@ -47,7 +50,7 @@ class KnownGpus:
         """Why the file cannot be read or written, while it cannot."""
         return self._trouble.value
 
-    def _read(self, path: str) -> dict[str, Gpu]:
+    def _read(self, path: str) -> dict[str, Entry]:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -67,14 +70,29 @@ class KnownGpus:
             if self.boot and g.get("boot") and g.get("boot") != self.boot
         )
 
-    def update(self, present: Mapping[str, Gpu]) -> None:
+    @property
+    def gone_since(self) -> dict[str, float]:
+        """When each GPU missing from the bus was first found missing (s since the epoch)."""
+        out: dict[str, float] = {}
+        for slot, g in self.gpus.items():
+            at = g.get("gone_at")
+            if isinstance(at, int | float) and not isinstance(at, bool):
+                out[slot] = float(at)
+        return out
+
+    def update(self, present: Mapping[str, Gpu], now: float | None = None) -> None:
         """Remember the GPUs ``present`` on the bus now (slot: uuid and name, None if not
-        known), on the bus in this boot; writes the file when that changes what it holds."""
+        known), on the bus in this boot, and when (wall time ``now``) each of the others was
+        first found missing; writes the file when that changes what it holds."""
         merged = dict(self.gpus)
         for slot, gpu in present.items():
             old = merged.get(slot, {})
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in ("uuid", "name")}
             merged[slot]["boot"] = self.boot or old.get("boot")
+            merged[slot]["gone_at"] = None
+        for slot in set(merged) - set(present):
+            if now is not None and merged[slot].get("gone_at") is None:
+                merged[slot] = {**merged[slot], "gone_at": now}
         if merged != self.gpus:
             self.gpus = merged
             self._write()

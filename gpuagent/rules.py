@@ -252,17 +252,20 @@ def bus_findings(
     *,
     module_loaded: bool,
     not_back: Iterable[str] = (),
+    gone_since: Mapping[str, float] | None = None,
 ) -> dict[str, list[Finding]]:
     """``gone_from_bus`` for each slot in ``seen`` that is not ``on_bus`` any more (of those
-    in ``not_back``, last on it in an earlier boot: it did not come back after the reboot),
-    and ``no_driver`` for each GPU bound to no driver while the ``nvidia`` module is loaded."""
+    in ``not_back``, last on it in an earlier boot: it did not come back after the reboot;
+    ``gone_since``, when it was first found missing, is the fault's time), and ``no_driver``
+    for each GPU bound to no driver while the ``nvidia`` module is loaded."""
     on_bus, earlier = list(on_bus), set(not_back)
     present = {g.slot for g in on_bus}
     out: dict[str, list[Finding]] = {}
     for slot in sorted(set(seen) - present):
         text = "did not come back on the PCI bus after the reboot" if slot in earlier else ""
         text = f"the GPU {text or 'is no longer on the PCI bus'}"
-        out[slot] = [Finding("gone_from_bus", CRITICAL, "reboot", text)]
+        at = (gone_since or {}).get(slot)
+        out[slot] = [Finding("gone_from_bus", CRITICAL, "reboot", text, at=at)]
     if module_loaded:
         for g in on_bus:
             if g.driver is None:

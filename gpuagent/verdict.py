@@ -59,7 +59,11 @@ class Verdict:
         if gpus or not bus.problems:
             loaded = any(g.driver is None for g in gpus) and bus.module_loaded
             found = rules.bus_findings(
-                gpus, set(bus.seen), module_loaded=loaded, not_back=bus.not_back
+                gpus,
+                set(bus.seen),
+                module_loaded=loaded,
+                not_back=bus.not_back,
+                gone_since=bus.gone_since,
             )
             for slot, wrong in rules.wrong_driver_findings(gpus).items():
                 found.setdefault(slot, []).extend(wrong)

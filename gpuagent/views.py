@@ -42,14 +42,17 @@ def plural(n: int, word: str) -> str:
 class BusView:
     """One scan: ``gpus`` on the bus now (sorted by slot), ``seen`` every slot seen on it since
     the agent started (or since ``sysfs_root`` changed), ``problems`` one line per sysfs file
-    that could not be read, whether the ``nvidia`` kernel module is loaded, and ``not_back``
-    the slots of ``seen`` last on the bus in an earlier boot and not yet in this one."""
+    that could not be read, whether the ``nvidia`` kernel module is loaded, ``not_back``
+    the slots of ``seen`` last on the bus in an earlier boot and not yet in this one, and
+    ``gone_since`` when those missing from it before the agent started were first found
+    missing (wall s; their ``gone_from_bus`` is no new fault to this agent)."""
 
     gpus: tuple[PciGpu, ...] = ()
     seen: frozenset[str] = frozenset()
     problems: tuple[str, ...] = ()
     module_loaded: bool = False
     not_back: frozenset[str] = frozenset()
+    gone_since: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def slots(self) -> list[str]:

@@ -49,9 +49,19 @@ def test_a_gpu_gone_stays_gone_across_a_restart_until_cleared(
     assert gpu["name"] == "NVIDIA H200" and str(gpu["uuid"]).startswith("GPU-")
     unplug(host, sick)
     assert kinds(host.tick().state, sick) == ["gone_from_bus"]
-    # A restart (an apt upgrade): the new agent never saw the GPU, and still knows it.
+    with open(os.path.join(directory, FILE), encoding="utf-8") as f:
+        gone_at = next(g for g in json.load(f)["gpus"] if g["pci_slot"] == sick)["gone_at"]
+    assert isinstance(gone_at, float)
+    # A restart (an apt upgrade): the new agent never saw the GPU, and still knows it; the
+    # fault is no new one to it: restated at info, since it was first found missing.
     host.make_agent(state_directory=directory, journal_directory=journal)
-    assert kinds(host.tick().state, sick) == ["gone_from_bus"]
+    st = host.tick().state
+    assert kinds(st, sick) == ["gone_from_bus"]
+    (p,) = [p for g in st["gpus"] if g["pci_slot"] == sick for p in g["problems"]]
+    assert p["since"] == gone_at
+    lines = [(r.levelno, r.getMessage()) for r in host.events(Event.problem("gone_from_bus"))]
+    assert [level for level, _ in lines] == [logging.ERROR, logging.INFO]
+    assert lines[1][1].startswith(f"GPU {sick}: still critical gone_from_bus: ")
     # Root says it left for good: forgotten, here and after the next restart.
     append(journal, clear_entry("0", LATER, slot=sick, kind="gone_from_bus"))
     st = host.tick().state
