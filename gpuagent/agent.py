@@ -222,6 +222,7 @@ class Agent:
             "system_bus": self.services.error,
             "internal": self._bug.reason,
             "known_gpus": self.known.error,
+            "nvlink_links": self.nvlink.links_up.error,
         }
         view = self.bus.view
         return report.build(

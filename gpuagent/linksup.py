@@ -7,8 +7,8 @@ systemd names in ``$STATE_DIRECTORY`` (``/var/lib/gpuagent``), beside ``gpus.jso
 (:mod:`gpuagent.known`); it names the boot (the kernel's ``boot_id``), so that after a
 reboot it says nothing: a link down from the start of a boot is the comparison's to judge
 (fewer links than the other GPUs of its model).  A hand run without ``$STATE_DIRECTORY``
-remembers nothing.  A file that cannot be read or written is one warning, and the agent
-goes on with what it sees.
+remembers nothing.  A file that cannot be read or written is one warning (the state's
+``problems["nvlink_links"]`` while it lasts), and the agent goes on with what it sees.
 """
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ class LinksUp:
         self._trouble: Condition[str] = Condition()
         if self.path is not None and os.path.lexists(self.path):
             self.links = self._read(self.path)
+
+    @property
+    def error(self) -> str | None:
+        """Why the file cannot be read or written, while it cannot (the state's
+        ``problems["nvlink_links"]``)."""
+        return self._trouble.value
 
     def _read(self, path: str) -> dict[str, set[int]]:
         try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 
 from gpuagent import bootid
 from gpuagent.linksup import FILE, LinksUp
@@ -108,19 +107,16 @@ def test_a_bad_file_is_one_warning_and_nothing_remembered(tmp_path: str) -> None
         assert "\n" not in message
 
 
-def test_an_unwritable_directory_is_one_warning(tmp_path: str) -> None:
-    directory = os.path.join(tmp_path, "ro")
-    os.mkdir(directory)
-    os.chmod(directory, stat.S_IRUSR | stat.S_IXUSR)
-    try:
-        if os.access(directory, os.W_OK):
-            return  # root writes anyway: nothing to see
-        log, records = recorder()
-        links = LinksUp(directory, log, boot=lambda: "b")
-        links.update({"GPU-1": {0}})
-        links.update({"GPU-1": {0, 1}})
-        assert [r.levelno for r in records] == [logging.WARNING]
-        assert "cannot remember the NVLink links up this boot" in records[0].getMessage()
-        assert links.links == {"GPU-1": {0, 1}}  # still remembered in memory
-    finally:
-        os.chmod(directory, stat.S_IRWXU)
+def test_an_unwritable_directory_is_one_warning_and_a_problem(tmp_path: str) -> None:
+    directory = os.path.join(tmp_path, "not-a-directory")
+    with open(directory, "w", encoding="utf-8"):
+        pass  # even root cannot write below a file
+    log, records = recorder()
+    links = LinksUp(directory, log, boot=lambda: "b")
+    assert links.error is None
+    links.update({"GPU-1": {0}})
+    links.update({"GPU-1": {0, 1}})
+    assert [r.levelno for r in records] == [logging.WARNING]
+    assert "cannot remember the NVLink links up this boot" in records[0].getMessage()
+    assert links.error is not None and links.error.startswith(f"{directory}/{FILE}: ")
+    assert links.links == {"GPU-1": {0, 1}}  # still remembered in memory
