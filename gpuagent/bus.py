@@ -51,13 +51,14 @@ class Bus:
                 f"{plural(len(new), 'NVIDIA GPU')} appeared on the PCI bus ({', '.join(new)}); "
                 f"{len(gpus)} on it now",
             )
+        present = {g.slot for g in gpus}
         self.view = BusView(
             tuple(gpus),
             self.view.seen | frozenset(new),
             tuple(problems),
             pci.module_loaded(self.scanner.root),
-            self.view.not_back - {g.slot for g in gpus},
-            {s: t for s, t in self.view.gone_since.items() if s not in {g.slot for g in gpus}},
+            self.view.not_back - present,
+            {s: t for s, t in self.view.gone_since.items() if s not in present},
         )
         return self.view
 

@@ -56,7 +56,7 @@ class KnownGpus:
                 data = json.load(f)
             gpus = {str(g["pci_slot"]): {k: g.get(k) for k in _KEYS} for g in data["gpus"]}
         except (OSError, ValueError, KeyError, TypeError) as e:
-            self._note(f"{path}: cannot read the GPUs this host had: {_why(e)}")
+            self._note(f"{path}: cannot read the GPUs this host had: {state.why(e)}")
             return {}
         self._note(None)
         return gpus
@@ -112,14 +112,10 @@ class KnownGpus:
         try:
             state.write(self.path, {"gpus": gpus})
         except OSError as e:
-            self._note(f"{self.path}: cannot remember the GPUs this host has: {_why(e)}")
+            self._note(f"{self.path}: cannot remember the GPUs this host has: {state.why(e)}")
             return
         self._note(None)
 
     def _note(self, error: str | None) -> None:
         if self._trouble.update(error) is Edge.STARTED:
             self.log(logging.WARNING, None, f"{error}; going on with the GPUs on the bus")
-
-
-def _why(e: BaseException) -> str:
-    return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__

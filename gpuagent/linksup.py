@@ -56,7 +56,7 @@ class LinksUp:
                 return {}  # another boot's: a reboot forgets
             links = {str(k): {int(n) for n in v} for k, v in data["links_up"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            self._note(f"{path}: cannot read the NVLink links up this boot: {_why(e)}")
+            self._note(f"{path}: cannot read the NVLink links up this boot: {state.why(e)}")
             return {}
         return links
 
@@ -75,14 +75,11 @@ class LinksUp:
         try:
             state.write(self.path, data)
         except OSError as e:
-            self._note(f"{self.path}: cannot remember the NVLink links up this boot: {_why(e)}")
+            why = state.why(e)
+            self._note(f"{self.path}: cannot remember the NVLink links up this boot: {why}")
             return
         self._note(None)
 
     def _note(self, error: str | None) -> None:
         if self._trouble.update(error) is Edge.STARTED:
             self.log(logging.WARNING, None, f"{error}; going on with the links read from now")
-
-
-def _why(e: BaseException) -> str:
-    return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__

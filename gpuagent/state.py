@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SCHEMA", "StateError", "read", "write"]
+__all__ = ["SCHEMA", "StateError", "read", "why", "write"]
 
 SCHEMA = 1
 
@@ -43,6 +43,11 @@ def write(path: str, state: Mapping[str, object]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def why(e: BaseException) -> str:
+    """One line for a file that cannot be read or written: the OS's words, else the error's."""
+    return (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
 
 
 def read(path: str) -> dict[str, Any]:
