@@ -202,10 +202,20 @@ def _layers(path: str, *, required: bool) -> Iterator[tuple[str, dict[str, Any]]
     if raw is not None:
         yield path, raw
     for dropin in dropins(path):
-        # Listed a moment ago: gone now is an edit in progress, not an error.
+        # Listed a moment ago: gone now is an edit in progress, not an error; a link whose
+        # target is missing is a mistake that would silently drop the settings it points at.
         raw = _parse(dropin, required=False)
         if raw is not None:
             yield dropin, raw
+        elif os.path.islink(dropin):
+            raise ConfigError(f"{dropin}: a dangling symlink (to {_link_text(dropin)})")
+
+
+def _link_text(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "a target gone"
 
 
 def with_interval(cfg: Config, interval: float) -> Config:

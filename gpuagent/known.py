@@ -12,12 +12,13 @@ and the agent goes on with what it sees.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from . import state
+from . import safefile, state
 from .condition import Condition, Edge
 from .logs import EventLog
 
@@ -30,6 +31,8 @@ Entry = dict[str, str | float | None]
 # What the file keeps of each GPU beside its slot; ``boot``: the boot it was last on the bus in;
 # ``gone_at``: when it was first found missing from it (s since the epoch; None while on it).
 _KEYS = ("uuid", "name", "boot", "gone_at")
+# The file holds a few hundred bytes a GPU: more than this is not the agent's.
+MAX_SIZE = 1024 * 1024
 
 
 class KnownGpus:
@@ -52,10 +55,8 @@ class KnownGpus:
 
     def _read(self, path: str) -> dict[str, Entry]:
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            gpus = {str(g["pci_slot"]): {k: g.get(k) for k in _KEYS} for g in data["gpus"]}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            gpus = _parsed(safefile.load_json(path, MAX_SIZE))
+        except (OSError, ValueError, TypeError) as e:
             self._note(f"{path}: cannot read the GPUs this host had: {state.why(e)}")
             return {}
         self._note(None)
@@ -119,3 +120,26 @@ class KnownGpus:
     def _note(self, error: str | None) -> None:
         if self._trouble.update(error) is Edge.STARTED:
             self.log(logging.WARNING, None, f"{error}; going on with the GPUs on the bus")
+
+
+def _parsed(data: Any) -> dict[str, Entry]:
+    """The GPUs of the file's JSON ``{"gpus": [{"pci_slot": str, "uuid": str|null, "name":
+    str|null, "boot": str|null, "gone_at": finite number|null}, ...]}``; raises ValueError
+    naming what is not so."""
+    gpus = data.get("gpus") if isinstance(data, dict) else None
+    if not isinstance(gpus, list):
+        raise TypeError('expected {"gpus": [...]}')
+    out: dict[str, Entry] = {}
+    for i, g in enumerate(gpus):
+        if not isinstance(g, dict) or not isinstance(g.get("pci_slot"), str):
+            raise TypeError(f"gpus[{i}]: expected an object with a pci_slot string")
+        entry = {k: g.get(k) for k in _KEYS}
+        if not all(isinstance(entry[k], str | None) for k in ("uuid", "name", "boot")):
+            raise TypeError(f"gpus[{i}]: uuid, name and boot must be strings or null")
+        at = entry["gone_at"]
+        if at is not None and (
+            isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)
+        ):
+            raise TypeError(f"gpus[{i}]: gone_at must be a number or null")
+        out[g["pci_slot"]] = entry
+    return out

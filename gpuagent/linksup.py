@@ -13,18 +13,22 @@ remembers nothing.  A file that cannot be read or written is one warning (the st
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from . import bootid, state
+from . import bootid, safefile, state
 from .condition import Condition, Edge
 from .logs import EventLog
 
 __all__ = ["FILE", "LinksUp"]
 
 FILE = "nvlink.json"
+# A few bytes a link: more than this is not the agent's.
+MAX_SIZE = 1024 * 1024
+# NVLink numbers links from 0; no GPU has nearly this many.
+_MAX_LINK = 1024
 
 
 class LinksUp:
@@ -50,15 +54,12 @@ class LinksUp:
 
     def _read(self, path: str) -> dict[str, set[int]]:
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            if data["boot_id"] != self.boot:
-                return {}  # another boot's: a reboot forgets
-            links = {str(k): {int(n) for n in v} for k, v in data["links_up"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            boot, links = _parsed(safefile.load_json(path, MAX_SIZE))
+        except (OSError, ValueError, TypeError) as e:
             self._note(f"{path}: cannot read the NVLink links up this boot: {state.why(e)}")
             return {}
-        return links
+        # Another boot's: a reboot forgets.
+        return links if boot == self.boot else {}
 
     def update(self, links: Mapping[str, set[int]]) -> None:
         """The links up this boot now (all of them, by GPU key); writes the file when that
@@ -83,3 +84,21 @@ class LinksUp:
     def _note(self, error: str | None) -> None:
         if self._trouble.update(error) is Edge.STARTED:
             self.log(logging.WARNING, None, f"{error}; going on with the links read from now")
+
+
+def _parsed(data: Any) -> tuple[str, dict[str, set[int]]]:
+    """The boot and links of the file's JSON ``{"boot_id": str, "links_up": {GPU key:
+    [link number, ...]}}``; raises TypeError (or ValueError) naming what is not so."""
+    if not isinstance(data, dict) or not isinstance(data.get("boot_id"), str):
+        raise TypeError("expected an object with a boot_id string")
+    links = data.get("links_up")
+    if not isinstance(links, dict):
+        raise TypeError("links_up: expected an object")
+    out: dict[str, set[int]] = {}
+    for key, numbers in links.items():
+        if not isinstance(numbers, list) or not all(
+            type(n) is int and 0 <= n < _MAX_LINK for n in numbers
+        ):
+            raise TypeError(f"links_up[{key!r}]: expected a list of link numbers")
+        out[key] = set(numbers)
+    return data["boot_id"], out

@@ -9,10 +9,13 @@ its pid into the file only so that a second agent can say whom it met.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 
-__all__ = ["EX_RUNNING", "AlreadyRunning", "StateLock", "lock_path"]
+from . import safefile
+
+__all__ = ["EX_RUNNING", "AlreadyRunning", "NotALock", "StateLock", "lock_path"]
 
 # EX_TEMPFAIL: the other agent will exit some day; systemd's Restart= may try again.
 EX_RUNNING = 75
@@ -30,6 +33,16 @@ class AlreadyRunning(Exception):
             text = f"already running ({who}): {path} is locked"
         super().__init__(text)
         self.pid = pid
+
+
+class NotALock(AlreadyRunning):
+    """The lock's path holds a symlink, a FIFO or anything else that is not a regular file:
+    locking through it would lock (and overwrite) some other file, and let a second agent run
+    on the same state file."""
+
+    def __init__(self, path: str, why: str) -> None:
+        Exception.__init__(self, f"{path} is {why}: not locking through it")
+        self.pid = None
 
 
 def lock_path(state_file: str) -> str:
@@ -50,20 +63,23 @@ class StateLock:
         file cannot be written there either, so there is nothing to protect).
 
         Raises :class:`AlreadyRunning` when another process holds it, or when it is another
-        user's lock file; the old lock is kept.
+        user's lock file, and :class:`NotALock` when it is not a regular file (a symlink is
+        never followed); the old lock is kept.
         """
         path = lock_path(state_file)
         if path == self.path:
             return None
         try:
             # 0600: a lock any user could open is a lock any user could hold against the agent.
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = safefile.opened(path, os.O_RDWR | os.O_CREAT, 0o600)
         except PermissionError as e:
             if os.path.lexists(path):
                 # Another user's lock: that user's agent owns the state file beside it.
                 raise AlreadyRunning(path, None, foreign=True) from None
             return f"cannot open {path}: {e.strerror or e}"
         except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.ENXIO):
+                raise NotALock(path, e.strerror or "not a regular file") from None
             return f"cannot open {path}: {e.strerror or e}"
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

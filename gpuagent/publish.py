@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 
-from prometheus_client import write_to_textfile
+from prometheus_client import generate_latest
 
-from . import metrics, state
+from . import metrics, safefile, state
 from .condition import Bug, Condition, Edge
 from .logs import Event, EventLog
 from .notify import Notifier
@@ -57,7 +56,9 @@ class Textfile:
 
     ``path`` may be a symlink (the package links node_exporter's directory to
     ``/run/gpuagent``): it is resolved first, since the write goes to a temporary file beside
-    the target and is renamed over it.  A directory that does not exist is one info line
+    the target and is renamed over it.  Only a symlink root or this user made is followed:
+    node_exporter's directory is another user's, who must not choose what root's hand run
+    overwrites.  A directory that does not exist is one info line
     (no node_exporter here), other errors one error line per episode; :attr:`problem` says
     what is wrong while it is.
     """
@@ -86,7 +87,11 @@ class Textfile:
         """Replace the file with ``st``'s series; never raises for I/O errors."""
         if not self.path:
             return
-        target = os.path.realpath(self.path)
+        try:
+            target = safefile.resolve_trusted(self.path)
+        except OSError as e:
+            self._failing.failed(f"{self.path}: {e.strerror or e}")
+            return
         directory = os.path.dirname(target)
         if not os.path.isdir(directory):
             if self._absent.update(directory) is not None:
@@ -99,11 +104,8 @@ class Textfile:
             return
         self._collector.state = st
         try:
-            write_to_textfile(target, self._registry)
+            safefile.write_atomic(target, generate_latest(self._registry))
         except OSError as e:
-            # prometheus_client 0.16 leaves its temporary file behind on an error.
-            with contextlib.suppress(OSError):
-                os.unlink(f"{target}.{os.getpid()}.{threading.current_thread().ident}")
             self._failing.failed(f"{self._name(target)}: {e.strerror or e}")
             return
         cleared = self._failing.written(), self._absent.update(None) is Edge.ENDED
@@ -114,7 +116,7 @@ class Textfile:
         """Remove the file (at exit: a stopped agent's numbers must not look live)."""
         if self.path:
             with contextlib.suppress(OSError):
-                os.unlink(os.path.realpath(self.path))
+                os.unlink(safefile.resolve_trusted(self.path))
 
     def _name(self, target: str) -> str:
         return self.path if target == self.path else f"{self.path} (-> {target})"

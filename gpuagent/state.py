@@ -1,19 +1,23 @@
 """The state file: written atomically every tick, read by ``gpuagent status``.
 
-Only ``json`` and ``os`` here: ``gpuagent status`` imports this module and must start fast.
+Only ``json`` and :mod:`gpuagent.safefile` here: ``gpuagent status`` imports this module and
+must start fast.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
+
+from . import safefile
 
 __all__ = ["SCHEMA", "StateError", "read", "why", "write"]
 
 SCHEMA = 1
+# A state file of hundreds of GPUs is a few MiB; this keeps a planted huge file from eating
+# the reader's memory.
+MAX_SIZE = 64 * 1024 * 1024
 
 
 class StateError(Exception):
@@ -21,28 +25,13 @@ class StateError(Exception):
 
 
 def write(path: str, state: Mapping[str, object]) -> None:
-    """Replace ``path`` with ``state`` as JSON, atomically (temp file + rename, same directory).
+    """Replace ``path`` with ``state`` as JSON, atomically and durably
+    (:func:`gpuagent.safefile.write_atomic`: temp file + fsync + rename, same directory).
 
     The file is mode 0644: every user may run ``gpuagent status``.  Raises ``OSError``
     (ENOSPC, EROFS, EACCES …); the previous file then stays intact.
     """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    data = json.dumps(state, separators=(",", ":"), allow_nan=False).encode()
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.fchmod(fd, 0o644)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    safefile.write_atomic(path, json.dumps(state, separators=(",", ":"), allow_nan=False).encode())
 
 
 def why(e: BaseException) -> str:
@@ -51,14 +40,16 @@ def why(e: BaseException) -> str:
 
 
 def read(path: str) -> dict[str, Any]:
-    """Load a state file; raises :class:`StateError` with a one-line reason."""
+    """Load a state file; raises :class:`StateError` with a one-line reason (also for a
+    symlink, a FIFO or anything else that is not a regular file: never a hang)."""
     try:
-        with open(path, "rb") as f:
-            state = json.load(f)
+        state = json.loads(safefile.read_regular(path, MAX_SIZE))
     except FileNotFoundError:
         raise StateError(f"{path}: no state file (is gpuagent running?)") from None
     except OSError as e:
         raise StateError(f"{path}: cannot read: {e.strerror}") from None
+    except RecursionError:
+        raise StateError(f"{path}: not valid JSON: nested too deeply") from None
     except ValueError as e:
         raise StateError(f"{path}: not valid JSON: {e}") from None
     if not isinstance(state, dict) or state.get("schema") != SCHEMA:

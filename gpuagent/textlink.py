@@ -16,6 +16,8 @@ import contextlib
 import os
 import stat
 
+from . import safefile
+
 __all__ = ["RUN_FILE", "link", "unlink"]
 
 RUN_FILE = "/run/gpuagent/gpuagent.prom"
@@ -85,10 +87,18 @@ def link(textfile: str, stale: list[str], target: str = RUN_FILE) -> str | None:
     from them.  Nothing is linked when ``textfile`` is ``""``, when its directory does not
     exist (no node_exporter), or when something that is not our link is already there.
     An empty ``target`` is created first, so that the link is never dangling.
-    Raises ``OSError`` when the directory exists but the link cannot be made.
+    Raises ``OSError`` when the directory exists but the link cannot be made, and EPERM when
+    the way to it takes a symlink that neither root nor this user made: node_exporter's user
+    could point that anywhere (:func:`gpuagent.safefile.resolve_trusted`).
     """
     unlink([p for p in stale if p != textfile], target)
-    if not textfile or not os.path.isdir(os.path.dirname(textfile)):
+    if not textfile:
+        return None
+    made = textfile
+    textfile = os.path.join(
+        safefile.resolve_trusted(os.path.dirname(textfile)), os.path.basename(textfile)
+    )
+    if not os.path.isdir(os.path.dirname(textfile)):
         return None
     if os.path.lexists(textfile) and not _ours(textfile, target):
         return None
@@ -101,5 +111,5 @@ def link(textfile: str, stale: list[str], target: str = RUN_FILE) -> str | None:
     os.symlink(target, tmp)
     os.replace(tmp, textfile)
     with contextlib.suppress(OSError):
-        _record(target, textfile)
-    return textfile
+        _record(target, made)
+    return made
