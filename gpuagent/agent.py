@@ -46,10 +46,10 @@ class Systemd(UnitsReader, PidLookup, Protocol):
     the unit of each process on a GPU."""
 
 
-def _system_units() -> Systemd:
+def _system_units(ping: Callable[[], None]) -> Systemd:
     from .units import Units  # noqa: PLC0415 - a run by hand without D-Bus never needs it
 
-    return Units()
+    return Units(ping=ping)
 
 
 class Agent:
@@ -89,7 +89,8 @@ class Agent:
         self.nvlink = NvlinkSource(
             config, prober.runner, log, monotonic=monotonic, state_directory=state_directory
         )
-        systemd = (units or _system_units)()
+        # The runner's heartbeat feeds the watchdog: the bus calls of a tick feed it too.
+        systemd = units() if units is not None else _system_units(prober.runner.heartbeat)
         self.services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
         self.processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
         self.known = KnownGpus(state_directory, log, boot())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -21,6 +20,7 @@ __all__ = [
     "DBusError",
     "Failed",
     "NotWatched",
+    "Sink",
     "bus_address",
     "bus_error",
     "oserror",
@@ -32,12 +32,19 @@ _DEFAULT_ADDRESS = "unix:path=/var/run/dbus/system_bus_socket"
 _ERROR_CHARS = 200
 
 
+class Sink(Protocol):
+    """Where jeepney puts each message a filter matches (a ``deque`` or anything else with
+    ``append``: it calls nothing more)."""
+
+    def append(self, message: Any, /) -> None: ...
+
+
 class Bus(Protocol):
     """The part of ``jeepney.io.blocking.DBusConnection`` the reader uses."""
 
     def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any: ...
 
-    def filter(self, rule: Any, *, queue: deque[Any] | None = None) -> Any: ...
+    def filter(self, rule: Any, *, queue: Sink | None = None) -> Any: ...
 
     def recv_messages(self, *, timeout: float | None = None) -> None: ...
 

@@ -13,22 +13,29 @@ Read by read, it follows systemd's signals instead of asking again (``full_every
 default): the first read on a connection calls ``Subscribe()`` and adds the bus's match
 rules for each unit (:mod:`gpuagent.unitsignals`) before it reads them all; a later read
 takes in, without waiting, the signals that came since, and asks again only about the units
-they name, so a read when nothing changed makes no call.  After a
-``daemon-reload`` and on every new connection it reads them all again; every ``full_every``
-s one call (``ListUnitsByPatterns``) checks the states the signals left, and a unit that
-differs is read again (a safety net for a signal lost); ``full_every`` None, or a bus that
-refuses the subscription, reads them all every time.
+they name, so a read when nothing changed makes no call.  After a ``daemon-reload``, after
+systemd's name changed owner and on every new connection it reads them all again; every
+``full_every`` s one call (``ListUnitsByPatterns``) checks the states the signals left, and a
+unit that differs is read again (a safety net for a signal lost); ``full_every`` None, or a bus
+that refuses the subscription, reads them all every time.
+
+Only systemd's signals count: their sender is systemd's unique name (asked of the bus, and
+followed); anyone else's are dropped as they come in.  What is held of them is bounded
+(:data:`_SIGNALS_MAX`: past it, the next read reads every unit again, as after a signal
+lost), and so is what one read takes in from the connection (:data:`_MESSAGES_MAX` messages,
+anyone's: a flood leaves the rest to the next read).
 
 jeepney is pure Python and blocking here (:mod:`gpuagent.sysbus`); every call has a timeout,
-the connection's own ``Hello`` included, and taking the signals in never waits.  Works with
-jeepney 0.8 (Debian 12) and 0.9 (Debian 13): only the API the two share is used (no
-``unwrap=``, no ``router``; ``filter`` and ``recv_messages``).
+the connection's own ``Hello`` included, and taking the signals in never waits; ``ping`` (the
+watchdog's) is called before each call and between the messages taken in, so a systemd slow
+to answer (each call up to the timeout) never starves the watchdog.  Works with jeepney 0.8
+(Debian 12) and 0.9 (Debian 13): only the API the two share is used (no ``unwrap=``, no
+``router``; ``filter`` and ``recv_messages``).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -57,9 +64,11 @@ __all__ = [
 
 # How often every unit is read again whatever the signals said (s): issue 16's NVLink cadence.
 FULL_EVERY = 60.0
-# The most signals one read takes in; more, and it reads every unit again.
+# The most of systemd's signals held between reads; more, and a read reads every unit again.
 _SIGNALS_MAX = 256
-_SYSTEMD = "org.freedesktop.systemd1"
+# The most messages one read takes in from the connection (anyone's): the rest wait.
+_MESSAGES_MAX = 4096
+_SYSTEMD = unitsignals.SYSTEMD
 _UNIT = f"{_SYSTEMD}.Unit"
 _SERVICE = f"{_SYSTEMD}.Service"
 _NO_SUCH_UNIT = f"{_SYSTEMD}.NoSuchUnit"
@@ -99,10 +108,10 @@ class PidResult:
 
 @dataclass
 class _Follow:
-    """One connection's signals: those jeepney filtered in (``signals``), the units matched
+    """One connection's signals: those jeepney filtered in (``inbox``), the units matched
     (object path → name), the last read of each and when all were last read."""
 
-    signals: deque[Any]
+    inbox: unitsignals.Inbox
     enabled: bool = False
     paths: dict[str, str] = field(default_factory=dict)
     units: dict[str, UnitFacts] = field(default_factory=dict)
@@ -111,7 +120,9 @@ class _Follow:
 
 class Units:
     """Reads units' states; ``connect`` makes a :class:`Bus` (tests give their own bus);
-    ``full_every`` (s) how often to read them all whatever the signals say (None: always)."""
+    ``full_every`` (s) how often to read them all whatever the signals say (None: always);
+    ``ping`` is called before each bus call and while signals are taken in (the watchdog's
+    ``ping_if_due``: it must be cheap when not due)."""
 
     def __init__(
         self,
@@ -120,8 +131,10 @@ class Units:
         timeout: float = DEFAULT_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         full_every: float | None = FULL_EVERY,
+        ping: Callable[[], None] = lambda: None,
     ) -> None:
         self.timeout = timeout
+        self.ping = ping
         self.clock = clock
         self.full_every = full_every
         self.connection = Connection(connect or (lambda: system_bus(timeout)), timeout)
@@ -195,56 +208,49 @@ class Units:
         """This connection's signals, subscribed on its first read; None: read everything."""
         bus = self.connection.connected()
         if self._follow is None and self.full_every is not None:
-            self._follow = _Follow(deque())
+            self._follow = _Follow(unitsignals.Inbox(_SIGNALS_MAX))
             from jeepney import MatchRule  # noqa: PLC0415
+            from jeepney.bus_messages import message_bus  # noqa: PLC0415
 
-            # Every signal the bus delivers (those the rules ask for, and the bus's own to
-            # this connection): jeepney queues those that come in while it waits for a reply.
-            queued = bus.filter(MatchRule(type="signal"), queue=self._follow.signals)
+            # Every signal the bus delivers (those the rules ask for, the bus's own, and any
+            # sent to this connection by name): jeepney hands those that come in while it
+            # waits for a reply to the inbox, which keeps systemd's only.
+            inbox = self._follow.inbox
+            queued = bus.filter(MatchRule(type="signal"), queue=inbox)
             try:
                 self._call(_MANAGER_PATH, _MANAGER, "Subscribe", "", ())
-                self._match(unitsignals.RELOADING)
-                self._follow.enabled = True
             except DBusError:
                 # Refused: every read reads everything, as without signals, and nothing
                 # queues the signals no read would take in.
                 queued.close()
-                self._follow.signals.clear()
+                inbox.clear()
+            else:
+                # The owner's changes are followed before it is asked: none falls between.
+                self._match(unitsignals.OWNER)
+                self.ping()
+                inbox.owner = str(self.connection.send(message_bus.GetNameOwner(_SYSTEMD)))
+                self._match(unitsignals.RELOADING)
+                self._follow.enabled = True
         follow = self._follow
         return follow if follow is not None and follow.enabled else None
 
     def _take_signals(self, follow: _Follow) -> unitsignals.Changes:
         """What the signals that came since the last read say, without waiting for any."""
         bus = self.connection.connected()
-        for _ in range(_SIGNALS_MAX):
+        for _ in range(_MESSAGES_MAX):
+            self.ping()
             try:
                 bus.recv_messages(timeout=0)
             except TimeoutError:
                 break
             except (OSError, ValueError) as e:
                 raise Failed(f"system bus: {_oserror(e)}") from None
-        else:
-            follow.signals.clear()
-            return unitsignals.Changes(everything=True)
-        from jeepney import HeaderFields  # noqa: PLC0415
-
-        signals = []
-        while follow.signals:
-            msg = follow.signals.popleft()
-            fields = msg.header.fields
-            signals.append(
-                unitsignals.Signal(
-                    str(fields.get(HeaderFields.path, "")),
-                    str(fields.get(HeaderFields.interface, "")),
-                    str(fields.get(HeaderFields.member, "")),
-                    msg.body[0] if msg.body else None,
-                )
-            )
-        return unitsignals.changed(signals, follow.paths)
+        return follow.inbox.take(follow.paths)
 
     def _match(self, rule: str) -> None:
         from jeepney.bus_messages import message_bus  # noqa: PLC0415
 
+        self.ping()
         self.connection.send(message_bus.AddMatch(rule))
 
     def unit_for_pid(self, pid: int) -> PidResult:
@@ -325,4 +331,5 @@ class Units:
         return value[1] if isinstance(value, tuple) else value
 
     def _call(self, path: str, interface: str, method: str, sig: str, body: tuple[Any, ...]) -> Any:
+        self.ping()
         return self.connection.call(path, interface, method, sig, body)

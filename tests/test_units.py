@@ -8,6 +8,7 @@ Debian 12 and 13, as the packaged service's user.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -25,6 +26,7 @@ import pytest
 from gpuagent import units
 from gpuagent.nvservices import DCGM, FABRICMANAGER, PERSISTENCED, UNITS
 from gpuagent.units import Unit, Units, Watch
+from tests.mock_systemd import BUS_NAME, MAIN_IFACE, MAIN_OBJ
 from tests.tools import need, tool
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -171,6 +173,21 @@ def reloading(bus: MockBus) -> None:
     _mock_call(bus, "EmitSignal", "sssav", (manager, "Reloading", "b", [("b", False)]))
 
 
+class Highest:
+    """A filter's queue that notes the most it ever held (``high``)."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+        self.high = 0
+
+    def append(self, msg: Any) -> None:
+        self.queue.append(msg)
+        self.high = max(self.high, len(self.queue))
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+
 class Counting:
     """A connection to the bus that notes each method call sent on it: (member, body)."""
 
@@ -179,7 +196,7 @@ class Counting:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         # A signal that comes in again as soon as it is taken (None: the bus's own).
         self.storm: Any = None
-        self.queue: Any = None
+        self.queue: Highest | None = None
 
     def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
         from jeepney import HeaderFields  # noqa: PLC0415
@@ -188,11 +205,12 @@ class Counting:
         return self.bus.send_and_get_reply(message, timeout=timeout)
 
     def filter(self, rule: Any, *, queue: Any = None) -> Any:
-        self.queue = queue
-        return self.bus.filter(rule, queue=queue)
+        self.queue = Highest(queue)
+        return self.bus.filter(rule, queue=self.queue)
 
     def recv_messages(self, *, timeout: float | None = None) -> None:
         if self.storm is not None:
+            assert self.queue is not None
             self.queue.append(self.storm)
             return
         self.bus.recv_messages(timeout=timeout)
@@ -216,11 +234,11 @@ def counted(bus: MockBus, **kw: Any) -> tuple[Units, list[Counting]]:
     return Units(connect, **kw), made
 
 
-def settled(bus: MockBus) -> tuple[Units, Counting]:
+def settled(bus: MockBus, **kw: Any) -> tuple[Units, Counting]:
     """A reader following the signals (its full read never due again) and its connection,
     after the first read and the one that takes in the UnitNew signals of the units the
     first one loaded; no call counted yet."""
-    reader, made = counted(bus, clock=lambda: 0.0)
+    reader, made = counted(bus, clock=lambda: 0.0, **kw)
     reader.read()
     reader.read()
     made[-1].calls.clear()
@@ -416,12 +434,15 @@ def test_a_read_when_nothing_changed_makes_no_call(systemd: MockBus) -> None:
     reader, made = counted(systemd, clock=lambda: 0.0)  # the full read never due again
     first = reader.read()
     bus = made[-1]
-    assert [m for m, _ in bus.calls][:2] == ["Subscribe", "AddMatch"]
+    # systemd's owner followed before it is asked, both before any unit is read.
+    assert [m for m, _ in bus.calls][:4] == ["Subscribe", "AddMatch", "GetNameOwner", "AddMatch"]
     # Each unit's rules are added before its properties are read.
-    assert bus.asked("AddMatch")[1:3] == [
-        "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',"
+    assert bus.asked("AddMatch")[2:4] == [
+        "type='signal',sender='org.freedesktop.systemd1',"
+        "interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',"
         "path='/org/freedesktop/systemd1/unit/nvidia_2dfabricmanager_2eservice'",
-        "type='signal',interface='org.freedesktop.systemd1.Manager',member='UnitNew',"
+        "type='signal',sender='org.freedesktop.systemd1',"
+        "interface='org.freedesktop.systemd1.Manager',member='UnitNew',"
         f"path='/org/freedesktop/systemd1',arg0='{FABRICMANAGER}'",
     ]
     # Loading persistenced and DCGM made the mock say UnitNew: this read asks about them.
@@ -586,6 +607,7 @@ def test_the_daemon_lets_go_of_the_bus_at_exit(
     assert report.state["services"][FABRICMANAGER]["active_state"] == "active"
     reader = daemon.agent.services.reader
     assert isinstance(reader, Units) and reader.connection.bus is not None
+    assert reader.ping == daemon.watchdog.ping_if_due  # its bus calls feed the watchdog
     name = reader.connection.bus.unique_name  # type: ignore[attr-defined]
     assert name in _bus_names(systemd)
     assert daemon.finish("ticks") == 0
@@ -596,18 +618,175 @@ def test_the_daemon_lets_go_of_the_bus_at_exit(
         time.sleep(0.05)
 
 
-def test_a_storm_of_signals_is_taken_in_bounded_and_reads_every_unit(systemd: MockBus) -> None:
-    from jeepney import DBusAddress, new_signal  # noqa: PLC0415
+FM_PATH = "/org/freedesktop/systemd1/unit/nvidia_2dfabricmanager_2eservice"
 
-    reader, bus = settled(systemd)
-    path = "/org/freedesktop/systemd1/unit/nvidia_2dfabricmanager_2eservice"
+
+def _properties_changed(sender: str | None, path: str = FM_PATH) -> Any:
+    from jeepney import DBusAddress, HeaderFields, new_signal  # noqa: PLC0415
+
     where = DBusAddress(path, interface="org.freedesktop.DBus.Properties")
     body: tuple[str, dict[str, Any], list[str]] = ("org.freedesktop.systemd1.Unit", {}, [])
-    bus.storm = new_signal(where, "PropertiesChanged", "sa{sv}as", body)
+    msg = new_signal(where, "PropertiesChanged", "sa{sv}as", body)
+    if sender is not None:
+        msg.header.fields[HeaderFields.sender] = sender
+    return msg
+
+
+def systemd_name(bus: MockBus) -> str:
+    """The unique name of the mock systemd on ``bus``."""
+    from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+    conn = units.system_bus(2.0, bus.address)
+    try:
+        return str(conn.send_and_get_reply(message_bus.GetNameOwner(BUS_NAME)).body[0])
+    finally:
+        conn.close()
+
+
+def test_a_storm_of_signals_is_taken_in_bounded_and_reads_every_unit(systemd: MockBus) -> None:
+    reader, bus = settled(systemd)
+    bus.storm = _properties_changed(systemd_name(systemd))
     # Signals without end: the read takes in so many, then reads every unit, and returns.
     assert reader.read().watch is Watch.OK
     assert bus.asked() == list(UNITS)
+    assert bus.queue is not None and bus.queue.high <= units._SIGNALS_MAX
     bus.storm = None
     bus.calls.clear()
     assert reader.read().watch is Watch.OK
     assert bus.calls == []
+
+
+def test_a_storm_of_forged_signals_is_taken_in_bounded_and_reads_nothing(
+    systemd: MockBus,
+) -> None:
+    reader, bus = settled(systemd)
+    before = reader.read().units
+    bus.storm = _properties_changed(":1.666")  # systemd's path and interface, not its name
+    result = reader.read()
+    assert (result.watch, result.units) == (Watch.OK, before)
+    assert bus.calls == []
+    assert bus.queue is not None and bus.queue.high == 0
+
+
+def _forgeries(destination: str | None, count: int) -> bytes:
+    """``count`` signals with systemd's paths, interfaces and members (PropertiesChanged,
+    UnitRemoved, JobRemoved, Reloading), serialised; ``destination``: sent to it by name."""
+    from jeepney import DBusAddress, HeaderFields, new_signal  # noqa: PLC0415
+
+    manager = DBusAddress(MAIN_OBJ, interface=MAIN_IFACE)
+    kinds = [
+        _properties_changed(None),
+        new_signal(manager, "UnitRemoved", "so", (FABRICMANAGER, FM_PATH)),
+        new_signal(manager, "JobRemoved", "uoss", (7, f"{MAIN_OBJ}/job/7", PERSISTENCED, "done")),
+        new_signal(manager, "Reloading", "b", (False,)),
+    ]
+    if destination is not None:
+        for msg in kinds:
+            msg.header.fields[HeaderFields.destination] = destination
+    return b"".join(kinds[i % len(kinds)].serialise(serial=i + 1) for i in range(count))
+
+
+def test_forged_systemd_signals_from_another_client_are_dropped_and_hold_nothing(
+    systemd: MockBus,
+) -> None:
+    from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+    reader, bus = settled(systemd, timeout=60.0)
+    before = reader.read().units
+    target = reader.connection.bus.bus.unique_name  # type: ignore[union-attr]
+    # Another client on the bus, as any user may be: 100,000 forged signals, half broadcast
+    # (systemd's path and interface), half sent to the agent's connection by name.
+    forger = units.system_bus(10.0, systemd.address)
+    try:
+        for destination in (None, target):
+            chunk = _forgeries(destination, 1000)
+            for _ in range(50):
+                forger.sock.sendall(chunk)  # type: ignore[attr-defined]
+        # Its reply comes after the bus has routed every one of them.
+        forger.send_and_get_reply(message_bus.GetId())
+    finally:
+        forger.close()
+    # A call waits behind them all for its reply; then a read takes in whatever is left.
+    assert reader.unit_for_pid(4242) == units.PidResult(Watch.OK, FABRICMANAGER)
+    bus.calls.clear()
+    assert bus.queue is not None and bus.queue.high == 0  # not one of them held
+    result = reader.read()
+    assert (result.watch, result.units) == (Watch.OK, before)
+    assert bus.calls == []  # not one unit read again
+
+
+def test_systemd_re_executed_its_new_name_is_followed(dbus_daemon: MockBus) -> None:
+    with mock_systemd(dbus_daemon, PARAMETERS):
+        reader, bus = settled(dbus_daemon)
+    # systemd is back under another unique name, the fabric manager failed meanwhile.
+    failed = {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed"}
+    again = {**PARAMETERS, "units": {**PARAMETERS["units"], FABRICMANAGER: failed}}
+    with mock_systemd(dbus_daemon, again):
+        got = read_until(reader, lambda u: u[FABRICMANAGER].active_state == "failed")
+        assert got[FABRICMANAGER].active_state == "failed"
+        assert set(bus.asked()) >= set(UNITS)  # the owner changed: every unit read again
+        reader.read()  # the UnitNew of the units that read loaded
+        bus.calls.clear()
+        # The new name's signals are systemd's.
+        set_unit(dbus_daemon, PERSISTENCED, LoadState="loaded", ActiveState="active")
+        got = read_until(reader, lambda u: u[PERSISTENCED].active_state == "active")
+        assert set(bus.asked()) == {PERSISTENCED}
+
+
+class FakeNotifier:
+    def __init__(self, now: list[float]) -> None:
+        self.now = now
+        self.pings: list[float] = []
+
+    def watchdog(self) -> None:
+        self.pings.append(self.now[0])
+
+
+class Slow(Counting):
+    """A connection to a systemd that takes ``delay`` s (of the fake clock) to answer."""
+
+    def __init__(self, bus: units.Bus, now: list[float], delay: float) -> None:
+        super().__init__(bus)
+        self.now = now
+        self.delay = delay
+
+    def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
+        self.now[0] += self.delay
+        return super().send_and_get_reply(message, timeout=timeout)
+
+
+def test_a_slow_systemd_does_not_starve_the_watchdog(
+    systemd: MockBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuagent.daemon import Watchdog  # noqa: PLC0415
+
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")  # WatchdogSec=30
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    now = [0.0]
+    notifier = FakeNotifier(now)
+    watchdog = Watchdog(notifier, lambda: now[0])  # type: ignore[arg-type]
+    made: list[Slow] = []
+
+    def connect() -> units.Bus:
+        made.append(Slow(units.system_bus(1.0, systemd.address), now, 1.5))
+        return made[-1]
+
+    reader = Units(connect, clock=lambda: now[0], ping=watchdog.ping_if_due)
+    watchdog.ping_if_due()  # as the tick loop did before the tick
+    for _ in range(2):  # the first read on a connection, and the next after a reload
+        assert reader.read().watch is Watch.OK
+        reloading(systemd)
+        read_until_signal(made[-1])
+    assert reader.read().watch is Watch.OK
+    calls = len(made[-1].calls)
+    assert calls > 20, calls
+    times = [*notifier.pings, now[0]]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert now[0] >= 1.5 * calls
+    assert max(gaps) <= 15.0, gaps  # WatchdogSec/2
+
+
+def read_until_signal(bus: Counting) -> None:
+    """Wait, within a deadline, until the bus has a message for ``bus``."""
+    sock = bus.bus.sock  # type: ignore[attr-defined]
+    assert select.select([sock], [], [], 10)[0], "no signal came"
