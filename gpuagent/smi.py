@@ -273,7 +273,7 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
     reset: dict[str, tuple[str, ...]] = {}
     reasons: list[dict[str, str]] = []
     malformed: list[str] = []
-    for number, (_, cells, row, odd) in enumerate(_read(csv_lines, fields), 1):
+    for number, (cells, row, odd) in enumerate(_read(csv_lines, fields), 1):
         said = {f: c for f, c in zip(fields, cells, strict=True) if _said(c)}
         if REQUIRES_RESET not in said.values() and _anonymous(row, fields):
             malformed.append(f"row {number}: neither pci.bus_id nor uuid, no GPU's; left out")
@@ -320,15 +320,15 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
     lines = [ln for ln in stdout.splitlines() if ln.strip() and not _WARNING.match(ln)]
     if not lines:
         raise ParseError("no rows", stdout[:200])
-    return [row for _, _, row, _ in _read(lines, fields)]
+    return [row for _, row, _ in _read(lines, fields)]
 
 
 def _read(
     lines: list[str], fields: tuple[str, ...]
-) -> list[tuple[str, list[str], Row, list[tuple[str, str]]]]:
-    """Each CSV line, its cells (stripped), its row, and its impossible values (field, text)
+) -> list[tuple[list[str], Row, list[tuple[str, str]]]]:
+    """Each CSV line's cells (stripped), its row, and its impossible values (field, text)
     left out of the row; raises :class:`ParseError` as :func:`parse` does."""
-    out: list[tuple[str, list[str], Row, list[tuple[str, str]]]] = []
+    out: list[tuple[list[str], Row, list[tuple[str, str]]]] = []
     for line in lines:
         try:
             cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
@@ -350,8 +350,8 @@ def _read(
                 odd.append((field, cell[:80]))
                 value = None
             row[field] = value
-        out.append((line, cells, row, odd))
-    slots = [sysfs_slot(b) for _, _, r, _ in out if isinstance(b := r.get("pci.bus_id"), str)]
+        out.append((cells, row, odd))
+    slots = [sysfs_slot(b) for _, r, _ in out if isinstance(b := r.get("pci.bus_id"), str)]
     if len(set(slots)) != len(slots):
         raise ParseError("the same pci.bus_id on two rows", "\n".join(lines)[:300])
     return out
