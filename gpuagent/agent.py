@@ -80,6 +80,7 @@ class Agent:
             overrides=config.xid,
             hold=config.xid_warning_hold,
             wall=wall,
+            monotonic=monotonic,
         )
         self.probing = Probing(config, prober, log, which=which, wall=wall)
         window = ThrottleWindow(config.throttle_window, config.throttle_fraction)

@@ -14,6 +14,7 @@ logged by the health model, as that problem's start.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
@@ -25,6 +26,7 @@ from .health import WARNING, Finding
 from .kernlog import KernelLog
 from .logs import Event, EventLog
 from .owners import Seen, source_words
+from .pciaddr import device_of
 from .views import BusView, KernelView
 from .xidcatalog import Override
 from .xidcount import Source, XidCount, XidCounter
@@ -39,7 +41,9 @@ class KernelSource:
     """This boot's kernel records from the journal in ``directory`` (``""``: the system
     journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests);
     ``overrides`` is the site's ``[xid]`` table, ``hold`` (s) how long a warning Xid holds
-    after its last record (``None``: until the next boot), on the ``wall`` clock."""
+    after its last record (``None``: until the next boot), on the ``monotonic`` clock: the
+    ``wall`` clock, the records' own, only dates a record that the boot's first read finds
+    (stepping it back or on does not bring back or end a warning)."""
 
     def __init__(
         self,
@@ -50,6 +54,7 @@ class KernelSource:
         overrides: Mapping[int, Override] | None = None,
         hold: float | None = None,
         wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.log = log
         self._open_log = open_log
@@ -57,6 +62,11 @@ class KernelSource:
         self.xids = XidCounter(overrides)
         self.hold = hold
         self.wall = wall
+        self.monotonic = monotonic
+        # Each (GPU device, Xid code)'s record count and when its last record was read, on
+        # the monotonic clock; when the journal was last read.
+        self._heard: dict[tuple[str, int], tuple[int, float]] = {}
+        self._polled: float | None = None
         # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
         self.cleared: dict[str, clears.Clear] = {}
         self._forgotten: list[str] = []
@@ -90,6 +100,7 @@ class KernelSource:
             self.xids = XidCounter(overrides)
             self._mismatch = None
             self.cleared = {}
+            self._heard, self._polled = {}, None
 
     def poll(
         self,
@@ -136,12 +147,37 @@ class KernelSource:
                 self.log(level, event, line, address=first.slot, **fields)
             else:
                 self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        found = self.xids.findings(slots, self.wall(), self.hold, attribute)
+        lapsed = self._lapsed(slots)
+        found: dict[str, list[Finding]] = {}
+        for s, fs in self.xids.findings(slots, attribute=attribute).items():
+            held = [f for f in fs if f.kind != "xid" or (device_of(s), _code(f)) not in lapsed]
+            if held:
+                found[s] = held
         out = {s: fs for s, fs in found.items() if s not in self._strays}
         host = [_stray(f, s, describe(s)) for s in sorted(self._strays) for f in found.get(s, ())]
         if host:
             out[""] = host
         return out
+
+    def _lapsed(self, slots: list[str]) -> set[tuple[str, int]]:
+        """The (device, code) pairs whose warning Xid has had no record for ``hold`` s on the
+        monotonic clock.  A record read after the first poll was logged since the poll
+        before (its wall stamp is trusted no further back than that); one the first poll
+        reads is as old as its wall stamp says."""
+        mono, wall = self.monotonic(), self.wall()
+        since = math.inf if self._polled is None else max(mono - self._polled, 0.0)
+        self._polled = mono
+        lapsed: set[tuple[str, int]] = set()
+        for (slot, code), count in self.xids.counts(slots).items():
+            key = (device_of(slot), code)
+            seen = self._heard.get(key)
+            if seen is None or seen[0] != count.count:
+                seen = (count.count, mono - min(max(wall - count.last, 0.0), since))
+                self._heard[key] = seen
+            held = self.hold is None or mono - seen[1] < self.hold
+            if count.info.severity == WARNING and not held:
+                lapsed.add(key)
+        return lapsed
 
     def _record(self, time: float, message: str) -> None:
         self.xids.add(time, message)
@@ -225,6 +261,10 @@ def _process_fields(count: XidCount, unit: str | None) -> dict[str, int | str]:
     if count.process is not None:
         out["process_comm"] = count.process
     return out
+
+
+def _code(f: Finding) -> int | str | None:
+    return dict(f.extra).get("xid")
 
 
 def _stray(f: Finding, slot: str, what: str) -> Finding:

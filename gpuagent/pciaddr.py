@@ -22,14 +22,16 @@ _WHERE = re.compile(rf"(?P<device>{DEVICE})(?:\.(?P<function>[0-7]))?")
 
 
 def sysfs_slot(bus_id: str) -> str:
-    """nvidia-smi's ``pci.bus_id`` (``00000000:41:00.0``) in sysfs form (``0000:41:00.0``).
+    """nvidia-smi's ``pci.bus_id`` (``00000000:41:00.0``) in sysfs form (``0000:41:00.0``):
+    every spelling of one slot gives the same one.
 
-    A bus id without a domain (``41:00.0``) is returned lower-cased as it is.
+    A bus id without a domain (``41:00.0``) is in domain 0, as lspci writes it; text that is
+    no bus id is returned lower-cased as it is.
     """
     m = _BUS_ID.fullmatch(bus_id.strip().lower())
-    if m is None or m["domain"] is None:
+    if m is None:
         return bus_id.strip().lower()
-    return f"{int(m['domain'], 16):04x}:{m['rest']}"
+    return f"{int(m['domain'] or '0', 16):04x}:{m['rest']}"
 
 
 def is_bus_id(text: str) -> bool:

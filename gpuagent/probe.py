@@ -42,7 +42,8 @@ class ProbeResult:
     """What one probe gave: ``rows`` on success, else ``failure`` and a one-line ``error``.
 
     ``detail`` is the offending output line of an unparseable answer (for the debug log),
-    ``warnings`` lines nvidia-smi printed beside valid data (infoROM), ``spawns`` the number
+    ``warnings`` lines nvidia-smi printed beside valid data (infoROM) and one for each row
+    or value the parse left out as malformed (smi.Output.malformed), ``spawns`` the number
     of processes started, ``rejected`` the fields nvidia-smi refused on the way.  Beside the
     rows: ``gpu_errors`` the error text of each GPU nvidia-smi could not answer for, by sysfs
     slot (a partial success), ``requires_reset`` the fields reading ``[GPU requires reset]``
@@ -181,7 +182,7 @@ class Prober:
             return failed
         return ProbeResult(
             rows=out.rows,
-            warnings=out.warnings,
+            warnings=out.warnings + out.malformed,
             gpu_errors=out.gpu_errors,
             requires_reset=out.requires_reset,
             inforom=out.inforom,

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import rules
+from . import rules, smi
 from .health import Finding
 from .history import ThrottleWindow
 from .logs import EventLog
 from .pci import PciGpu
-from .pciaddr import sysfs_slot
 from .probe import ProbeResult
 from .smi import Row
 from .views import Sample, SamplesView
@@ -55,8 +54,7 @@ class Samples:
         now, mono = self.wall(), self.monotonic()
         by_slot: dict[str, Row] = {}
         for row in answer.rows or []:
-            bus_id = row.get("pci.bus_id")
-            key = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
+            key = smi.key(row)
             by_slot[key] = row
             self._samples[key] = Sample(row, now, mono)
             self.throttle.add(key, mono, rules.throttle_reasons(row))

@@ -28,6 +28,7 @@ __all__ = [
     "classify",
     "command",
     "invalid_field",
+    "key",
     "parse",
     "parse_output",
 ]
@@ -104,7 +105,33 @@ _TEXT = frozenset(
         *_HEALTH_TEXT,
     }
 )
-_MISSING = frozenset({"", "N/A", "Not Supported"})
+# "ERR!": nvidia-smi could not read that one value (its table view prints the same); only that
+# field of that GPU is unknown.
+_ERROR = "ERR!"
+_MISSING = frozenset({"", "N/A", "Not Supported", _ERROR})
+# Readings no working GPU can give (nounits): a value outside its range is a malformed value
+# of that GPU, left blank, never a fault.  PCIe links are x1 to x32 wide (x0: not reported).
+_POSSIBLE: dict[str, tuple[float, float]] = {
+    # Below absolute zero, or above the melting point of silicon.
+    "temperature.gpu": (-273.15, 1414),
+    "utilization.gpu": (0, 100),
+    "utilization.memory": (0, 100),
+    "memory.total": (0, math.inf),
+    "memory.used": (0, math.inf),
+    "power.draw": (0, math.inf),
+    "power.limit": (0, math.inf),
+    "clocks.sm": (0, math.inf),
+    "clocks.mem": (0, math.inf),
+    "fan.speed": (0, math.inf),
+    "ecc.errors.uncorrected.volatile.total": (0, math.inf),
+    "pcie.link.width.current": (0, 32),
+    "pcie.link.width.max": (0, 32),
+    "pcie.link.gen.current": (0, math.inf),
+    "pcie.link.gen.gpucurrent": (0, math.inf),
+    "pcie.link.gen.max": (0, math.inf),
+}
+# A row names its GPU by one of these; one that names it by neither is no GPU's.
+_IDENTITY = ("pci.bus_id", "uuid")
 _NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
 # Windows consoles turn the quotes into curly ones.
 _QUOTE = '"\u201c\u201d'
@@ -188,8 +215,9 @@ class Output:
     named in an error line instead of a row, by sysfs slot; ``requires_reset`` the fields that
     read ``[GPU requires reset]``, by sysfs slot; ``inforom`` the slots nvidia-smi warned have a
     corrupted infoROM; ``warnings`` every ``WARNING:`` line; ``reasons`` for each row, the
-    bracketed text of each field it gave instead of a value (``[N/A]``, ``[GPU requires
-    reset]`` …), which the row holds as ``None``.
+    bracketed text (or ``ERR!``) of each field it gave instead of a value (``[N/A]``, ``[GPU
+    requires reset]`` …), which the row holds as ``None``; ``malformed`` one line for each row left
+    out as no GPU's and each impossible value left blank (for the debug log).
     """
 
     rows: list[Row]
@@ -198,6 +226,7 @@ class Output:
     inforom: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     reasons: tuple[dict[str, str], ...] = ()
+    malformed: tuple[str, ...] = ()
 
 
 def _split_lines(stdout: str) -> tuple[list[str], dict[str, str], list[str]]:
@@ -228,8 +257,11 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
     """Parse an answer that may mix rows with per-GPU errors and warnings (see :class:`Output`).
 
     An answer of per-GPU errors alone (every GPU lost) has no rows: it still says which GPU is
-    sick.  Raises :class:`ParseError` like :func:`parse` when the rest is not the CSV asked for,
-    or when there is neither a row nor a per-GPU error.
+    sick.  A row that names its GPU by neither ``pci.bus_id`` nor ``uuid`` (all ``[N/A]``) is
+    no GPU's and is left out, unless it says ``[GPU requires reset]``; it and each impossible
+    value (:func:`parse`) get a line in :attr:`Output.malformed`.  Raises :class:`ParseError`
+    like :func:`parse` when the rest is not the CSV asked for, or when there is neither a row
+    nor a per-GPU error.
     """
     csv_lines, errors, warnings = _split_lines(stdout)
     inforom = tuple(sysfs_slot(m["bus"]) for w in warnings if (m := _INFOROM.match(w)))
@@ -237,33 +269,69 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
         if errors:
             return Output([], errors, {}, inforom, tuple(warnings))
         raise ParseError("no rows", stdout[:200])
-    rows = parse("\n".join(csv_lines), fields)
+    rows: list[Row] = []
     reset: dict[str, tuple[str, ...]] = {}
     reasons: list[dict[str, str]] = []
-    for line, row in zip(csv_lines, rows, strict=True):
-        cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
-        said = {f: c for f, c in zip(fields, cells, strict=True) if c[:1] == "[" and c[-1:] == "]"}
+    malformed: list[str] = []
+    for number, (cells, row, odd) in enumerate(_read(csv_lines, fields), 1):
+        said = {f: c for f, c in zip(fields, cells, strict=True) if _said(c)}
+        if REQUIRES_RESET not in said.values() and _anonymous(row, fields):
+            malformed.append(f"row {number}: neither pci.bus_id nor uuid, no GPU's; left out")
+            continue
+        rows.append(row)
         reasons.append(said)
+        slot = key(row)
+        malformed += [f"GPU {slot}: {f}: not a possible value: {t!r}; left blank" for f, t in odd]
         if REQUIRES_RESET in said.values():
-            bus_id = row.get("pci.bus_id")
-            slot = sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
             reset[slot] = tuple(f for f, c in said.items() if c == REQUIRES_RESET)
-    return Output(rows, errors, reset, inforom, tuple(warnings), tuple(reasons))
+    if not rows and not errors:
+        raise ParseError(malformed[0], csv_lines[0][:300], len(fields))
+    return Output(rows, errors, reset, inforom, tuple(warnings), tuple(reasons), tuple(malformed))
+
+
+def _said(cell: str) -> bool:
+    """Whether a cell is nvidia-smi's word instead of a value (``[N/A]``, ``ERR!`` …)."""
+    return cell == _ERROR or (cell[:1] == "[" and cell[-1:] == "]")
+
+
+def _anonymous(row: Row, fields: tuple[str, ...]) -> bool:
+    asked = [f for f in _IDENTITY if f in fields]
+    return bool(asked) and all(row[f] is None for f in asked)
+
+
+def key(row: Row) -> str:
+    """The slot a row is kept under: its ``pci.bus_id`` in sysfs form (``0000:3b:00.0``,
+    whatever the spelling), else ``index:N`` (``index:None`` without an index)."""
+    bus_id = row.get("pci.bus_id")
+    return sysfs_slot(bus_id) if isinstance(bus_id, str) else f"index:{row.get('index')}"
 
 
 def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
     """Parse ``--format=csv,noheader,nounits`` output into one row per GPU.
 
     Missing values (``[N/A]``, ``N/A``, ``[Not Supported]``, ``[Unknown Error]``, any other
-    bracketed text, empty) become ``None`` for that field; text fields stay strings; numbers
-    become int or float.  ``WARNING:`` lines (infoROM) and blank lines are skipped.  Raises
-    :class:`ParseError` on a wrong column count or a non-numeric value in a numeric field.
+    bracketed text, ``ERR!``, empty) become ``None`` for that field, and so does a value no
+    GPU can read (a negative link width, memory or clock, a utilization above 100 %, a
+    temperature below absolute zero); text fields stay strings; numbers become int or float.
+    ``WARNING:`` lines (infoROM) and blank lines are skipped.  Raises :class:`ParseError` on a
+    wrong column count, a non-numeric value in a numeric field, or one bus id on two rows
+    (in whatever spellings).
     """
-    rows: list[Row] = []
     lines = [ln for ln in stdout.splitlines() if ln.strip() and not _WARNING.match(ln)]
+    if not lines:
+        raise ParseError("no rows", stdout[:200])
+    return [row for _, row, _ in _read(lines, fields)]
+
+
+def _read(
+    lines: list[str], fields: tuple[str, ...]
+) -> list[tuple[list[str], Row, list[tuple[str, str]]]]:
+    """Each CSV line's cells (stripped), its row, and its impossible values (field, text)
+    left out of the row; raises :class:`ParseError` as :func:`parse` does."""
+    out: list[tuple[list[str], Row, list[tuple[str, str]]]] = []
     for line in lines:
         try:
-            cells = next(csv.reader([line], skipinitialspace=True))
+            cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
         except csv.Error as e:
             raise ParseError(f"not CSV: {e}", line[:300]) from None
         if len(cells) != len(fields):
@@ -271,20 +339,27 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
                 f"{len(cells)} columns where {len(fields)} were asked for", line, len(cells)
             )
         row: Row = {}
+        odd: list[tuple[str, str]] = []
         for field, cell in zip(fields, cells, strict=True):
             try:
-                row[field] = _value(field, cell.strip())
+                value = _value(field, cell)
             except ValueError:
                 what = "a PCI bus id" if field == "pci.bus_id" else "a number"
-                text = cell.strip()[:80]
-                raise ParseError(f"{field}: not {what}: {text!r}", line[:300]) from None
-        rows.append(row)
-    if not rows:
-        raise ParseError("no rows", stdout[:200])
-    bus_ids = [r["pci.bus_id"] for r in rows if r.get("pci.bus_id") is not None]
-    if len(set(bus_ids)) != len(bus_ids):
-        raise ParseError("the same pci.bus_id on two rows", stdout[:300])
-    return rows
+                raise ParseError(f"{field}: not {what}: {cell[:80]!r}", line[:300]) from None
+            if not _possible(field, value):
+                odd.append((field, cell[:80]))
+                value = None
+            row[field] = value
+        out.append((cells, row, odd))
+    slots = [sysfs_slot(b) for _, r, _ in out if isinstance(b := r.get("pci.bus_id"), str)]
+    if len(set(slots)) != len(slots):
+        raise ParseError("the same pci.bus_id on two rows", "\n".join(lines)[:300])
+    return out
+
+
+def _possible(field: str, value: Value) -> bool:
+    low, high = _POSSIBLE.get(field, (-math.inf, math.inf))
+    return not isinstance(value, int | float) or low <= value <= high
 
 
 def invalid_field(stdout: str) -> str | None:

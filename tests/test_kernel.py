@@ -10,8 +10,12 @@ from typing import Any
 
 from gpuagent import metrics, status, statustext
 from gpuagent.agent import Agent
-from gpuagent.logs import Event
+from gpuagent.kernel import KernelSource
+from gpuagent.kernlog import KernelLog
+from gpuagent.logs import Event, EventLog
+from gpuagent.pci import PciGpu
 from gpuagent.report import GpuEntry, State
+from gpuagent.views import BusView
 from gpuagent.xidcatalog import Override
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Clock, Host
@@ -220,7 +224,8 @@ def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, m
     app, gone = host.slots[1], host.slots[0]
     assert [p["xid"] for p in entry(host.state, app)["problems"]] == [145]
     assert entry(host.state, app)["health"] == "warning"
-    # Held for 20 s after its record (10 s ago): held still, on the agent's wall clock.
+    # Held for 20 s after its record (9 s before the first tick): held still, on the agent's
+    # monotonic clock, which each tick moves on by the interval (10 s).
     agent.configure(host.config(journal_directory=journal, xid_warning_hold=20.0))
     host.tick()
     assert [p["xid"] for p in entry(host.state, app)["problems"]] == [145]
@@ -233,6 +238,78 @@ def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, m
     (cleared,) = host.events(Event.PROBLEM_CLEARED)
     assert cleared.getMessage() == f"GPU {app}: Xid 145 cleared"
     assert [(p["kind"], p.get("xid")) for p in entry(host.state, gone)["problems"]] == [("xid", 79)]
+
+
+def _nonfatal_link() -> str:
+    """The B200's Nonfatal Xid 145 (a warning), its redacted address put on the fake host's
+    second GPU."""
+    link = corpus_text("xid-145-137-b200-user-redacted-pci").splitlines()[1]
+    return link.replace("PCI:...", "PCI:0000:2a:00").replace("(...)", "(0x0)") + "\n"
+
+
+def test_stepping_the_wall_clock_back_does_not_bring_an_ended_xid_warning_back(
+    host: Host, make: Any
+) -> None:
+    wall = Clock(time.time())
+    journal = make(_nonfatal_link(), start=wall.now - 10)
+    host.make_agent(journal_directory=journal, xid_warning_hold=20.0, wall=wall)
+    app = host.slots[1]
+    host.tick(3)
+    assert entry(host.state, app)["problems"] == []
+    # Someone sets the clock back an hour: the record is "newer" than the wall clock now.
+    wall.now -= 3600
+    host.tick(2)
+    assert entry(host.state, app)["problems"] == []
+    assert len(host.events(Event.PROBLEM_CLEARED)) == 1
+
+
+def test_stepping_the_wall_clock_on_does_not_end_a_held_xid_warning(host: Host, make: Any) -> None:
+    wall = Clock(time.time())
+    journal = make(_nonfatal_link(), start=wall.now - 10)
+    host.make_agent(journal_directory=journal, xid_warning_hold=3600.0, wall=wall)
+    app = host.slots[1]
+    host.tick()
+    wall.now += 7200
+    host.tick()
+    assert [p["xid"] for p in entry(host.state, app)["problems"]] == [145]
+    assert host.events(Event.PROBLEM_CLEARED) == []
+
+
+class _Records(KernelLog):
+    """A journal whose next read gives ``pending``: (realtime s, message) pairs."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory, self.error = directory, None
+        self.pending: list[tuple[float, str]] = []
+
+    def poll(self, sink: Any, loaders: Any = None, other: Any = None) -> int:
+        read, self.pending = self.pending, []
+        for at, message in read:
+            sink(at, message)
+        return len(read)
+
+
+def test_a_recurrence_logged_after_the_clock_went_back_restarts_the_hold() -> None:
+    mono, wall = Clock(0.0), Clock(1_700_000_000.0)
+    journal = _Records("")
+    kernel = KernelSource(
+        "", EventLog(), open_log=lambda _: journal, hold=60.0, wall=wall, monotonic=mono
+    )
+    gpu = PciGpu("0000:2a:00.0", "0x2901", "0x030200", "nvidia")
+    bus = BusView((gpu,), frozenset({gpu.slot}))
+    journal.pending = [(wall.now - 5, _nonfatal_link().removeprefix("kernel: "))]
+    assert [f.kind for f in kernel.poll(bus)["0000:2a:00.0"]] == ["xid"]
+    # 50 s on the clock is set back a day; 50 s later the Xid comes again, stamped then.
+    mono.now, wall.now = 50.0, wall.now + 50 - 86400
+    assert [f.kind for f in kernel.poll(bus)["0000:2a:00.0"]] == ["xid"]
+    mono.now, wall.now = 100.0, wall.now + 50
+    journal.pending = [(wall.now, _nonfatal_link().removeprefix("kernel: "))]
+    assert [f.kind for f in kernel.poll(bus)["0000:2a:00.0"]] == ["xid"]
+    # Held 60 s from the recurrence on the monotonic clock, not from the first record.
+    mono.now, wall.now = 150.0, wall.now + 50
+    assert [f.kind for f in kernel.poll(bus)["0000:2a:00.0"]] == ["xid"]
+    mono.now, wall.now = 160.0, wall.now + 10
+    assert "0000:2a:00.0" not in kernel.poll(bus)
 
 
 def test_the_sites_xid_table_has_the_last_word(host: Host, make: Any) -> None:
