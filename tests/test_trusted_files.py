@@ -127,7 +127,12 @@ def test_textfile_and_statedir_files_are_fsynced(
 ) -> None:
     calls: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     log, _ = recorder()
     Textfile(os.path.join(tmp_path, "gpuagent.prom"), log).write(SNAP)
     assert len(calls) == 2
