@@ -335,10 +335,16 @@ def reboot_pending(
 ) -> Finding | None:
     """``reboot_pending`` when the ``installed`` driver (:meth:`NvmlLibrary.version`) is not
     the ``loaded`` module (:func:`loaded_version`), or when the kernel's API-mismatch record
-    (the boot's latest, :func:`api_mismatch`) still describes the loaded module; ``None``
-    where the two agree, or where it is unknown (a version missing, no record)."""
+    (the boot's latest, :func:`api_mismatch`) still describes the loaded module and names a
+    client of the installed version (any, where that is unknown); ``None`` where the two
+    agree, or where it is unknown (a version missing, no record)."""
+    # The client's version is what the client sent, and any user may open /dev/nvidiactl: a
+    # refused client speaks for an upgrade only with the installed driver's version.
     refused = (
-        mismatch is not None and mismatch.client != mismatch.kernel and loaded == mismatch.kernel
+        mismatch is not None
+        and mismatch.client != mismatch.kernel
+        and loaded == mismatch.kernel
+        and installed in (None, mismatch.client)
     )
     confirm = ""
     if refused and mismatch is not None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuagent.driver import ApiMismatch, absence_reason, api_mismatch
+from gpuagent.driver import ApiMismatch, absence_reason, api_mismatch, reboot_pending
 from gpuagent.xid import parse
 from tests import fakesysfs, test_driver, test_kernlog, xidcorpus
 from tests.conftest import Host
@@ -176,6 +176,15 @@ def test_a_client_version_of_another_shape_is_no_mismatch() -> None:
         assert api_mismatch(record(client)) == ApiMismatch(client, "595.80")
     for client in ("1", "595", "5950.80", "595.80.1.2", "595.8000", "v595.80"):
         assert api_mismatch(record(client)) is None
+
+
+def test_a_client_of_another_version_than_the_installed_is_no_pending_reboot() -> None:
+    # Any user may send /dev/nvidiactl a version of the driver's shape: where the installed
+    # driver is known, only a refused client of that version is the upgrade's.
+    sent = ApiMismatch("595.79", "595.80", "evil")
+    assert reboot_pending("595.80", "595.80", sent) is None
+    assert reboot_pending("595.79", "595.80", sent) is not None
+    assert reboot_pending(None, "595.80", sent) is not None
 
 
 def corpus_records() -> list[str]:
