@@ -3,9 +3,9 @@
 Two host-level problems, each a :class:`~gpuagent.health.Finding` for slot ``""``:
 
 * ``no_driver_module`` (critical, ``check_host``): NVIDIA GPUs wait for the nvidia module
-  for longer than ``driver_absent_grace``.  :func:`absence_reason` reads one journal record's
-  ``MESSAGE`` (the kernel's, or modprobe's) for a reason; :class:`ModuleAbsence` keeps the
-  clock and the reasons and says when the wait has become a problem.
+  for longer than ``driver_absent_grace``.  :func:`absence_reason` reads one kernel record's
+  ``MESSAGE`` for a reason, :func:`loader_reason` one module loader's; :class:`ModuleAbsence`
+  keeps the clock and the reasons and says when the wait has become a problem.
 * ``reboot_pending`` (warning, ``reboot``): the installed driver (:class:`NvmlLibrary`, the
   version in the NVML library's file name) is not the loaded one (:func:`loaded_version`,
   ``/sys/module/nvidia/version``), or the kernel refused a client of another version
@@ -24,7 +24,9 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from . import driverrecord
 from .health import CRITICAL, WARNING, Finding
+from .pciaddr import SLOT
 
 __all__ = [
     "KEY_REJECTED",
@@ -41,6 +43,7 @@ __all__ = [
     "api_mismatch",
     "library_dirs",
     "loaded_version",
+    "loader_reason",
     "reboot_pending",
     "version_of",
 ]
@@ -66,49 +69,85 @@ REASONS: dict[str, str] = {
     "for each GPU)",
 }
 
-# One pattern per reason; each matches anywhere in a record (journalctl and dmesg put the
-# kernel's lines after prefixes; a modprobe error comes wrapped in its caller's words).
-_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+# The kernel's own records that say why, one pattern per reason, each matched at the record's
+# start: the kernel's words there are its own, while a later line may be a user's
+# (gpuagent.driverrecord).  The kernel's are single-line records; the driver's must be its
+# whole record.
+_KERNEL_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # kernel/module/signing.c, with module.sig_enforce or Secure Boot: "Loading of module
     # with unavailable key is rejected" (also "of unsigned module", "of module with
-    # unsupported crypto"); modprobe's EKEYREJECTED: "Key was rejected by service".
-    (KEY_REJECTED, re.compile(r"Loading of (?:unsigned )?module(?: with [\w ]+)? is rejected")),
-    (KEY_REJECTED, re.compile(r"\bkey was rejected by service\b", re.IGNORECASE)),
+    # unsupported crypto"; older kernels put the module's name first).
+    (
+        KEY_REJECTED,
+        re.compile(
+            r"(?:[\w-]{1,56}: )?Loading of (?:unsigned )?module(?: with [\w ]+)? is rejected"
+        ),
+    ),
     # security/lockdown/lockdown.c: "Lockdown: modprobe: unsigned module loading is
     # restricted; see man kernel_lockdown.7".
     (LOCKDOWN, re.compile(r"Lockdown: [^:\n]+: unsigned module loading is restricted")),
-    # modprobe: "modprobe: FATAL: Module nvidia not found." (or "... not found in directory
-    # /lib/modules/<release>"); systemd-modules-load: "Failed to find module 'nvidia'".
-    (MODULE_NOT_FOUND, re.compile(r"\bModule nvidia[\w-]* not found\b")),
-    (MODULE_NOT_FOUND, re.compile(r"Failed to find module 'nvidia[\w-]*'")),
-    # The nvidia module's own words when another driver holds the devices.
-    (OTHER_DRIVER, re.compile(r"NVRM: The NVIDIA probe routine was not called for \d+ device")),
+)
+# The nvidia module's own words (kernel-open/nvidia/nv.c, osapi.c).
+_DRIVER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # Another driver holds the devices.
+    (
+        OTHER_DRIVER,
+        re.compile(r"[ \t]*NVRM: The NVIDIA probe routine was not called for \d+ device"),
+    ),
     (
         OPEN_MODULE_UNSUPPORTED,
-        re.compile(r"not supported by open\s+(?:NVRM:\s+)?nvidia\.ko because it does not"),
+        re.compile(
+            rf"[ \t]*NVRM: The NVIDIA GPU {SLOT} \(PCI ID: [0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}}\)\s+"
+            r"(?:NVRM:\s+)?installed in this system is not supported by open\s+(?:NVRM:\s+)?"
+            r"nvidia\.ko because it does not"
+        ),
     ),
     (
         PROBE_FAILED,
         re.compile(
-            r"NVRM: The NVIDIA probe routine failed for \d+ device|"
-            r"NVRM: None of the NVIDIA devices were initialized|"
-            r"NVRM: No NVIDIA graphics adapter probed!"
+            r"[ \t]*NVRM: (?:The NVIDIA probe routine failed for \d+ device|"
+            r"None of the NVIDIA devices were initialized|"
+            r"No NVIDIA graphics adapter probed!)"
         ),
     ),
+)
+# The module loaders' words (their records are told apart by the fields journald sets, see
+# gpuagent.kernlog.LOADERS), anywhere in a record: a modprobe error comes wrapped in its
+# caller's words.
+_LOADER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # modprobe's EKEYREJECTED: "Key was rejected by service".
+    (KEY_REJECTED, re.compile(r"\bkey was rejected by service\b", re.IGNORECASE)),
+    # modprobe: "modprobe: FATAL: Module nvidia not found." (or "... not found in directory
+    # /lib/modules/<release>"); systemd-modules-load: "Failed to find module 'nvidia'".
+    (MODULE_NOT_FOUND, re.compile(r"\bModule nvidia[\w-]* not found\b")),
+    (MODULE_NOT_FOUND, re.compile(r"Failed to find module 'nvidia[\w-]*'")),
 )
 
 
 def absence_reason(message: str) -> str | None:
-    """The reason (:data:`REASONS`) one journal record's ``MESSAGE`` gives for the nvidia
-    module not being loaded, or ``None``.
-
-    The kernel's own records (``_TRANSPORT=kernel``) carry the signature, lockdown and probe
-    reasons; "module not found" is modprobe's (its caller's stderr, systemd-modules-load's
-    record).  "module verification failed: signature and/or required key missing - tainting
-    kernel" and "PKCS#7 signature not signed with a trusted key" are no reason: a kernel that
-    does not enforce signatures loads the module anyway.
+    """The reason (:data:`REASONS`) one kernel record's ``MESSAGE`` (``_TRANSPORT=kernel``)
+    gives for the nvidia module not being loaded, or ``None``: the signature and lockdown
+    reasons of a one-line record of the kernel's, the probe's of a record the driver wrote
+    whole, each at the record's start.  "module verification failed: signature and/or
+    required key missing - tainting kernel" and "PKCS#7 signature not signed with a trusted
+    key" are no reason: a kernel that does not enforce signatures loads the module anyway.
     """
-    for reason, pattern in _REASONS:
+    if "\n" not in message.rstrip("\n"):
+        for reason, pattern in _KERNEL_REASONS:
+            if pattern.match(message):
+                return reason
+    if driverrecord.lines(message):
+        for reason, pattern in _DRIVER_REASONS:
+            if pattern.match(message):
+                return reason
+    return None
+
+
+def loader_reason(message: str) -> str | None:
+    """The reason (:data:`REASONS`) one module loader's record (:data:`gpuagent.kernlog.LOADERS`:
+    root's ``modprobe`` or ``systemd-modules-load``) gives for the nvidia module not being
+    loaded ("Module nvidia not found", "Key was rejected by service"), or ``None``."""
+    for reason, pattern in _LOADER_REASONS:
         if pattern.search(message):
             return reason
     return None
@@ -166,24 +205,31 @@ class ApiMismatch:
 # Old drivers: "NVRM: API mismatch: the client has the version 515.48.07, but\nNVRM: this
 # kernel module has the version 510.73.05.  Please ..."; current ones (osapi.c) name the
 # client: "NVRM: API mismatch: the client 'kwin_wayland' (pid 1005)\nNVRM: has the version
-# 595.84, but this kernel module has\nNVRM: the version 595.80.  Please ...".
-_VERSION = r"\d+(?:\.\d+)+"
+# 595.84, but this kernel module has\nNVRM: the version 595.80.  Please ...".  The client's
+# version is whatever the client sent (/dev/nvidiactl is open to all, newlines included):
+# only the driver's own shape counts, two or three numbers of one to three digits (367.44,
+# 595.80, 515.48.07, 470.256.02), so that it cannot carry lines of its own.
+_DRIVER_VERSION = r"\d{1,3}\.\d{1,3}(?:\.\d{1,3})?"
 _API_MISMATCH = re.compile(
-    r"NVRM: API mismatch: the client (?:'(?P<program>[^'\n]*)' \(pid \d+\)\s+(?:NVRM:\s+)?)?"
-    rf"has the version (?P<client>{_VERSION}), but\s+(?:NVRM:\s+)?this kernel module has\s+"
-    rf"(?:NVRM:\s+)?the version (?P<kernel>{_VERSION})"
+    r"[ \t]*NVRM: API mismatch: the client (?:'(?P<program>[^'\n]*)' \(pid \d+\)\s+(?:NVRM:\s+)?)?"
+    rf"has the version (?P<client>{_DRIVER_VERSION}), but\s+(?:NVRM:\s+)?this kernel module "
+    rf"has\s+(?:NVRM:\s+)?the version (?P<kernel>{_DRIVER_VERSION})\.(?:\s|$)"
 )
 
 
 def api_mismatch(message: str) -> ApiMismatch | None:
-    """The client's and the kernel module's versions in one kernel record's ``MESSAGE``
-    (all its lines, as the journal keeps a multi-line printk), or ``None``."""
-    m = _API_MISMATCH.search(message)
+    """The client's and the kernel module's versions in one kernel record's ``MESSAGE`` (all
+    its lines, as the journal keeps a multi-line printk), or ``None``: the record must be the
+    driver's whole (:func:`gpuagent.driverrecord.lines`), the mismatch its start, and both
+    versions of the driver's shape."""
+    m = _API_MISMATCH.match(message) if driverrecord.lines(message) else None
     if m is None:
         return None
     return ApiMismatch(m["client"], m["kernel"], m["program"])
 
 
+# The versions root's files give (the NVML library's name, the loaded module's sysfs file).
+_VERSION = r"\d+(?:\.\d+)+"
 _LIBRARY_VERSION = re.compile(rf"^libnvidia-ml\.so\.(?P<version>{_VERSION})$")
 
 
@@ -289,10 +335,16 @@ def reboot_pending(
 ) -> Finding | None:
     """``reboot_pending`` when the ``installed`` driver (:meth:`NvmlLibrary.version`) is not
     the ``loaded`` module (:func:`loaded_version`), or when the kernel's API-mismatch record
-    (the boot's latest, :func:`api_mismatch`) still describes the loaded module; ``None``
-    where the two agree, or where it is unknown (a version missing, no record)."""
+    (the boot's latest, :func:`api_mismatch`) still describes the loaded module and names a
+    client of the installed version (any, where that is unknown); ``None`` where the two
+    agree, or where it is unknown (a version missing, no record)."""
+    # The client's version is what the client sent, and any user may open /dev/nvidiactl: a
+    # refused client speaks for an upgrade only with the installed driver's version.
     refused = (
-        mismatch is not None and mismatch.client != mismatch.kernel and loaded == mismatch.kernel
+        mismatch is not None
+        and mismatch.client != mismatch.kernel
+        and loaded == mismatch.kernel
+        and installed in (None, mismatch.client)
     )
     confirm = ""
     if refused and mismatch is not None:

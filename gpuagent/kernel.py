@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from . import clears
 from .condition import Condition, Edge
-from .driver import ApiMismatch, absence_reason, api_mismatch
+from .driver import ApiMismatch, absence_reason, api_mismatch, loader_reason
 from .driverstate import DriverRecords
 from .health import WARNING, Finding
 from .kernlog import KernelLog
@@ -191,7 +191,7 @@ class KernelSource:
     def _loader_record(self, time: float, message: str) -> None:
         # modprobe's and systemd-modules-load's words: why the module is not there, and
         # nothing else (never an Xid: only the kernel's records are the driver's).
-        reason = absence_reason(message)
+        reason = loader_reason(message)
         if reason is not None:
             self._reasons.append(reason)
 

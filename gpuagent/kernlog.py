@@ -6,11 +6,12 @@ counts the same records again and nothing logged while it was down is missed; la
 take only what was appended since, and return at once when nothing was.  Reading the system
 journal takes membership of the ``systemd-journal`` group; ``/dev/kmsg`` is not used.
 
-The same read also takes the module loaders' records (:data:`LOADERS`: ``modprobe``'s
+The same read also takes the module loaders' records (:data:`LOADERS`: root's ``modprobe``'s
 stderr, ``systemd-modules-load``'s own lines), whose words say why the nvidia module is not
 there ("Module nvidia not found", "Key was rejected by service").  They are told apart by
-the fields journald sets itself (``_TRANSPORT``, ``_COMM``, ``_SYSTEMD_UNIT``), which no
-program can forge through ``logger`` or ``sd_journal_send``, and are handed to their own sink:
+the fields journald sets itself (``_TRANSPORT``, ``_COMM``, ``_SYSTEMD_UNIT``, ``_UID``),
+which no program can forge through ``logger`` or ``sd_journal_send``; ``_COMM`` is the name a
+process gives itself, so only root's count.  They are handed to their own sink:
 never to the one that counts Xids.  One match with OR-ed terms (``sd_journal_add_disjunction``)
 reads both in one pass.
 
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["CLEARS", "LOADERS", "KernelLog", "booted_at", "journal_boot"]
+__all__ = ["CLEARS", "LOADERS", "LOADER_UID", "KernelLog", "booted_at", "journal_boot"]
 
 # The agent's own entries read in order with the kernel's: `gpuagent clear` from root
 # (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
@@ -44,11 +45,13 @@ START_CHUNK = 10_000
 
 # The module loaders' records, by the fields journald itself sets: the command name of the
 # process that logged (``_COMM``: modprobe run by a unit or udev, whose stderr is the
-# journal's; systemd-modules-load), or the unit it ran in.
+# journal's; systemd-modules-load), or the unit it ran in; each only from root (``_UID``,
+# LOADER_UID), since any user may run a program named modprobe (systemd-cat modprobe …).
 LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("_COMM", ("modprobe", "systemd-modules-load")),
     ("_SYSTEMD_UNIT", ("systemd-modules-load.service",)),
 )
+LOADER_UID = "0"
 
 Sink = Callable[[float, str], None]
 FieldSink = Callable[[float, dict[str, bytes]], None]
@@ -104,7 +107,8 @@ def match(reader: Any, also: Mapping[str, str] = CLEARS, boot: str | None = None
     reader.add_match(_TRANSPORT="kernel")
     for field, values in LOADERS:
         reader.add_disjunction()
-        reader.add_match(*(f"{field}={v}" for v in values))
+        # Terms of one field are OR-ed, of two fields AND-ed: (any of the values) and root's.
+        reader.add_match(*(f"{field}={v}" for v in values), f"_UID={LOADER_UID}")
     if also:
         reader.add_disjunction()
         reader.add_match(**also)

@@ -1,7 +1,9 @@
 """Kernel-reported GPU faults: Xid, SXid, "fallen off the bus" and RmInitAdapter (pure).
 
-:func:`parse` turns one kernel record's whole ``MESSAGE`` (it may hold several lines) into
-events, anchored on the driver's own line prefixes:
+:func:`parse` turns one kernel record's whole ``MESSAGE`` into its event, read at the start of
+a record the driver wrote whole (:mod:`gpuagent.driverrecord`: every line with the driver's
+prefix); the same words inside another subsystem's record (a tmpfs mount option any user
+chooses) or on a later line of the driver's (a client's string) are no event:
 
 * ``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, <words>``: an Xid.  ``PCI:`` is optional,
   the domain has 4 to 8 hex digits, ``GPU-I:nn``/``GPU-CI:nn`` name a MIG instance, and
@@ -23,41 +25,37 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from . import driverrecord
 from .health import CRITICAL, WARNING
 from .pciaddr import DEVICE, SLOT, parse_device, slot_of
 from .xidcatalog import NONE, RECOVERY_ACTIONS, Override, XidInfo, lookup, override
 
 __all__ = ["XID_FELL_OFF", "Event", "GpuUuid", "InitFailure", "SXid", "Xid", "assess", "parse"]
 
-# Each pattern starts a line of the MESSAGE: the driver's prefix, never a word inside a line.
+# Each pattern is matched at the start of the driver's record (driverrecord.lines): its first
+# line, or for the probe-time record the whole printk; never at a line further down.
 _XID = re.compile(
-    r"^[ \t]*NVRM: Xid \((?:PCI:)?(?P<where>[^)\s]*)"
+    r"[ \t]*NVRM: Xid \((?:PCI:)?(?P<where>[^)\s]*)"
     r"(?: GPU-I:(?P<gi>\d{1,3}))?(?: GPU-CI:(?P<ci>\d{1,3}))?\): "
-    r"(?P<code>\d{1,6})(?:,[ \t]*(?P<text>[^\n]*))?$",
-    re.MULTILINE,
+    r"(?P<code>\d{1,6})(?:,[ \t]*(?P<text>.*))?"
 )
-_COMPANION = re.compile(
-    rf"^[ \t]*NVRM: GPU (?P<slot>{SLOT}): GPU has fallen off the bus\.", re.MULTILINE
-)
-# One printk with embedded newlines; rsyslog and dmesg show it as three lines.
+_COMPANION = re.compile(rf"[ \t]*NVRM: GPU (?P<slot>{SLOT}): GPU has fallen off the bus\.")
+# One printk with embedded newlines, each line with its NVRM: (osapi.c); rsyslog and dmesg
+# show it as three lines.
 _PROBE = re.compile(
-    rf"^[ \t]*NVRM: The NVIDIA GPU (?P<slot>{SLOT})\s+(?:NVRM:\s+)?"
+    rf"[ \t]*NVRM: The NVIDIA GPU (?P<slot>{SLOT})\s+(?:NVRM:\s+)?"
     r"\(PCI ID: [0-9a-fA-F]{4}:[0-9a-fA-F]{4}\) installed in this system has\s+(?:NVRM:\s+)?"
-    r"fallen off the bus",
-    re.MULTILINE,
+    r"fallen off the bus"
 )
 _INIT = re.compile(
-    rf"^[ \t]*NVRM: GPU (?P<slot>{SLOT}): RmInitAdapter failed!(?: \((?P<detail>[^)\n]*)\))?",
-    re.MULTILINE,
+    rf"[ \t]*NVRM: GPU (?P<slot>{SLOT}): RmInitAdapter failed!(?: \((?P<detail>[^)]*)\))?"
 )
 _SXID = re.compile(
-    r"^[ \t]*nvidia-nvswitch(?P<switch>\d{1,4}): SXid \((?:PCI:)?(?P<where>[^)\s]*)\): "
-    r"(?P<code>\d{1,6})(?:,[ \t]*(?P<text>[^\n]*))?$",
-    re.MULTILINE,
+    r"[ \t]*nvidia-nvswitch(?P<switch>\d{1,4}): SXid \((?:PCI:)?(?P<where>[^)\s]*)\): "
+    r"(?P<code>\d{1,6})(?:,[ \t]*(?P<text>.*))?"
 )
 _UUID = re.compile(
-    rf"^[ \t]*NVRM: GPU at PCI:(?P<device>{DEVICE}): (?P<uuid>GPU-[0-9a-fA-F-]{{36}})\s*$",
-    re.MULTILINE,
+    rf"[ \t]*NVRM: GPU at PCI:(?P<device>{DEVICE}): (?P<uuid>GPU-[0-9a-fA-F-]{{36}})\s*"
 )
 # The channel's owner at the head of an Xid's words: pid=48213, name=python3 (drivers 510 gave
 # no name; '<unknown>' and <unknown> where the driver knows no owner).
@@ -146,13 +144,17 @@ def _small(text: str | None) -> int | None:
 
 
 def parse(message: str) -> list[Event]:
-    """The events in one kernel record's ``MESSAGE``, in the order of their kind."""
-    if "NVRM" not in message and "SXid" not in message:
+    """The event one kernel record's ``MESSAGE`` reports (``[]`` or one event): read from the
+    record's first line, and only where the driver wrote the whole record
+    (:func:`gpuagent.driverrecord.lines`); text inside another subsystem's record, or on a
+    later line of the driver's, is no event."""
+    lines = driverrecord.lines(message)
+    if not lines:
         return []
-    events: list[Event] = []
-    for m in _XID.finditer(message):
+    first = lines[0]
+    if m := _XID.fullmatch(first):
         where = parse_device(m.group("where"))
-        events.append(
+        return [
             Xid(
                 where[0] if where else None,
                 int(m.group("code")),
@@ -161,25 +163,21 @@ def parse(message: str) -> list[Event]:
                 gpu_instance=_small(m.group("gi")),
                 compute_instance=_small(m.group("ci")),
             )
-        )
-    for pattern, origin in ((_COMPANION, "companion"), (_PROBE, "probe")):
-        for m in pattern.finditer(message):
+        ]
+    for pattern, origin, text in ((_COMPANION, "companion", first), (_PROBE, "probe", message)):
+        if m := pattern.match(text):
             device, function = parse_device(m.group("slot")) or ("", None)
-            events.append(Xid(device, XID_FELL_OFF, "GPU has fallen off the bus", origin, function))
-    for m in _INIT.finditer(message):
-        events.append(InitFailure(slot_of(m.group("slot")), m.group("detail") or ""))
-    for m in _SXID.finditer(message):
+            return [Xid(device, XID_FELL_OFF, "GPU has fallen off the bus", origin, function)]
+    if m := _INIT.match(first):
+        return [InitFailure(slot_of(m.group("slot")), m.group("detail") or "")]
+    if m := _SXID.fullmatch(first):
         where = parse_device(m.group("where"))
         slot = f"{where[0]}.{where[1] or 0}" if where else None
-        events.append(
-            SXid(slot, int(m.group("switch")), int(m.group("code")), m.group("text") or "")
-        )
-    for m in _UUID.finditer(message):
-        named = parse_device(m.group("device"))
-        if named:
-            # As nvidia-smi prints it, so that the two sources give one metric label.
-            events.append(GpuUuid(named[0], "GPU-" + m.group("uuid")[4:].lower()))
-    return events
+        return [SXid(slot, int(m.group("switch")), int(m.group("code")), m.group("text") or "")]
+    if (m := _UUID.fullmatch(first)) and (named := parse_device(m.group("device"))):
+        # As nvidia-smi prints it, so that the two sources give one metric label.
+        return [GpuUuid(named[0], "GPU-" + m.group("uuid")[4:].lower())]
+    return []
 
 
 def assess(xid: Xid, overrides: Mapping[int, Override] | None = None) -> XidInfo:

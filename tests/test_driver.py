@@ -23,6 +23,7 @@ from gpuagent.driver import (
     api_mismatch,
     library_dirs,
     loaded_version,
+    loader_reason,
     reboot_pending,
     version_of,
 )
@@ -80,10 +81,13 @@ REASONS = {
     # The eGPU's BAR0: "The NVIDIA probe routine failed" and "None of the NVIDIA devices
     # were initialized", twice.
     "kernel-probe-routine-failed-bar0-invalid-egpu-loop-TRIMMED": [PROBE_FAILED] * 4,
-    # The kernel's "Loading of module with unavailable key is rejected", then Talos' own
-    # "load nvidia failed: key was rejected by service".
-    "kernel-talos-module-unavailable-key-rejected-nvidia-TRIMMED": [KEY_REJECTED] * 2,
+    # The kernel's "Loading of module with unavailable key is rejected" (Talos' own "load
+    # nvidia failed: key was rejected by service" is a loader's words: LOADER_REASONS).
+    "kernel-talos-module-unavailable-key-rejected-nvidia-TRIMMED": [KEY_REJECTED],
 }
+# What the same records give read as a module loader's (loader_reason): only the loaders'
+# own words, never the kernel's.
+LOADER_REASONS = {"kernel-talos-module-unavailable-key-rejected-nvidia-TRIMMED": [KEY_REJECTED]}
 MISMATCHES = {
     "kernel-api-mismatch-dmesg-client-name-pid-driver595.84-vs-595.80": ApiMismatch(
         "595.84", "595.80", "kwin_wayland"
@@ -111,6 +115,8 @@ def test_every_host_capture_is_listed() -> None:
 def test_each_capture_classifies_as_expected(name: str) -> None:
     got = [r for m in records(name) if (r := absence_reason(m)) is not None]
     assert got == REASONS[name]
+    loaders = [r for m in records(name) if (r := loader_reason(m)) is not None]
+    assert loaders == LOADER_REASONS.get(name, [])
     mismatches = [m for r in records(name) if (m := api_mismatch(r)) is not None]
     assert mismatches == ([MISMATCHES[name]] if name in MISMATCHES else [])
 
@@ -170,7 +176,11 @@ def test_the_multi_line_records_are_joined_as_the_journal_keeps_them() -> None:
     ],
 )
 def test_reason_lines_of_the_reports(line: str, reason: str | None) -> None:
-    assert absence_reason(line) == reason
+    # modprobe's and systemd-modules-load's lines are the loaders', the others the kernel's.
+    loaders = line.startswith(("modprobe: ", "Failed to find module"))
+    assert (loader_reason if loaders else absence_reason)(line) == reason
+    # Each is its reader's only: the kernel's records never give a loader's reason.
+    assert (absence_reason if loaders else loader_reason)(line) is None
 
 
 def test_every_reason_is_explained() -> None:
@@ -189,7 +199,7 @@ def test_every_reason_is_explained() -> None:
 def test_an_absent_module_is_a_problem_after_the_grace() -> None:
     # canonical/nvidia-graphics-drivers#61: Secure Boot rejects the DKMS-built 535 module.
     absent = ModuleAbsence(grace=600.0)
-    reason = absence_reason(
+    reason = loader_reason(
         "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"
     )
     assert absent.update(100.0, loaded=False, wanted=True, reasons=[reason or ""]) is None
