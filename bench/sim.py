@@ -39,7 +39,7 @@ def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:
 def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> str:
     """A real nvidia-smi stand-in that ``cat``s the H200 capture projected onto the query,
     and for ``--query-compute-apps`` ``processes`` processes on each GPU (the real capture's
-    names and sizes, PIDs of their own)."""
+    sizes, PIDs of their own; no name: the agent reads those from /proc)."""
     answer = os.path.join(directory, "answer.csv")
     text, _ = replay.answer(replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", slots)
     with open(answer, "w") as f:
@@ -49,7 +49,7 @@ def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> 
         for i, slot in enumerate(slots):
             for n in range(processes):
                 pid = 10000 + i * 100 + n
-                f.write(f"{replay.gpu_uuid(i, slot)}, {pid}, /usr/bin/python3, {2566 + n}\n")
+                f.write(f"{replay.gpu_uuid(i, slot)}, {pid}, {2566 + n}\n")
     path = os.path.join(directory, "nvidia-smi")
     with open(path, "w") as f:
         f.write(
@@ -77,8 +77,7 @@ class ScriptedRunner(Runner):
         with open(os.path.join(replay.CORPUS, "errors", MISMATCH), encoding="utf-8") as f:
             mismatch = f.read()
         apps = "".join(
-            f"{replay.gpu_uuid(i, slot)}, {10000 + i}, /usr/bin/python3, 2566\n"
-            for i, slot in enumerate(self.slots)
+            f"{replay.gpu_uuid(i, slot)}, {10000 + i}, 2566\n" for i, slot in enumerate(self.slots)
         )
         self._apps = RunResult(Outcome.EXITED, 0, apps)
         self._answers = {

@@ -94,6 +94,8 @@ class Config:
     # Who is on each GPU: nvidia-smi --query-compute-apps every processes_interval (rounded up
     # to whole ticks; None, the default, or less than a tick: every tick).
     processes_interval: float | None = None
+    # Where their names are read: <proc_root>/<pid>/comm.
+    proc_root: str = "/proc"
 
 
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.

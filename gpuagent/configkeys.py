@@ -124,7 +124,7 @@ def check_key(source: str, key: str, value: Any) -> Any:
             f"{where}: expected a library name (libnvidia-ml.so.1) or an absolute path, "
             f"got {_show(value)}"
         )
-    if key in {"sysfs_root", "state_file"} and not value.startswith("/"):
+    if key in {"sysfs_root", "proc_root", "state_file"} and not value.startswith("/"):
         raise ConfigError(f"{where}: expected an absolute path, got {_show(value)}")
     return value
 

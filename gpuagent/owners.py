@@ -2,9 +2,10 @@
 
 systemd answers ``GetUnitByPID`` for any PID over the system bus, also where the agent's
 sandbox (``ProtectProc=invisible``) hides ``/proc/<pid>/cgroup``.  An answer is kept for a
-process while it stays on a GPU — keyed by PID and process name, so a PID the kernel gives
-to another program is asked about again — and the last place each PID was seen is
-remembered (a bounded number of them) for the Xid that names it after the process is gone.
+process while it stays on a GPU — keyed by PID and process name (its ``/proc/<pid>/comm``),
+so a PID the kernel gives to another program is asked about again — and the last place each
+PID was seen is remembered (a bounded number of them) for the Xid that names it after the
+process is gone.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class PidLookup(Protocol):
 
 @dataclass(frozen=True)
 class Seen:
-    """A process as last seen on a GPU: ``pid``, ``name`` (nvidia-smi's ``process_name``),
+    """A process as last seen on a GPU: ``pid``, ``name`` (its ``/proc/<pid>/comm``),
     ``unit`` (``None``: systemd knows none, or was not asked), ``owner`` (``None``: systemd
     could not be asked — no system bus, or it failed) and the GPU's ``slot``."""
 

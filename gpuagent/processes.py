@@ -3,7 +3,9 @@
 After a successful probe, every ``processes_interval`` (in whole ticks; unset: every tick),
 one ``nvidia-smi --query-compute-apps`` runs through the probe's runner (its own process
 group, its timeout); a failing read is retried on a :class:`Backoff` counted in reads, and
-an outage is one warning and its end one line.  Each process's unit comes from systemd
+an outage is one warning and its end one line.  Lines that are no process are one warning
+while reads keep having them (again after a read without any).  Each process's name comes
+from ``<proc_root>/<pid>/comm`` (:mod:`gpuagent.comm`), its unit from systemd
 (:class:`gpuagent.owners.Owners`).  Between reads the last one holds; while the processes
 cannot be known (the read failing, the probe failing or gated) the view says so.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from logging import INFO, WARNING
 
-from . import apps, nvlink, smirun
+from . import apps, comm, nvlink, smirun
 from .backoff import Backoff, cap_ticks
 from .condition import Condition, Edge
 from .config import Config
@@ -26,8 +28,6 @@ from .views import ProcessesView, ProcessView
 __all__ = ["ProcessesSource", "every_ticks"]
 
 _LINE_CHARS = 300
-# Lines said once each; a changing answer cannot grow the set without bound.
-_MAX_WARNED = 64
 
 
 def every_ticks(config: Config) -> int:
@@ -50,15 +50,18 @@ class ProcessesSource:
         self.every = every_ticks(config)
         self.backoff = _backoff(config)
         self.owners = Owners(lookup)
+        self.proc_root = config.proc_root
         self._countdown = 0
         self._outage = False
-        self._warned: set[str] = set()
+        self._unreadable: Condition[str] = Condition()
         self._bus: Condition[str] = Condition()
         self._view = ProcessesView()
 
     def configure(self, config: Config) -> None:
-        """A reload: the new cadence; what was read and the units known stay."""
+        """A reload: the new cadence and ``proc_root``; what was read and the units known
+        stay."""
         self.every = every_ticks(config)
+        self.proc_root = config.proc_root
         self.backoff.cap = _backoff(config).cap
 
     def expedite(self) -> None:
@@ -118,21 +121,15 @@ class ProcessesSource:
         self._view = ProcessesView(gpus, spawns)
 
     def _read(self, parsed: apps.Parsed, rows: list[Row], spawns: int) -> None:
-        for line in parsed.unreadable:
-            if line not in self._warned and len(self._warned) < _MAX_WARNED:
-                self._warned.add(line)
-                self.log(
-                    WARNING,
-                    Event.PROCESSES_UNREADABLE,
-                    f"nvidia-smi --query-compute-apps: cannot read the line "
-                    f"{line[:_LINE_CHARS]!r}; the other processes are read",
-                )
+        self._said(parsed.unreadable)
         slots = nvlink.slots_by_key(rows)
-        found = [(a, slots.get(a.gpu_uuid or "")) for a in parsed.apps]
-        seen = self.owners.resolve((a.pid, a.name, slot) for a, slot in found)
+        found = [
+            (a, comm.read(self.proc_root, a.pid), slots.get(a.gpu_uuid or "")) for a in parsed.apps
+        ]
+        seen = self.owners.resolve((a.pid, name, slot) for a, name, slot in found)
         self._units(self.owners.error)
         gpus: dict[str, list[ProcessView]] = {slot: [] for slot in slots.values()}
-        for app, slot in found:
+        for app, name, slot in found:
             if slot is None:
                 continue  # a GPU the probe did not sample: nothing to show it under
             s = seen[app.pid]
@@ -140,7 +137,7 @@ class ProcessesSource:
             gpus.setdefault(slot, []).append(
                 ProcessView(
                     app.pid,
-                    app.name,
+                    name,
                     app.used_memory_mib,
                     s.unit,
                     owner.kind if owner else None,
@@ -148,6 +145,21 @@ class ProcessesSource:
                 )
             )
         self._view = ProcessesView({k: tuple(v) for k, v in sorted(gpus.items())}, spawns)
+
+    def _said(self, unreadable: tuple[apps.Unreadable, ...]) -> None:
+        """One warning when reads start having lines that are no process, naming the first;
+        none while they go on, whatever the lines (their memory cell changes every read)."""
+        if self._unreadable.update(unreadable[0].line if unreadable else None) is not Edge.STARTED:
+            return
+        first = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        self.log(
+            WARNING,
+            Event.PROCESSES_UNREADABLE,
+            f"nvidia-smi --query-compute-apps: cannot read the line "
+            f"{first.line[:_LINE_CHARS]!r}{more}: {first.reason[:_LINE_CHARS]}; "
+            "the other processes are read",
+        )
 
     def _units(self, error: str | None) -> None:
         edge = self._bus.update(error)

@@ -68,6 +68,7 @@ class Host(FakeHost):
             probe_timeout=5.0,
             nvidia_smi=self.smi,
             sysfs_root=self.root,
+            proc_root=self.proc,
             state_file=os.path.join(self.dir, "state.json"),
             textfile=os.path.join(self.dir, "gpuagent.prom"),
             journal_directory=fakehost.quiet_journal(),

@@ -26,8 +26,11 @@ one step (tests rewrite it between ticks):
   NVLink, or with its error.
 
 - ``"apps": [{"slot": "<slot>", "pid": 4242, "name": "python3", "mib": 1024}, ...]``
-  answers ``--query-compute-apps`` (the fields asked, in the format asked; ``"mib"`` may be a
-  cell such as ``"[N/A]"``), each process on the GPU of ``slots`` in that slot; or
+  answers ``--query-compute-apps`` (the fields asked, in the format asked, the agent's
+  ``gpu_uuid,pid,used_memory`` or any other; ``"mib"`` may be a cell such as ``"[N/A]"``),
+  each process on the GPU of ``slots`` in that slot; ``"name"`` is printed as nvidia-smi
+  prints ``process_name``, unquoted, and is the process's comm in the fake host's proc tree
+  (``fakehost.write_proc``); or
   ``"apps": {"capture": "<file in data/corpus/csv>", "slot": "<slot>"}`` replays a real
   capture's processes on that GPU; ``"apps": {"stdout": "...", "exit": 6}`` prints that.
   A step without ``"apps"`` answers with no process (an idle GPU).

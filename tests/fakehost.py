@@ -1,4 +1,5 @@
-"""A fake GPU host on disk: a sysfs tree, the replaying fake nvidia-smi and a config file.
+"""A fake GPU host on disk: a sysfs tree, a proc tree, the replaying fake nvidia-smi and a config
+file.
 
 Used by in-process tests (``conftest.Host``), by tests that run ``gpuagent run`` as a process,
 by the benchmarks and by ``scripts/demo``.
@@ -14,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from tests import fakesysfs
+from tests import fakesysfs, replay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SMI = os.path.join(HERE, "fake_nvidia_smi.py")
@@ -30,7 +31,8 @@ _QUIET = (
 
 @dataclass
 class FakeHost:
-    """``root`` the sysfs tree, ``smi`` the fake nvidia-smi, ``conf`` a config using both."""
+    """``root`` the sysfs tree, ``proc`` the proc tree (default ``<dir>/proc``), ``smi`` the
+    fake nvidia-smi, ``conf`` a config using them."""
 
     dir: str
     root: str
@@ -38,10 +40,16 @@ class FakeHost:
     conf: str
     slots: list[str]
     calls_log: str
+    proc: str = ""
+
+    def __post_init__(self) -> None:
+        self.proc = self.proc or os.path.join(self.dir, "proc")
 
     def scenario(self, **step: Any) -> None:
-        """What the fake nvidia-smi does from its next call on (see its docstring)."""
+        """What the fake nvidia-smi does from its next call on (see its docstring); the proc
+        tree has the step's processes (:func:`write_proc`)."""
         step.setdefault("log", self.calls_log)
+        write_proc(self.proc, step.get("apps", []))
         tmp = self.smi + ".json.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(step, f)
@@ -75,6 +83,26 @@ class FakeHost:
     def nvlink_spawns(self) -> int:
         """How many times it has run as ``nvidia-smi nvlink ...``."""
         return sum(1 for argv in self.calls() if argv[:1] == ["nvlink"])
+
+
+def write_proc(proc: str, apps: list[dict[str, Any]] | dict[str, Any]) -> None:
+    """Make ``proc`` hold ``<pid>/comm`` for each of a scenario step's ``"apps"`` (a list, or a
+    capture to replay), and no other process: the entry's ``"name"`` (default ``python3``) cut
+    to 15 bytes as the kernel does; a name in brackets (``[N/A]``, a process nvidia-smi could
+    not name) is a process hidden from the agent, with no entry.  An ``"apps"`` that prints
+    its own text has no process here."""
+    if isinstance(apps, dict):
+        capture = apps.get("capture")
+        apps = [] if capture is None else replay.apps_capture(str(capture), str(apps["slot"]))
+    shutil.rmtree(proc, ignore_errors=True)
+    os.makedirs(proc)
+    for app in apps:
+        name = str(app.get("name", "python3"))
+        if name.startswith("["):
+            continue
+        os.makedirs(os.path.join(proc, str(app["pid"])), exist_ok=True)
+        with open(os.path.join(proc, str(app["pid"]), "comm"), "wb") as f:
+            f.write(name.encode()[:15] + b"\n")
 
 
 def _apps(argv: list[str]) -> bool:
@@ -118,17 +146,20 @@ def quiet_journal() -> str:
 
 
 def create(directory: str, gpus: int = 8, **config: object) -> FakeHost:
-    """Build a host of ``gpus`` H200s under ``directory``, answering healthy.
+    """Build a host of ``gpus`` H200s under ``directory``, answering healthy, with no process.
 
-    The config points at it and at a journal without kernel records, keeps its state and
-    metrics in ``directory`` and adds ``config``'s keys.
+    The config points at it (its sysfs and proc trees, its nvidia-smi) and at a journal
+    without kernel records, keeps its state and metrics in ``directory`` and adds
+    ``config``'s keys.
     """
     root = os.path.join(directory, "sys")
+    proc = os.path.join(directory, "proc")
     slots = fakesysfs.gpu_host(root, gpus)
     smi = os.path.join(directory, "nvidia-smi")
     os.symlink(FAKE_SMI, smi)
     settings: dict[str, object] = {
         "sysfs_root": root,
+        "proc_root": proc,
         "nvidia_smi": smi,
         "state_file": os.path.join(directory, "state.json"),
         "textfile": os.path.join(directory, "gpuagent.prom"),
@@ -137,6 +168,6 @@ def create(directory: str, gpus: int = 8, **config: object) -> FakeHost:
     }
     conf = os.path.join(directory, "gpuagent.toml")
     write_config(conf, settings)
-    host = FakeHost(directory, root, smi, conf, slots, os.path.join(directory, "calls.log"))
+    host = FakeHost(directory, root, smi, conf, slots, os.path.join(directory, "calls.log"), proc)
     host.healthy()
     return host

@@ -134,14 +134,18 @@ _NVLINK_LINE = re.compile(r"^(?P<indent>\s*)Link (?P<n>\d+): (?P<value>.*)$")
 
 def apps_capture(name: str, slot: str) -> list[dict[str, Any]]:
     """The processes of a real ``--query-compute-apps`` capture in data/corpus/csv, as the
-    fake nvidia-smi's ``"apps"`` entries, all on the GPU in ``slot``."""
+    fake nvidia-smi's ``"apps"`` entries, all on the GPU in ``slot``; each ``"name"`` is the
+    capture's ``process_name`` (the agent never reads that column; the fake proc tree does)."""
     from gpuagent import apps  # noqa: PLC0415 - only the fake needs it
 
     with open(os.path.join(CORPUS, "csv", name), encoding="utf-8") as f:
-        parsed = apps.parse(f.read())
+        text = f.read()
+    header, *rows = (ln for ln in text.splitlines() if ln.strip())
+    column = [c.strip() for c in header.split(",")].index("process_name")
+    names = [row.split(",")[column].strip() for row in rows]
     return [
-        {"slot": slot, "pid": a.pid, "name": a.name or "[N/A]", "mib": a.used_memory_mib}
-        for a in parsed.apps
+        {"slot": slot, "pid": a.pid, "name": n, "mib": a.used_memory_mib}
+        for a, n in zip(apps.parse(text).apps, names, strict=True)
     ]
 
 

@@ -69,6 +69,7 @@ def test_values_are_read(tmp_path: str) -> None:
         ('nvidia_smi = ""', "nvidia_smi: expected a non-empty string"),
         ("nvidia_smi = 3", "nvidia_smi: expected a non-empty string"),
         ('sysfs_root = "sys"', "sysfs_root: expected an absolute path"),
+        ('proc_root = "proc"', "proc_root: expected an absolute path"),
         ('state_file = "state.json"', "state_file: expected an absolute path"),
         ('textfile = "gpuagent.prom"', "textfile: expected an absolute path ending in .prom"),
         ('textfile = "/var/lib/x/gpuagent.txt"', "textfile: expected an absolute path ending"),

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import pytest
+from jeepney import DBusAddress, new_method_call
 
 from gpuagent import metrics, statustext
 from gpuagent.logs import Event
@@ -14,8 +17,9 @@ from gpuagent.owners import Owners, Seen, source_words
 from gpuagent.report import GpuEntry, State
 from gpuagent.unitname import Owner
 from gpuagent.units import PidResult, Watch
-from tests import test_kernlog
+from tests import replay, test_kernlog
 from tests.conftest import Host
+from tests.fake_units import FakeUnits
 from tests.test_metrics import series
 
 make = test_kernlog.make
@@ -47,7 +51,7 @@ def test_each_process_with_its_unit_everywhere(host: Host) -> None:
     a, b = host.slots[0], host.slots[1]
     busy(
         host,
-        {"slot": a, "pid": 48213, "name": "/usr/bin/python3", "mib": 42189},
+        {"slot": a, "pid": 48213, "name": "python3", "mib": 42189},
         {"slot": a, "pid": 48214, "name": "python3", "mib": 1024},
         {"slot": a, "pid": 777, "name": "ffmpeg", "mib": 512},
         {"slot": b, "pid": 900, "name": "cuda_app", "mib": "[N/A]"},
@@ -67,7 +71,7 @@ def test_each_process_with_its_unit_everywhere(host: Host) -> None:
     assert entry(state, a)["processes"] == [
         {
             "pid": 48213,
-            "name": "/usr/bin/python3",
+            "name": "python3",
             "used_memory_mib": 42189,
             "unit": "train@3.service",
             "unit_kind": "service",
@@ -166,7 +170,7 @@ def test_a_failing_read_is_one_warning_then_not_known_then_one_line(host: Host) 
     (line,) = host.events(Event.PROCESSES_READ_FAILED)
     assert line.getMessage() == (
         "the GPUs' processes not read: nvidia-smi --query-compute-apps=gpu_uuid,pid,"
-        "process_name,used_memory --format=csv,noheader,nounits: exit 15: Unknown Error"
+        "used_memory --format=csv,noheader,nounits: exit 15: Unknown Error"
     )
     assert "processes" not in entry(host.state, a)
     assert not any(k[0] == "gpuagent_gpu_processes" for k in series(metrics.render(host.state)))
@@ -193,11 +197,32 @@ def test_a_failing_probe_knows_no_process_and_spawns_no_read(host: Host) -> None
 
 def test_an_unreadable_line_is_said_once(host: Host) -> None:
     uuid = "GPU-00000000-0000-0000-0000-000000000000"
-    host.healthy(apps={"stdout": f"{uuid}, 12, a, 1\n{uuid}, twelve, b, 2\n"})
+    host.healthy(apps={"stdout": f"{uuid}, 12, 1\n{uuid}, twelve, 2\n"})
     host.make_agent()
     host.tick(3)
     (line,) = host.events(Event.PROCESSES_UNREADABLE)
-    assert "'GPU-00000000-0000-0000-0000-000000000000, twelve, b, 2'" in line.getMessage()
+    assert line.getMessage() == (
+        "nvidia-smi --query-compute-apps: cannot read the line "
+        "'GPU-00000000-0000-0000-0000-000000000000, twelve, 2': pid 'twelve' is not "
+        "1..4294967295; the other processes are read"
+    )
+
+
+def test_unreadable_lines_are_one_warning_per_spell_whatever_their_memory(host: Host) -> None:
+    uuid = "GPU-00000000-0000-0000-0000-000000000000"
+    host.make_agent()
+    for mib in range(1, 4):  # the bad line's memory cell moves every read
+        host.healthy(apps={"stdout": f"{uuid}, 0, {mib}\n{uuid}, x, {mib}\n"})
+        host.tick()
+    (line,) = host.events(Event.PROCESSES_UNREADABLE)
+    assert "'GPU-00000000-0000-0000-0000-000000000000, 0, 1' (and 1 more): pid '0'" in (
+        line.getMessage()
+    )
+    host.healthy(apps={"stdout": f"{uuid}, 7, 1\n"})
+    host.tick(2)
+    host.healthy(apps={"stdout": f"{uuid}, 0, 1\n"})
+    host.tick(2)
+    assert len(host.events(Event.PROCESSES_UNREADABLE)) == 2
 
 
 def test_a_failing_bus_lists_the_processes_without_units(host: Host) -> None:
@@ -253,7 +278,7 @@ def test_memory_in_use_with_no_process_visible_says_so(host: Host) -> None:
 
 def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -> None:
     a = host.slots[1]
-    busy(host, {"slot": a, "pid": 48213, "name": "/usr/bin/python3", "mib": 4000})
+    busy(host, {"slot": a, "pid": 48213, "name": "python3", "mib": 4000})
     host.units.pids = {48213: "train@3.service"}
     agent = host.make_agent(units=host.units)
     agent.verdict.started = 0.0  # the records are new faults to it
@@ -294,6 +319,84 @@ def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -
     assert "from train@3.service (pid 48213 python3)" in start.getMessage()
     text = statustext.render(state, state["updated_at"], 0, "", width=200)
     assert "Xid 119 (" in text and "from train@3.service (pid 48213 python3)" in text
+
+
+@dataclass
+class _Uint32Units(FakeUnits):
+    """systemd's stand-in, asked as :class:`gpuagent.units.Units` asks: ``GetUnitByPID``
+    marshalled by jeepney, whose ``u`` takes 0..4294967295 only (else ``struct.error``);
+    ``asked`` the PIDs."""
+
+    asked: list[int] = field(default_factory=list)
+
+    def unit_for_pid(self, pid: int) -> PidResult:
+        self.asked.append(pid)
+        where = DBusAddress(
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1",
+            "org.freedesktop.systemd1.Manager",
+        )
+        new_method_call(where, "GetUnitByPID", "u", (pid,)).serialise(serial=1)
+        return super().unit_for_pid(pid)
+
+
+@pytest.mark.parametrize("pid", ["4294967296", "0", "-1", "99999999999"])
+def test_a_pid_outside_uint32_is_a_malformed_row_and_the_tick_reaches_its_verdict(
+    host: Host, pid: str
+) -> None:
+    a, sick = host.slots[0], host.slots[1]
+    uuid_a = replay.gpu_uuid(0, a)
+    apps = [{"slot": a, "pid": pid, "mib": 100}, {"slot": a, "pid": 4242, "mib": 200}]
+    host.healthy(apps=apps, override={sick: {"gpu_recovery_action": "Reset"}})
+    host.make_agent(units=_Uint32Units(pids={4242: "train@3.service"}))
+    state = host.tick(3).state
+    assert "internal" not in state["problems"]
+    assert [p["kind"] for p in entry(state, sick)["problems"]] == ["recovery_action"]
+    assert [(p["pid"], p["unit"]) for p in entry(state, a)["processes"]] == [
+        (4242, "train@3.service")
+    ]
+    (line,) = host.events(Event.PROCESSES_UNREADABLE)
+    assert f"'{uuid_a}, {pid}, 100': pid '{pid}' is not 1..4294967295" in line.getMessage()
+    # 0 would ask systemd for the agent's own unit.
+    assert isinstance(host.units, _Uint32Units) and host.units.asked == [4242]
+
+
+def test_a_process_name_with_a_newline_forges_no_process_on_another_gpu(host: Host) -> None:
+    a, b = host.slots[0], host.slots[1]
+    # The name ends its own row and starts a well-formed one on GPU b, as nvidia-smi prints
+    # process_name: "GPU-a, 5, x, 1\nGPU-b, 4242, python, 1024".
+    forged = f"x, 1\n{replay.gpu_uuid(1, b)}, 4242, python"
+    busy(host, {"slot": a, "pid": 5, "name": forged, "mib": 1024})
+    host.make_agent()
+    state = host.tick().state
+    assert entry(state, b)["processes"] == []
+    # The kernel's comm: 15 bytes of the name, its newline not printable.
+    assert [(p["pid"], p["name"]) for p in entry(state, a)["processes"]] == [(5, "x, 1?GPU-000000")]
+    assert host.lines(logging.WARNING) == []
+
+
+@pytest.mark.parametrize("name", ["a, b", '"quoted', 'x", 1'])
+def test_a_process_name_with_a_comma_or_a_quote_hides_no_process(host: Host, name: str) -> None:
+    a = host.slots[0]
+    busy(
+        host,
+        {"slot": a, "pid": 5, "name": name, "mib": 10},
+        {"slot": a, "pid": 6, "name": "python3", "mib": 20},
+    )
+    host.make_agent()
+    state = host.tick().state
+    assert [(p["pid"], p["name"]) for p in entry(state, a)["processes"]] == [
+        (5, name),
+        (6, "python3"),
+    ]
+    assert host.lines(logging.WARNING) == []
+
+
+def test_a_process_hidden_from_the_agent_is_listed_without_a_name(host: Host) -> None:
+    busy(host, {"slot": host.slots[0], "pid": 5, "name": "[N/A]", "mib": 10})
+    host.make_agent()
+    (p,) = entry(host.tick().state, host.slots[0])["processes"]
+    assert (p["pid"], p["name"]) == (5, None)
 
 
 def test_source_words() -> None:

@@ -303,7 +303,7 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
         "textfile, journal_directory, expected_gpus, driver_absent_grace, nvml_library, "
         "xid_warning_hold, history_days, recurrence_boots, throttle_fraction, throttle_window, "
         "xid, nvlink_interval, nvlink_window, nvlink_recovery_budget, nvlink_replay_budget, "
-        "processes_interval); "
+        "processes_interval, proc_root); "
         "using its valid settings only\n"
     )
     with open(conf, "w") as f:
