@@ -4,7 +4,9 @@ the Prometheus textfile.
 SIGTERM and SIGINT stop the loop (within 2 s even mid-probe); SIGHUP reloads the config
 (a bad file is logged and the old config kept) and probes at once, whatever the backoff had
 counted.  The watchdog is fed from this loop itself, also while a probe hangs and when the
-interval is longer than the watchdog period.  One agent runs per state file (:mod:`.lock`).
+interval is longer than the watchdog period.  What of this boot's kernel records the first
+tick left unread (a flood) is read on before the next, in slices, with the watchdog fed and
+SIGTERM heeded between them.  One agent runs per state file (:mod:`.lock`).
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ class Daemon:
             report = self.step()
             if self.signals.stop or (ticks is not None and report.ticks >= ticks):
                 break
+            if self._read_boot():
+                continue  # what the rest of the boot's records make is said at once
+            if self.signals.stop:
+                break
             index = next_index(start, self.config.interval, index, self.monotonic())
             # A reload ticks at once and starts the grid over from there; a second reload
             # within an interval keeps the grid (a SIGHUP storm must not turn into a tick
@@ -199,6 +205,20 @@ class Daemon:
         if first:
             self.log(logging.INFO, None, f"first tick: {self.report.status}")
         return self.report
+
+    def _read_boot(self) -> bool:
+        """Read on this boot's kernel records that the tick left (a flood of them) in slices
+        of :data:`~gpuagent.kernel.SLICE` s, pinging the watchdog and heeding SIGTERM
+        between them; True when it read to the end (a tick is due now), False when there was
+        nothing left to read or it was asked to stop."""
+        kernel = self.agent.kernel
+        if not kernel.reading:
+            return False
+        while kernel.reading and not self.signals.stop:
+            kernel.read()
+            self.watchdog.ping_if_due()
+        self.signals.drain()
+        return not self.signals.stop
 
     def _wait_until(self, when: float) -> bool:
         """Sleep until ``when`` (monotonic s), pinging the watchdog; True if asked to stop."""

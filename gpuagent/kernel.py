@@ -29,12 +29,19 @@ from .owners import Seen, source_words
 from .pciaddr import device_of
 from .views import BusView, KernelView
 from .xidcatalog import Override
-from .xidcount import Source, XidCount, XidCounter
+from .xidcount import MAX_STRAYS, Source, XidCount, XidCounter
 
-__all__ = ["KernelSource"]
+__all__ = ["SLICE", "KernelSource"]
 
 # Xids' sources named so far this boot, by (GPU, code, PID): more is a flood, named afresh.
 _MAX_SOURCES = 4096
+# How long one poll reads the journal (s): a long boot read goes on over several, so that a
+# flood of records delays neither READY=1 nor the watchdog nor SIGTERM.
+SLICE = 0.1
+# Lines a boot logs for Xids of addresses that are no GPU, one each; the rest are one line.
+_STRAY_LINES = 8
+# Addresses that are no GPU whose Xids are host problems of their own; the rest are one.
+_STRAY_FINDINGS = 5
 
 
 class KernelSource:
@@ -59,7 +66,9 @@ class KernelSource:
         self.log = log
         self._open_log = open_log
         self.journal = open_log(directory)
-        self.xids = XidCounter(overrides)
+        # The devices of the GPUs the agent knows of (the bus's, nvidia-smi's): never strays.
+        self._gpus: set[str] = set()
+        self.xids = XidCounter(overrides, gpu=self._gpus.__contains__)
         self.hold = hold
         self.wall = wall
         self.monotonic = monotonic
@@ -67,22 +76,52 @@ class KernelSource:
         # the monotonic clock; when the journal was last read.
         self._heard: dict[tuple[str, int], tuple[int, float]] = {}
         self._polled: float | None = None
+        # Whether records of the boot's backlog were read since the last poll (their wall
+        # stamps date them, as at the first poll).
+        self._backlog = False
         # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
         self.cleared: dict[str, clears.Clear] = {}
         self._forgotten: list[str] = []
         self._trouble: Condition[str] = Condition()
         self._reasons: list[str] = []
         self._mismatch: ApiMismatch | None = None
-        # Addresses Xids named that are no GPU (not on the bus, never seen, never sampled).
-        self._strays: frozenset[str] = frozenset()
+        # Addresses Xids named that are no GPU (not on the bus, never seen, never sampled),
+        # in the order of their first records.
+        self._strays: dict[str, None] = {}
+        # This boot's lines for them so far, and whether the line for the rest was logged.
+        self._stray_lines = 0
+        self._summarised = False
+        # Records read since the journal was opened (what the state says while reading).
+        self._read = 0
         # Each Xid's process named once, where it was seen then: a PID the kernel gives to
         # another job later must not rename an earlier Xid's source.
         self._sources: dict[tuple[str, int, int], Source] = {}
 
+    def _count_afresh(self, overrides: Mapping[int, Override] | None) -> None:
+        self.xids = XidCounter(overrides, gpu=self._gpus.__contains__)
+        self._strays, self._stray_lines, self._summarised, self._read = {}, 0, False, 0
+
     @property
     def error(self) -> str | None:
-        """Why the journal cannot be read, while it cannot (the state's ``problems["journal"]``)."""
+        """Why the journal cannot be read, while it cannot, or that this boot's records are
+        still being read (what is not read yet is in no count): the state's
+        ``problems["journal"]``."""
+        if self._trouble.value is None and self.journal.reading:
+            return (
+                f"reading this boot's kernel records ({self._read} so far); "
+                "those not read yet are not counted"
+            )
         return self._trouble.value
+
+    @property
+    def reading(self) -> bool:
+        """Whether this boot's records are still being read (and the journal can be)."""
+        return self.journal.reading and self.journal.error is None
+
+    def read(self, budget: float = SLICE) -> None:
+        """Read on for at most ``budget`` s (between ticks, while :attr:`reading`); the next
+        :meth:`poll` says what the records made."""
+        self._take(budget)
 
     def configure(
         self,
@@ -97,10 +136,10 @@ class KernelSource:
         if directory != self.journal.directory:
             self.journal.close()
             self.journal = self._open_log(directory)
-            self.xids = XidCounter(overrides)
+            self._count_afresh(overrides)
             self._mismatch = None
             self.cleared = {}
-            self._heard, self._polled = {}, None
+            self._heard, self._polled, self._backlog = {}, None, False
 
     def poll(
         self,
@@ -126,49 +165,73 @@ class KernelSource:
                 self._sources[key] = source_words(count.pid, count.process, who(count.pid))
             return self._sources[key]
 
-        self.journal.poll(self._record, self._loader_record, self._clear)
-        self._note(self.journal.error)
+        self._gpus.update(device_of(s) for s in (*bus.seen, *named))
+        self._take(SLICE)
+        counts = self.xids.counts(slots)
         gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
-        self._strays = frozenset(s for s, _ in self.xids.counts(slots) if s not in gpus)
+        self._strays = dict.fromkeys(s for s, _ in counts if s not in gpus)
+        untold = 0
         for first in self.xids.take_new(slots, attribute):
             stray = first.slot in self._strays
             if first.finding is not None and not stray:
                 continue  # the health model's start line says it
+            if stray and self._stray_lines >= _STRAY_LINES:
+                untold += 1
+                continue
             fields: dict[str, int | str]
             if first.kind == "sxid":
                 level, event, fields = logging.WARNING, Event.SXID, {"sxid": first.code}
             else:
-                count = self.xids.counts(slots)[first.slot, first.code]
+                count = counts[first.slot, first.code]
                 level, event = logging.INFO, Event.XID_COUNTED
                 fields = {"xid": first.code, "action": count.info.action}
                 fields |= _process_fields(count, first.unit)
             if stray:
+                self._stray_lines += 1
                 line = f"Xid {first.code} names PCI {first.slot}: {describe(first.slot)}, no GPU"
                 self.log(level, event, line, address=first.slot, **fields)
             else:
                 self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        lapsed = self._lapsed(slots)
+        if untold:
+            self._summarise()
+        lapsed = self._lapsed(counts)
         found: dict[str, list[Finding]] = {}
         for s, fs in self.xids.findings(slots, attribute=attribute).items():
             held = [f for f in fs if f.kind != "xid" or (device_of(s), _code(f)) not in lapsed]
             if held:
                 found[s] = held
         out = {s: fs for s, fs in found.items() if s not in self._strays}
-        host = [_stray(f, s, describe(s)) for s in sorted(self._strays) for f in found.get(s, ())]
+        sick = [s for s in self._strays if s in found]
+        host = [_stray(f, s, describe(s)) for s in sorted(sick[:_STRAY_FINDINGS]) for f in found[s]]
+        if len(sick) > _STRAY_FINDINGS or self.xids.overflow:
+            host.append(_others(len(sick) - _STRAY_FINDINGS, self.xids.overflow))
         if host:
             out[""] = host
         return out
 
-    def _lapsed(self, slots: list[str]) -> set[tuple[str, int]]:
+    def _summarise(self) -> None:
+        if not self._summarised:
+            self._summarised = True
+            self.log(
+                logging.WARNING,
+                Event.XID_COUNTED,
+                f"Xids name more PCI addresses that are no GPU: past {_STRAY_LINES} such lines "
+                "this boot they are not logged one by one, but counted in the state's host "
+                "problems; check the host",
+            )
+
+    def _lapsed(self, counts: Mapping[tuple[str, int], XidCount]) -> set[tuple[str, int]]:
         """The (device, code) pairs whose warning Xid has had no record for ``hold`` s on the
         monotonic clock.  A record read after the first poll was logged since the poll
         before (its wall stamp is trusted no further back than that); one the first poll
-        reads is as old as its wall stamp says."""
+        reads is as old as its wall stamp says, and so is one read while the boot's records
+        were still being read (the read went on in slices)."""
         mono, wall = self.monotonic(), self.wall()
-        since = math.inf if self._polled is None else max(mono - self._polled, 0.0)
+        backlog, self._backlog = self._backlog, False
+        since = math.inf if self._polled is None or backlog else max(mono - self._polled, 0.0)
         self._polled = mono
         lapsed: set[tuple[str, int]] = set()
-        for (slot, code), count in self.xids.counts(slots).items():
+        for (slot, code), count in counts.items():
             key = (device_of(slot), code)
             seen = self._heard.get(key)
             if seen is None or seen[0] != count.count:
@@ -178,6 +241,13 @@ class KernelSource:
             if count.info.severity == WARNING and not held:
                 lapsed.add(key)
         return lapsed
+
+    def _take(self, budget: float) -> None:
+        self._backlog = self._backlog or self.journal.reading
+        self._read += self.journal.poll(
+            self._record, self._loader_record, self._clear, budget=budget
+        )
+        self._note(self.journal.error)
 
     def _record(self, time: float, message: str) -> None:
         self.xids.add(time, message)
@@ -265,6 +335,25 @@ def _process_fields(count: XidCount, unit: str | None) -> dict[str, int | str]:
 
 def _code(f: Finding) -> int | str | None:
     return dict(f.extra).get("xid")
+
+
+def _others(addresses: int, overflow: int) -> Finding:
+    """The Xids of the addresses that are no GPU past those that are problems of their own
+    (``addresses`` of them), and the ``overflow`` records of those past the boot's cap
+    (:data:`~gpuagent.xidcount.MAX_STRAYS`, counted but not kept), as one host problem."""
+    words = [f"Xids name {addresses} more PCI addresses that are no GPU"] if addresses > 0 else []
+    if overflow:
+        words.append(
+            f"{overflow} records named PCI addresses that are no GPU past the {MAX_STRAYS} "
+            "a boot keeps (counted, not kept)"
+        )
+    return Finding(
+        "xid",
+        WARNING,
+        "check_host",
+        f"{'; '.join(words)}: check the host",
+        (("address", "others"),),
+    )
 
 
 def _stray(f: Finding, slot: str, what: str) -> Finding:

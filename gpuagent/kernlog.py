@@ -133,7 +133,8 @@ class KernelLog:
     :meth:`poll` never raises for a journal it cannot read: it hands over what it could and
     sets :attr:`error` to a one-line reason (``None`` while all is well); the next call tries
     again.  ``open_reader`` is injectable for tests; it returns a ``systemd.journal.Reader``.
-    ``chunk`` is how many records the first read takes before it reopens the journal.
+    ``chunk`` is how many records the first read takes before it reopens the journal;
+    ``clock`` (monotonic s) times a poll's ``budget``.
     """
 
     def __init__(
@@ -144,8 +145,15 @@ class KernelLog:
         chunk: int = START_CHUNK,
         also: Mapping[str, str] = CLEARS,
         kernel_boot: Callable[[], str] = _kernel_boot,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = directory
+        self._clock = clock
+        # Whether records are still to be read from the cursor on before the journal's end
+        # (the boot, or what was logged while it could not be read), a budget at a time.
+        self.reading = True
+        # Records the reader open now has read since it was opened (see chunk).
+        self._taken = 0
         # This boot's _BOOT_ID in the journal (journal_boot), found at the first open.
         self.boot: str | None = None
         self._kernel_boot = kernel_boot
@@ -193,7 +201,13 @@ class KernelLog:
             raise
         return reader
 
-    def poll(self, sink: Sink, loaders: Sink | None = None, other: FieldSink | None = None) -> int:
+    def poll(
+        self,
+        sink: Sink,
+        loaders: Sink | None = None,
+        other: FieldSink | None = None,
+        budget: float | None = None,
+    ) -> int:
         """Hand each kernel record logged since the last call (on the first: the whole boot)
         to ``sink(time, message)``: ``time`` is its ``__REALTIME_TIMESTAMP`` in s since the
         epoch, ``message`` its whole ``MESSAGE`` (newlines kept, bytes that are not UTF-8
@@ -201,28 +215,25 @@ class KernelLog:
         way, never to ``sink``; without ``loaders`` they are skipped.  Each entry matching
         ``also`` (root's clears), in order among them, goes to ``other(time, fields)`` (the
         fields it has of MESSAGE_ID, _UID, PCI_SLOT, KIND, CLEARED_BY, as bytes), never to
-        the others.  Returns how many records it handed over (to any)."""
+        the others.  Returns how many records it handed over (to any).
+
+        With ``budget`` (s) it stops once that much time has passed, the clock read after each
+        record; :attr:`reading` then says whether more is left before the journal's end, which
+        the next call reads on from.  Without it, it reads to the end."""
         count = 0
         sinks = (sink, loaders, other)
+        deadline = None if budget is None else self._clock() + budget
         try:
             if self._reader is None:
-                # Reading maps (and pages in) the journal as it goes, and sd-journal keeps what
-                # it mapped: a long boot read a chunk at a time, each by a reader reopened at
-                # the cursor, keeps the agent's RSS near what later polls need (the tail).
-                self._reader = self._open()
-                got = self.chunk
-                while got == self.chunk:
-                    got = self._drain(self._reader, sinks, self.chunk)
-                    count += got
-                    self.close()
-                    # After the last chunk, from the tail: later polls read only there.
-                    self._reader = self._open(tail=got < self.chunk)
+                self._reader, self._taken, self.reading = self._open(), 0, True
+            if self.reading:
+                count = self._read_on(sinks, deadline)
             else:
                 # Drains the inotify events (files rotated, appended to).  The read below is
                 # cheap enough (< 1 us) to do even when nothing changed, which keeps journals
                 # whose changes cannot be watched (network file systems) correct.
                 self._reader.process()
-                count = self._drain(self._reader, sinks)
+                count = self._drain(self._reader, sinks)[0]
         except (OSError, ValueError, RuntimeError, _NoFiles) as e:
             self.close()
             self.error = f"{self.where}: cannot read: {_reason(e)}"
@@ -230,19 +241,44 @@ class KernelLog:
         self.error = None
         return count
 
+    def _read_on(
+        self, sinks: tuple[Sink, Sink | None, FieldSink | None], deadline: float | None
+    ) -> int:
+        # Reading maps (and pages in) the journal as it goes, and sd-journal keeps what it
+        # mapped: a long read a chunk at a time, each by a reader reopened at the cursor,
+        # keeps the agent's RSS near what later polls need (the tail).
+        count = 0
+        while True:
+            got, ended = self._drain(self._reader, sinks, self.chunk - self._taken, deadline)
+            count += got
+            self._taken += got
+            if ended or self._taken >= self.chunk:
+                self.close()
+                # After the last chunk, from the tail: later polls read only there.
+                self._reader, self._taken, self.reading = self._open(tail=ended), 0, not ended
+            if ended or (deadline is not None and self._clock() >= deadline):
+                return count
+
     def _drain(
         self,
         reader: Any,
         sinks: tuple[Sink, Sink | None, FieldSink | None],
         limit: int | None = None,
-    ) -> int:
+        deadline: float | None = None,
+    ) -> tuple[int, bool]:
+        """Hand on records until ``limit`` were, the ``deadline`` (monotonic s) passed or
+        the journal ended; returns how many, and whether it ended."""
         # The reader's private accessors fetch one field each; iterating it would decode every
         # field of every entry, several times the cost at start.
         kernel, loaders, other = sinks
         count = 0
         moved = False
         try:
-            while (limit is None or count < limit) and reader._next():
+            while limit is None or count < limit:
+                if deadline is not None and moved and self._clock() >= deadline:
+                    return count, False
+                if not reader._next():
+                    return count, True
                 if not moved:
                     moved = True
                     if self._cursor is not None and reader.test_cursor(self._cursor):
@@ -274,7 +310,7 @@ class KernelLog:
                 # Also after a failed read: what the sink got must not be handed out again.
                 with contextlib.suppress(OSError, ValueError, RuntimeError):
                     self._cursor = reader._get_cursor()
-        return count
+        return count, False
 
     def _is_also(self, reader: Any) -> bool:
         if not self.also:

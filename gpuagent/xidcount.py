@@ -15,9 +15,23 @@ from .pciaddr import device_of
 from .xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from .xidcatalog import NONE, Override, XidInfo, override
 
-__all__ = ["Attribute", "First", "InitCount", "SXidCount", "XidCount", "XidCounter"]
+__all__ = [
+    "MAX_CODES",
+    "MAX_STRAYS",
+    "Attribute",
+    "First",
+    "InitCount",
+    "SXidCount",
+    "XidCount",
+    "XidCounter",
+]
 
 _RANK = {NONE: 0, WARNING: 1, CRITICAL: 2}
+# What one boot may hold, however many records a flood brings: the devices (and NVSwitches)
+# that are no GPU the agent knows of, and the codes of any one device.  Past either, a
+# record naming something new is only counted (XidCounter.overflow).
+MAX_STRAYS = 64
+MAX_CODES = 256
 # Who caused an Xid: words for its line (" from train@3.service (pid 48213 python3)") and the
 # unit (None: not known).
 Source = tuple[str, str | None]
@@ -140,10 +154,21 @@ class XidCounter:
     ``overrides`` is the site's ``[xid]`` table (``Config.xid``): it has the last word on each
     code's severity and action (:func:`gpuagent.xid.assess`), in every answer; a reload may
     replace it, and the boot's counts are then answered with the new table.
+
+    A flood is bounded: at most :data:`MAX_STRAYS` devices that are not ``gpu`` and
+    :data:`MAX_CODES` codes a device are held; a record naming something new past them is
+    counted in :attr:`overflow` only.  Each record costs the same however many came before.
     """
 
-    def __init__(self, overrides: Mapping[int, Override] | None = None) -> None:
+    def __init__(
+        self,
+        overrides: Mapping[int, Override] | None = None,
+        gpu: Callable[[str], bool] = lambda device: False,
+    ) -> None:
         self.overrides: Mapping[int, Override] = dict(overrides or {})
+        # Whether a device (``0000:3b:00``) is a GPU the agent knows of: those are held
+        # whatever the cap (MAX_STRAYS) says; the kernel source sets it as it learns.
+        self.gpu = gpu
         self._xids: dict[tuple[str, int], XidCount] = {}
         self._sxids: dict[tuple[str, int], SXidCount] = {}
         self._init: dict[str, InitCount] = {}
@@ -154,6 +179,14 @@ class XidCounter:
         self.unattributed: dict[int, int] = {}
         # Records that told of any driver event (an Xid, an SXid, a UUID line …).
         self.records = 0
+        # Each device (or NVSwitch slot) held, and its codes: bounded (MAX_STRAYS, MAX_CODES).
+        self._held: dict[str, set[int]] = {}
+        self._strays = 0
+        # Records not held for the caps: they named a new device past MAX_STRAYS or a new
+        # code past MAX_CODES.
+        self.overflow = 0
+        # The slots the queries were last asked with, and their devices (see _slotter).
+        self._slotted: tuple[list[str], dict[str, str]] = ([], {})
         # Journal order: every record's number, each (kind, device, code)'s last one, and
         # each (kind, device)'s operator's clear (see clear()).
         self._seq = 0
@@ -175,12 +208,35 @@ class XidCounter:
                 self._add_sxid(time, event, seen)
             elif isinstance(event, InitFailure):
                 self._add_init(time, event)
-            elif isinstance(event, GpuUuid):
+            elif isinstance(event, GpuUuid) and self._admit(event.device, -2):
                 self._uuids[event.device] = event.uuid
+
+    def _admit(self, device: str, code: int) -> bool:
+        """Whether the boot may hold ``device``'s ``code``: always what it holds already;
+        something new within the caps (a GPU's device is never a stray).  Counts the rest.
+        ``code`` is an Xid's; the other records' are kept apart from those: an SXid's
+        ``-3 - code``, an init failure's -1, a UUID line's -2."""
+        codes = self._held.get(device)
+        if codes is None:
+            stray = not self.gpu(device)
+            if stray and self._strays >= MAX_STRAYS:
+                self.overflow += 1
+                return False
+            self._strays += stray
+            codes = self._held[device] = set()
+        if code not in codes:
+            if len(codes) >= MAX_CODES:
+                self.overflow += 1
+                return False
+            codes.add(code)
+        return True
 
     def _add_xid(self, time: float, xid: Xid, seen: set[tuple[str, str, int]]) -> None:
         if xid.device is None:
-            self.unattributed[xid.code] = self.unattributed.get(xid.code, 0) + 1
+            if xid.code in self.unattributed or self._admit("", xid.code):
+                self.unattributed[xid.code] = self.unattributed.get(xid.code, 0) + 1
+            return
+        if not self._admit(xid.device, xid.code):
             return
         if xid.function is not None:
             self._functions.setdefault(xid.device, xid.function)
@@ -209,6 +265,8 @@ class XidCounter:
 
     def _add_sxid(self, time: float, sxid: SXid, seen: set[tuple[str, str, int]]) -> None:
         slot = sxid.slot or f"nvswitch{sxid.switch}"
+        if not self._admit(slot, -3 - sxid.code):
+            return
         fatal = sxid.fatal is True
         if ("sxid", slot, sxid.code) in seen:
             return
@@ -224,6 +282,8 @@ class XidCounter:
 
     def _add_init(self, time: float, failure: InitFailure) -> None:
         device = device_of(failure.slot)
+        if not self._admit(device, -1):
+            return
         self._latest["init_failed", device, 0] = self._seq
         self._functions.setdefault(device, int(failure.slot.rpartition(".")[2]))
         old = self._init.get(device)
@@ -246,9 +306,13 @@ class XidCounter:
         return cleared is None or self._latest.get((kind, device, code), 0) > cleared
 
     def _slotter(self, slots: list[str]) -> dict[str, str]:
+        # Asked with the same slots tick after tick: worked out once for them.
+        if slots == self._slotted[0]:
+            return self._slotted[1]
         by_device: dict[str, str] = {}
         for slot in sorted(slots):
             by_device.setdefault(device_of(slot), slot)
+        self._slotted = (list(slots), by_device)
         return by_device
 
     def _slot(self, device: str, by_device: dict[str, str]) -> str:

@@ -281,8 +281,11 @@ class _Records(KernelLog):
     def __init__(self, directory: str) -> None:
         self.directory, self.error = directory, None
         self.pending: list[tuple[float, str]] = []
+        self.reading = False
 
-    def poll(self, sink: Any, loaders: Any = None, other: Any = None) -> int:
+    def poll(
+        self, sink: Any, loaders: Any = None, other: Any = None, budget: float | None = None
+    ) -> int:
         read, self.pending = self.pending, []
         for at, message in read:
             sink(at, message)
