@@ -294,8 +294,10 @@ class KernelSource:
             self.log(
                 logging.WARNING,
                 Event.JOURNAL_UNREADABLE,
-                f"{error}; the NVIDIA driver's Xid, SXid and fallen-off-the-bus records are not "
-                "seen until it can be read; sampling goes on",
+                f"{error}; sampling goes on"
+                if error == self.journal.damage
+                else f"{error}; the NVIDIA driver's Xid, SXid and fallen-off-the-bus records are "
+                "not seen until it can be read; sampling goes on",
                 journal_directory=self.journal.directory or None,
             )
         elif edge is Edge.ENDED:

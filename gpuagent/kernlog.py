@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["CLEARS", "LOADERS", "LOADER_UID", "KernelLog", "booted_at", "journal_boot"]
@@ -52,6 +53,10 @@ LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("_SYSTEMD_UNIT", ("systemd-modules-load.service",)),
 )
 LOADER_UID = "0"
+
+# How long a damaged journal file stays the agent's journal problem after it was last met (s):
+# long enough to be seen, and it ends by itself once the damage is rotated and vacuumed away.
+DAMAGE_HOLD = 3600.0
 
 Sink = Callable[[float, str], None]
 FieldSink = Callable[[float, dict[str, bytes]], None]
@@ -116,6 +121,24 @@ def match(reader: Any, also: Mapping[str, str] = CLEARS, boot: str | None = None
     reader.this_boot(boot)
 
 
+@dataclass(frozen=True)
+class _Item:
+    """One entry to hand on: to the sink at ``sink`` (0 kernel, 1 loaders, 2 clears), its
+    realtime ``time`` (s) and its message (or, for a clear, its fields)."""
+
+    sink: int
+    time: float
+    payload: Any
+
+
+def _give(sinks: tuple[Sink, Sink | None, FieldSink | None], item: _Item) -> int:
+    sink = sinks[item.sink]
+    if sink is None:
+        return 0
+    sink(item.time, item.payload)
+    return 1
+
+
 class _NoFiles(Exception):
     """The journal opened, but without one file this process may read."""
 
@@ -165,6 +188,12 @@ class KernelLog:
         # Where the last read stopped: a reopened journal goes on from there, not from the
         # boot's start, so no record is handed out twice.
         self._cursor: str | None = None
+        # The reader's usage (bytes of the files it reads) when opened or last processed.
+        self._usage = 0
+        # The realtime stamp (us) of the entry at the cursor.
+        self._last = -1
+        # Until when (monotonic s) a damaged file is the journal's problem.
+        self._damaged = -float("inf")
 
     @property
     def where(self) -> str:
@@ -226,6 +255,7 @@ class KernelLog:
         try:
             if self._reader is None:
                 self._reader, self._taken, self.reading = self._open(), 0, True
+                self._usage = self._reader.get_usage()
             if self.reading:
                 count = self._read_on(sinks, deadline)
             else:
@@ -233,13 +263,27 @@ class KernelLog:
                 # cheap enough (< 1 us) to do even when nothing changed, which keeps journals
                 # whose changes cannot be watched (network file systems) correct.
                 self._reader.process()
+                self._usage = self._reader.get_usage()
                 count = self._drain(self._reader, sinks)[0]
+                if self._lost_a_file(self._reader):
+                    count += self._salvage(sinks)
         except (OSError, ValueError, RuntimeError, _NoFiles) as e:
             self.close()
             self.error = f"{self.where}: cannot read: {_reason(e)}"
             return 0
-        self.error = None
+        self.error = self.damage
         return count
+
+    @property
+    def damage(self) -> str | None:
+        """While a damaged journal file was met in the last DAMAGE_HOLD s: what that means."""
+        if self._clock() >= self._damaged:
+            return None
+        return (
+            f"{self.where}: a journal file is damaged (journalctl --verify names it): the "
+            "records after the damage were read from the journal's end, some before it may "
+            "be missed"
+        )
 
     def _read_on(
         self, sinks: tuple[Sink, Sink | None, FieldSink | None], deadline: float | None
@@ -252,10 +296,15 @@ class KernelLog:
             got, ended = self._drain(self._reader, sinks, self.chunk - self._taken, deadline)
             count += got
             self._taken += got
+            if ended and self._lost_a_file(self._reader):
+                count += self._salvage(sinks)
+                self._taken, self.reading = 0, False
+                return count
             if ended or self._taken >= self.chunk:
                 self.close()
                 # After the last chunk, from the tail: later polls read only there.
                 self._reader, self._taken, self.reading = self._open(tail=ended), 0, not ended
+                self._usage = self._reader.get_usage()
             if ended or (deadline is not None and self._clock() >= deadline):
                 return count
 
@@ -270,7 +319,6 @@ class KernelLog:
         the journal ended; returns how many, and whether it ended."""
         # The reader's private accessors fetch one field each; iterating it would decode every
         # field of every entry, several times the cost at start.
-        kernel, loaders, other = sinks
         count = 0
         moved = False
         try:
@@ -283,34 +331,68 @@ class KernelLog:
                     moved = True
                     if self._cursor is not None and reader.test_cursor(self._cursor):
                         continue  # seek_cursor lands on the entry already read
-                # The match let in the kernel's records, the loaders' and root's clears; only
-                # the kernel's transport is the driver's (a loader's record is stdout, syslog
-                # or journal), and a clear is told by the fields journald set.
-                try:
-                    transport = reader._get("_TRANSPORT")
-                except KeyError:
-                    continue
-                if transport != b"kernel" and self._is_also(reader):
-                    if other is not None:
-                        other(reader._get_realtime() / 1e6, _fields(reader))
-                        count += 1
-                    continue
-                try:
-                    sink = kernel if transport == b"kernel" else loaders
-                    if sink is None:
-                        continue
-                    raw = reader._get("MESSAGE")
-                except KeyError:
-                    continue
-                message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-                sink(reader._get_realtime() / 1e6, message)
-                count += 1
+                item = self._item(reader)
+                if item is not None:
+                    count += _give(sinks, item)
         finally:
             if moved:
                 # Also after a failed read: what the sink got must not be handed out again.
                 with contextlib.suppress(OSError, ValueError, RuntimeError):
                     self._cursor = reader._get_cursor()
+                    self._last = reader._get_realtime()
         return count, False
+
+    def _item(self, reader: Any) -> _Item | None:
+        """The entry ``reader`` is on, as what to hand to which sink; ``None`` for one
+        without the fields it needs."""
+        # The match let in the kernel's records, the loaders' and root's clears; only the
+        # kernel's transport is the driver's (a loader's record is stdout, syslog or
+        # journal), and a clear is told by the fields journald set.
+        try:
+            transport = reader._get("_TRANSPORT")
+            if transport != b"kernel" and self._is_also(reader):
+                return _Item(2, reader._get_realtime() / 1e6, _fields(reader))
+            raw = reader._get("MESSAGE")
+        except KeyError:
+            return None
+        message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        return _Item(0 if transport == b"kernel" else 1, reader._get_realtime() / 1e6, message)
+
+    def _lost_a_file(self, reader: Any) -> bool:
+        # sd-journal drops a file it cannot read on (a damaged entry) from the reader and
+        # goes on with the others, saying nothing: its usage falls while nothing rotated.
+        return bool(reader.get_usage() < self._usage)
+
+    def _salvage(self, sinks: tuple[Sink, Sink | None, FieldSink | None]) -> int:
+        """After a file was lost to damage: the records logged after the last one read, taken
+        from the journal's end backwards (the way past damage that sd-journal still reads; at
+        most one chunk of them, the latest), then handed on in order.  The reader is left at
+        the journal's end; the journal problem holds for DAMAGE_HOLD s."""
+        self.close()
+        reader = self._reader = self._open(tail=True)
+        self._usage = reader.get_usage()
+        reader.seek_tail()
+        items: list[_Item] = []
+        latest: tuple[str, int] | None = None
+        while len(items) < self.chunk and reader._previous():
+            # The entry last read is in the damaged file, whose part before the damage the
+            # reader no longer has: older entries of other files were read already too.
+            if reader._get_realtime() <= self._last or (
+                self._cursor is not None and reader.test_cursor(self._cursor)
+            ):
+                break
+            if latest is None:
+                latest = (reader._get_cursor(), reader._get_realtime())
+            item = self._item(reader)
+            if item is not None:
+                items.append(item)
+        if latest is not None:
+            self._cursor, self._last = latest
+        self.close()
+        self._reader = self._open(tail=True)
+        self._usage = self._reader.get_usage()
+        self._damaged = self._clock() + DAMAGE_HOLD
+        return sum(_give(sinks, item) for item in reversed(items))
 
     def _is_also(self, reader: Any) -> bool:
         if not self.also:
