@@ -1,10 +1,12 @@
 """Which systemd unit each GPU process is in, asked of systemd once per process (no I/O here).
 
 systemd answers ``GetUnitByPID`` for any PID over the system bus, also where the agent's
-sandbox (``ProtectProc=invisible``) hides ``/proc/<pid>/cgroup``.  An answer is kept for a
-process while it stays on a GPU — keyed by PID and process name (its ``/proc/<pid>/comm``),
-so a PID the kernel gives to another program is asked about again — and the last place each
-PID was seen is remembered (a bounded number of them) for the Xid that names it after the
+sandbox (``ProtectProc=invisible``) hides ``/proc/<pid>/cgroup``; where it hides the
+process's ``comm`` as well, the name is taken from the command line systemd lists for the
+process in its unit (``GetUnitProcesses``, asked with the unit, once).  An answer is kept for
+a process while it stays on a GPU — keyed by PID and ``comm`` (``None`` where hidden), so a
+PID the kernel gives to another program is asked about again — and the last place each PID
+was seen is remembered (a bounded number of them) for the Xid that names it after the
 process is gone.
 """
 
@@ -15,8 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from . import comm
 from .unitname import SLURM_SCOPE, Owner, classify
-from .units import PidResult, Watch
+from .units import PidResult, UnitProcess, Watch
 
 __all__ = ["REMEMBERED", "Owners", "PidLookup", "Seen", "source_words"]
 
@@ -30,12 +33,13 @@ class PidLookup(Protocol):
 
     def unit_for_pid(self, pid: int) -> PidResult: ...
 
-    def cgroup_of(self, unit: str, pid: int) -> str | None: ...
+    def process_in(self, unit: str, pid: int) -> UnitProcess | None: ...
 
 
 @dataclass(frozen=True)
 class Seen:
-    """A process as last seen on a GPU: ``pid``, ``name`` (its ``/proc/<pid>/comm``),
+    """A process as last seen on a GPU: ``pid``, ``name`` (its ``/proc/<pid>/comm``, else
+    the name in systemd's command line for it, else ``None``),
     ``unit`` (``None``: systemd knows none, or was not asked), ``owner`` (``None``: systemd
     could not be asked — no system bus, or it failed) and the GPU's ``slot``."""
 
@@ -58,7 +62,8 @@ class Owners:
         self._history: OrderedDict[int, Seen] = OrderedDict()
 
     def resolve(self, processes: Iterable[tuple[int, str | None, str | None]]) -> dict[int, Seen]:
-        """Each of ``processes`` (PID, process name, GPU slot) with its unit, by PID.
+        """Each of ``processes`` (PID, its ``comm`` or ``None``, GPU slot) with its unit and
+        name, by PID.
 
         Asks systemd only about processes not seen on the last call (where there is no
         system bus socket, not again about one either); after a bus failure
@@ -104,10 +109,14 @@ class Owners:
         if answer.watch is Watch.NOT_WATCHED:
             return Seen(pid, name, None, None, slot), False
         self.error = None
-        cgroup = None
-        if answer.unit == SLURM_SCOPE:
-            cgroup = self.lookup.cgroup_of(answer.unit, pid)
-        return Seen(pid, name, answer.unit, classify(answer.unit, cgroup), slot), False
+        listed = None
+        # One more call, with the unit: only where systemd has what this process lacks.
+        if answer.unit is not None and (name is None or answer.unit == SLURM_SCOPE):
+            listed = self.lookup.process_in(answer.unit, pid)
+        if listed is None:
+            return Seen(pid, name, answer.unit, classify(answer.unit), slot), False
+        name = name or comm.from_cmdline(listed.cmdline)
+        return Seen(pid, name, answer.unit, classify(answer.unit, listed.cgroup), slot), False
 
 
 def source_words(pid: int, name: str | None, seen: Seen | None) -> tuple[str, str | None]:

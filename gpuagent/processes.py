@@ -6,8 +6,9 @@ group, its timeout); a failing read is retried on a :class:`Backoff` counted in 
 an outage is one warning and its end one line.  Lines that are no process are one warning
 while reads keep having them (again after a read without any).  Each process's name comes
 from ``<proc_root>/<pid>/comm`` (:mod:`gpuagent.comm`), its unit from systemd
-(:class:`gpuagent.owners.Owners`).  Between reads the last one holds; while the processes
-cannot be known (the read failing, the probe failing or gated) the view says so.
+(:class:`gpuagent.owners.Owners`), which also names a process whose ``comm`` is hidden.
+Between reads the last one holds; while the processes cannot be known (the read failing,
+the probe failing or gated) the view says so.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class ProcessesSource:
         seen = self.owners.resolve((a.pid, name, slot) for a, name, slot in found)
         self._units(self.owners.error)
         gpus: dict[str, list[ProcessView]] = {slot: [] for slot in slots.values()}
-        for app, name, slot in found:
+        for app, _, slot in found:
             if slot is None:
                 continue  # a GPU the probe did not sample: nothing to show it under
             s = seen[app.pid]
@@ -137,7 +138,7 @@ class ProcessesSource:
             gpus.setdefault(slot, []).append(
                 ProcessView(
                     app.pid,
-                    name,
+                    s.name,
                     app.used_memory_mib,
                     s.unit,
                     owner.kind if owner else None,

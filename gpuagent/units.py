@@ -57,6 +57,7 @@ __all__ = [
     "PidResult",
     "Result",
     "Unit",
+    "UnitProcess",
     "Units",
     "Watch",
     "system_bus",
@@ -104,6 +105,16 @@ class PidResult:
     watch: Watch
     unit: str | None = None
     error: str = ""
+
+
+@dataclass(frozen=True)
+class UnitProcess:
+    """A process as systemd lists it in its unit: its control group (a path under the
+    cgroup tree's root) and its command line (systemd's: the arguments joined by spaces, each
+    quoted where it needs it; ``[comm]`` for a process without one)."""
+
+    cgroup: str
+    cmdline: str
 
 
 @dataclass
@@ -269,9 +280,10 @@ class Units:
             self.close()
             return PidResult(Watch.ERROR, error=str(e))
 
-    def cgroup_of(self, unit: str, pid: int) -> str | None:
-        """The control group of process ``pid`` in ``unit`` (``GetUnitProcesses``: systemd
-        gives it where ``/proc`` is hidden), or None: not there, or the bus failed."""
+    def process_in(self, unit: str, pid: int) -> UnitProcess | None:
+        """Process ``pid`` as systemd lists it in ``unit`` (``GetUnitProcesses``: systemd
+        gives its control group and command line where ``/proc`` is hidden), or None: not
+        there, or the bus failed."""
         try:
             processes = self._call(_MANAGER_PATH, _MANAGER, "GetUnitProcesses", "s", (unit,))
         except (DBusError, NotWatched):
@@ -279,9 +291,9 @@ class Units:
         except Failed:
             self.close()
             return None
-        for cgroup, member, _cmdline in processes or ():
+        for cgroup, member, cmdline in processes or ():
             if int(member) == pid:
-                return str(cgroup)
+                return UnitProcess(str(cgroup), str(cmdline))
         return None
 
     def _unit(self, name: str, follow: _Follow | None = None) -> Unit:

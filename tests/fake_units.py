@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuagent.units import PidResult, Result, Unit, Watch
+from gpuagent.units import PidResult, Result, Unit, UnitProcess, Watch
 
 __all__ = ["FakeUnits", "unit"]
 
@@ -25,9 +25,10 @@ def unit(
 @dataclass
 class FakeUnits:
     """Answers each read with ``result`` (by default: watched, no unit of NVIDIA's known to
-    systemd, so no problem and no line); counts the reads.  ``pids`` is each known PID's unit
-    and ``cgroups`` its control group; ``pid_watch`` other than ``ok`` answers every PID so;
-    ``pid_calls`` counts the PID lookups."""
+    systemd, so no problem and no line); counts the reads.  ``pids`` is each known PID's unit,
+    ``cgroups`` its control group and ``cmdlines`` its command line (as GetUnitProcesses
+    lists them); ``pid_watch`` other than ``ok`` answers every PID so; ``pid_calls`` counts
+    the PID lookups, ``process_calls`` those of a unit's processes."""
 
     result: Result = field(default_factory=lambda: Result(Watch.OK))
     reads: int = 0
@@ -35,7 +36,9 @@ class FakeUnits:
     pids: dict[int, str] = field(default_factory=dict)
     cgroups: dict[int, str] = field(default_factory=dict)
     pid_watch: Watch = Watch.OK
+    cmdlines: dict[int, str] = field(default_factory=dict)
     pid_calls: int = 0
+    process_calls: int = 0
 
     def set(self, *units: Unit) -> None:
         self.result = Result(Watch.OK, {u.name: u for u in units})
@@ -54,5 +57,10 @@ class FakeUnits:
             return PidResult(self.pid_watch, error=error)
         return PidResult(Watch.OK, self.pids.get(pid))
 
-    def cgroup_of(self, unit: str, pid: int) -> str | None:
-        return self.cgroups.get(pid) if self.pids.get(pid) == unit else None
+    def process_in(self, unit: str, pid: int) -> UnitProcess | None:
+        self.process_calls += 1
+        if self.pids.get(pid) != unit:
+            return None
+        return UnitProcess(
+            self.cgroups.get(pid, f"/system.slice/{unit}"), self.cmdlines.get(pid, "")
+        )

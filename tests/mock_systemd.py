@@ -10,8 +10,9 @@ interface, except a unit just loaded, which sends the Manager's UnitNew instead 
 unloaded, UnitRemoved).  Unlike systemd it sends them whether or not anyone subscribed, and
 before the reply to the call that caused them.  Parameters: ``{"units": {name: {prop:
 value, ..., "loaded": bool}}, "pids": {"1234": name}, "cgroups": {"1234": path},
-"refuse_subscribe": bool}`` (``cgroups``: the control group GetUnitProcesses lists for a
-PID; the unit's own without one); ``SetUnit(name, props, loaded)`` on the mock interface
+"cmdlines": {"1234": text}, "refuse_subscribe": bool}`` (``cgroups`` and ``cmdlines``: the
+control group and command line GetUnitProcesses lists for a PID; the unit's own group and
+an empty line without one); ``SetUnit(name, props, loaded)`` on the mock interface
 changes a unit while it runs (``SetUnitSilently(name, props)`` without a signal: one lost).
 """
 
@@ -80,6 +81,7 @@ def load(mock: Any, parameters: dict[str, Any]) -> None:
     mock.refuse_subscribe = bool(parameters.get("refuse_subscribe", False))
     mock.pids = {int(pid): str(name) for pid, name in parameters.get("pids", {}).items()}
     mock.cgroups = {int(pid): str(cg) for pid, cg in parameters.get("cgroups", {}).items()}
+    mock.cmdlines = {int(pid): str(c) for pid, c in parameters.get("cmdlines", {}).items()}
     for name, given in parameters.get("units", {}).items():
         props = dict(given)
         loaded = bool(props.pop("loaded", True))
@@ -129,7 +131,11 @@ def GetUnitProcesses(self: Any, name: str) -> list[tuple[str, int, str]]:
     if str(name) not in self.loaded_units and not any(n == name for n in self.pids.values()):
         raise _error("NoSuchUnit", f"Unit {name} not loaded.")
     return [
-        (self.cgroups.get(pid, f"/system.slice/{name}"), dbus.UInt32(pid), "")
+        (
+            self.cgroups.get(pid, f"/system.slice/{name}"),
+            dbus.UInt32(pid),
+            self.cmdlines.get(pid, ""),
+        )
         for pid, unit in sorted(self.pids.items())
         if unit == str(name)
     ]

@@ -32,6 +32,30 @@ def test_name(data: bytes, name: str | None) -> None:
     assert comm.name(data) == name
 
 
+@pytest.mark.parametrize(
+    ("cmdline", "name"),
+    [
+        ("/usr/bin/python3 train.py --lr 0.1", "python3"),
+        ("sleep infinity", "sleep"),
+        ("/opt/pt_main_thread_with_a_long_name", "pt_main_thread_"),
+        ("[kworker/0:1]", "kworker/0:1"),  # systemd's form of a process without a cmdline
+        ('"/opt/my prog" --x', "my prog"),
+        ('"/opt/a\\"b\\$c\\\\d" x', 'a"b$c\\d'),
+        ('"/opt/x, 1\\nGPU-b, 4242" y', "x, 1?GPU-b, 424"),
+        ('"/opt/\\x1b[31mred"', "?[31mred"),
+        ('"/opt/caf\\xc3\\xa9"', "caf\u00e9"),
+        ('"/opt/\\xff"', "\ufffd"),
+        ("/opt/\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9", "\u00e9" * 7 + "\ufffd"),
+        ("/opt/x,\nGPU-b", "x,?GPU-b"),
+        ("", None),
+        ('""', None),
+        ("/opt/", None),
+    ],
+)
+def test_from_cmdline(cmdline: str, name: str | None) -> None:
+    assert comm.from_cmdline(cmdline) == name
+
+
 def test_read(tmp_path: str) -> None:
     os.makedirs(os.path.join(tmp_path, "42"))
     with open(os.path.join(tmp_path, "42", "comm"), "wb") as f:

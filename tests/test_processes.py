@@ -16,7 +16,7 @@ from gpuagent.logs import Event
 from gpuagent.owners import Owners, Seen, source_words
 from gpuagent.report import GpuEntry, State
 from gpuagent.unitname import Owner
-from gpuagent.units import PidResult, Watch
+from gpuagent.units import PidResult, UnitProcess, Watch
 from tests import replay, test_kernlog
 from tests.conftest import Host
 from tests.fake_units import FakeUnits
@@ -392,11 +392,63 @@ def test_a_process_name_with_a_comma_or_a_quote_hides_no_process(host: Host, nam
     assert host.lines(logging.WARNING) == []
 
 
-def test_a_process_hidden_from_the_agent_is_listed_without_a_name(host: Host) -> None:
+def test_a_process_hidden_from_the_agent_in_no_unit_is_listed_without_a_name(host: Host) -> None:
     busy(host, {"slot": host.slots[0], "pid": 5, "name": "[N/A]", "mib": 10})
     host.make_agent()
-    (p,) = entry(host.tick().state, host.slots[0])["processes"]
+    state = host.tick().state
+    (p,) = entry(state, host.slots[0])["processes"]
     assert (p["pid"], p["name"]) == (5, None)
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert "(pid 5)" in text
+    assert host.units.process_calls == 0  # in no unit: nothing to list
+
+
+def test_a_process_whose_comm_is_hidden_is_named_by_systemd_once(host: Host) -> None:
+    a = host.slots[0]
+    # ProtectProc=invisible hides other users' /proc/<pid>: systemd lists the command line.
+    busy(
+        host,
+        {"slot": a, "pid": 5, "name": "[N/A]", "mib": 10},
+        {"slot": a, "pid": 6, "name": "trainer", "mib": 20},
+    )
+    host.units.pids = {5: "train@3.service", 6: "train@3.service"}
+    host.units.cmdlines = {5: "/usr/bin/python3 train.py --lr 0.1", 6: "/opt/other"}
+    host.make_agent(units=host.units)
+    state = host.tick(3).state
+    assert [(p["pid"], p["name"]) for p in entry(state, a)["processes"]] == [
+        (5, "python3"),
+        (6, "trainer"),  # comm first
+    ]
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert "train@3.service 10 MiB (pid 5 python3)" in text
+    # Asked with the unit, once for the hidden process only, not again on later ticks.
+    assert (host.units.pid_calls, host.units.process_calls) == (2, 1)
+    seen = host.agent.processes.who(5)
+    assert seen is not None and seen.name == "python3"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "name"),
+    [
+        # systemd quotes an argument that needs it, a newline escaped.
+        ('"/opt/x, 1\\nGPU-b, 4242, py" --arg', "x, 1?GPU-b, 424"),
+        # An older systemd's line as it is.
+        ("/opt/x,\nGPU-b, 4242, py", "x,?GPU-b,"),
+    ],
+)
+def test_a_cmdline_from_systemd_with_a_newline_or_a_comma_is_one_name_on_one_row(
+    host: Host, cmdline: str, name: str
+) -> None:
+    a, b = host.slots[0], host.slots[1]
+    busy(host, {"slot": a, "pid": 5, "name": "[N/A]", "mib": 10})
+    host.units.pids = {5: "x.service"}
+    host.units.cmdlines = {5: cmdline}
+    host.make_agent(units=host.units)
+    state = host.tick().state
+    assert entry(state, b)["processes"] == []
+    assert [(p["pid"], p["name"]) for p in entry(state, a)["processes"]] == [(5, name)]
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert len([line for line in text.splitlines() if "(pid 5 " in line]) == 1
 
 
 def test_source_words() -> None:
@@ -419,7 +471,7 @@ class _Lookup:
         self.asked.append(pid)
         return self.answer
 
-    def cgroup_of(self, unit: str, pid: int) -> str | None:
+    def process_in(self, unit: str, pid: int) -> UnitProcess | None:
         return None
 
 

@@ -62,6 +62,7 @@ PARAMETERS: dict[str, Any] = {
         "5001": "/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0",
         "5002": "/system.slice/slurmstepd.scope/job_1235/step_batch/user/task_0",
     },
+    "cmdlines": {"5002": '"/opt/my run\\n" --x'},
 }
 
 
@@ -305,14 +306,15 @@ def test_unit_for_pid(systemd: MockBus) -> None:
     assert reader.unit_for_pid(4243) == units.PidResult(Watch.OK, None)
 
 
-def test_a_slurm_steps_control_group(systemd: MockBus) -> None:
+def test_a_slurm_steps_control_group_and_command_line(systemd: MockBus) -> None:
     reader = systemd.units()
     assert reader.unit_for_pid(5002) == units.PidResult(Watch.OK, "slurmstepd.scope")
-    assert reader.cgroup_of("slurmstepd.scope", 5002) == (
-        "/system.slice/slurmstepd.scope/job_1235/step_batch/user/task_0"
-    )
-    assert reader.cgroup_of("slurmstepd.scope", 4242) is None  # not in it
-    assert reader.cgroup_of("nothing.scope", 5001) is None  # no such unit: no answer
+    listed = reader.process_in("slurmstepd.scope", 5002)
+    assert listed is not None
+    assert listed.cgroup == "/system.slice/slurmstepd.scope/job_1235/step_batch/user/task_0"
+    assert listed.cmdline == '"/opt/my run\\n" --x'
+    assert reader.process_in("slurmstepd.scope", 4242) is None  # not in it
+    assert reader.process_in("nothing.scope", 5001) is None  # no such unit: no answer
 
 
 def test_no_socket_at_all_is_not_watched(tmp_path: str) -> None:

@@ -2,6 +2,9 @@
 transient scope and a login session, reported by the fake nvidia-smi with their real PIDs;
 the packaged, sandboxed service names each one's unit in `gpuagent status`, in the state, in
 the journal line of an Xid whose record names the PID, and in the series node_exporter serves.
+nvidia-smi is not asked for the names: the sandbox (ProtectProc=invisible) hides root's and
+alice's /proc from the agent's user, so each `sleep` is named by systemd's record of its
+unit's processes, and the PID no process has is named by nothing.
 
 The login session is a real one: `su -l` (PAM, with libpam-systemd installed here) run from a
 transient service, as sshd or cron would, so that systemd-logind makes it session-N.scope.
@@ -139,11 +142,11 @@ def test_who_is_on_the_gpu_under_systemd(
         j = start_jobs(c)
         on = {SERVICE: slots[3], SCOPE: slots[0], j.session: slots[1]}
         apps = [
-            {"slot": on[SERVICE], "pid": j.main, "name": "/usr/bin/python3", "mib": 40960},
-            {"slot": on[SERVICE], "pid": j.child, "name": "/usr/bin/python3", "mib": 1228},
-            {"slot": on[SCOPE], "pid": j.scoped, "name": "sleep", "mib": 2048},
-            {"slot": on[j.session], "pid": j.logged_in, "name": "sleep", "mib": 512},
-            {"slot": slots[2], "pid": GHOST, "name": "ghost", "mib": 256},
+            {"slot": on[SERVICE], "pid": j.main, "mib": 40960},
+            {"slot": on[SERVICE], "pid": j.child, "mib": 1228},
+            {"slot": on[SCOPE], "pid": j.scoped, "mib": 2048},
+            {"slot": on[j.session], "pid": j.logged_in, "mib": 512},
+            {"slot": slots[2], "pid": GHOST, "mib": 256},
         ]
         scenario = {"capture": CAPTURE, "slots": slots, "apps": apps}
         c.write(f"{FAKE}/scenario.json", json.dumps(scenario))
@@ -161,10 +164,11 @@ def state(c: Container) -> dict[str, Any]:
 
 
 def processes(st: dict[str, Any]) -> dict[str, list[tuple[Any, ...]]]:
-    """Each GPU's processes as (pid, unit, unit_kind, unit_ref, used_memory_mib), by slot."""
+    """Each GPU's processes as (pid, name, unit, unit_kind, unit_ref, used_memory_mib), by
+    slot."""
     return {
         g["pci_slot"]: sorted(
-            (p["pid"], p["unit"], p["unit_kind"], p["unit_ref"], p["used_memory_mib"])
+            (p["pid"], p["name"], p["unit"], p["unit_kind"], p["unit_ref"], p["used_memory_mib"])
             for p in g.get("processes") or ()
         )
         for g in st["gpus"]
@@ -178,13 +182,13 @@ def the_units_seen(c: Container, slots: list[str], on: dict[str, str], j: Jobs) 
     want = idle | {
         on[SERVICE]: sorted(
             [
-                (main, SERVICE, "service", "train@3", 40960),
-                (child, SERVICE, "service", "train@3", 1228),
+                (main, "sleep", SERVICE, "service", "train@3", 40960),
+                (child, "sleep", SERVICE, "service", "train@3", 1228),
             ]
         ),
-        on[SCOPE]: [(scoped, SCOPE, "scope", "adhoc-job", 2048)],
-        on[session]: [(logged_in, session, "session", number, 512)],
-        slots[2]: [(GHOST, None, "unknown", None, 256)],
+        on[SCOPE]: [(scoped, "sleep", SCOPE, "scope", "adhoc-job", 2048)],
+        on[session]: [(logged_in, "sleep", session, "session", number, 512)],
+        slots[2]: [(GHOST, None, None, "unknown", None, 256)],
     }
     wait_for("the processes' units in the state", lambda: processes(state(c)) == want, 30)
     st = state(c)
@@ -194,11 +198,11 @@ def the_units_seen(c: Container, slots: list[str], on: dict[str, str], j: Jobs) 
     status = c.status()
     assert status.returncode == 0, status.stdout + status.stderr
     for line in (
-        f"{SERVICE} 40.0 GiB (pid {main} python3)",
-        f"{SERVICE} 1.2 GiB (pid {child} python3)",
+        f"{SERVICE} 40.0 GiB (pid {main} sleep)",
+        f"{SERVICE} 1.2 GiB (pid {child} sleep)",
         f"{SCOPE} 2.0 GiB (pid {scoped} sleep)",
         f"{session} 512 MiB (pid {logged_in} sleep)",
-        f"no unit 256 MiB (pid {GHOST} ghost)",
+        f"no unit 256 MiB (pid {GHOST})",
     ):
         assert re.search(rf"^ +{re.escape(line)}$", status.stdout, re.M), status.stdout
 
