@@ -423,6 +423,7 @@ def test_a_process_whose_comm_is_hidden_is_named_by_systemd_once(host: Host) -> 
     assert "train@3.service 10 MiB (pid 5 python3)" in text
     # Asked with the unit, once for the hidden process only, not again on later ticks.
     assert (host.units.pid_calls, host.units.process_calls) == (2, 1)
+    assert host.agent is not None
     seen = host.agent.processes.who(5)
     assert seen is not None and seen.name == "python3"
 
