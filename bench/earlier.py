@@ -1,5 +1,6 @@
 """What reading the earlier boots costs (recurrence, issue 18): each tick's slice (target
-<= 10 ms, :data:`gpuagent.earlier.SLICE`) and the CPU per 100,000 kernel records (target
+<= 10 ms, :data:`gpuagent.sources.kernel.earlier.SLICE`) and the CPU per 100,000 kernel records
+(target
 <= 2 s), beside floors measured in the same run: opening the journal (what any slice that
 opens it pays) and the bare reader stepping over every entry the read matches; and the
 RSS of a process as the agent is, this boot's records read and then the earlier boots
@@ -25,8 +26,8 @@ import time
 from typing import Any
 
 from bench.journal import MAKE, OTHER, REPO, XIDS, boot_id, status_kib
-from gpuagent import earlier
-from gpuagent.earlier import EarlierBoots
+from gpuagent.sources.kernel import earlier
+from gpuagent.sources.kernel.earlier import EarlierBoots
 
 BOOTS = ("1" * 32, "2" * 32, "3" * 32)
 
@@ -92,10 +93,10 @@ def floor_step(journal: str) -> tuple[float, int]:
 def child(journal: str) -> None:
     """One process as the agent is: its modules, this boot's records, then the earlier
     boots; prints RSS (KiB) before and after those, and the peak."""
-    import gpuagent.cli  # noqa: PLC0415
+    import gpuagent.commands.cli  # noqa: PLC0415
     import gpuagent.daemon  # noqa: F401, PLC0415
-    from gpuagent.kernlog import KernelLog  # noqa: PLC0415
-    from gpuagent.xidcount import XidCounter  # noqa: PLC0415
+    from gpuagent.sources.kernel.kernlog import KernelLog  # noqa: PLC0415
+    from gpuagent.sources.kernel.xidcount import XidCounter  # noqa: PLC0415
 
     log = KernelLog(journal)
     log.poll(XidCounter().add)

@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 import time
 
-from gpuagent.kernel import KernelSource
 from gpuagent.logs import EventLog
+from gpuagent.sources.kernel.kernel import KernelSource
 from gpuagent.views import BusView
 
 from .journal import MAKE, boot_id

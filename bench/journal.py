@@ -19,8 +19,8 @@ import sys
 import tempfile
 import time
 
-from gpuagent.kernlog import KernelLog, _open_reader, match
-from gpuagent.xidcount import XidCounter
+from gpuagent.sources.kernel.kernlog import KernelLog, _open_reader, match
+from gpuagent.sources.kernel.xidcount import XidCounter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAKE = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
@@ -110,7 +110,7 @@ def child(directory: str, read: bool) -> None:
     # What `gpuagent run` imports, and what it loads to log under journald, are the floor.
     import systemd.journal  # noqa: F401, PLC0415
 
-    import gpuagent.cli  # noqa: PLC0415
+    import gpuagent.commands.cli  # noqa: PLC0415
     import gpuagent.daemon  # noqa: F401, PLC0415
 
     if read:

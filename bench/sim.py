@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 from gpuagent.agent import Agent
 from gpuagent.config import Config
+from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
-from gpuagent.probe import Prober
-from gpuagent.runner import Outcome, Runner, RunResult
-from gpuagent.smi import FIELDS
+from gpuagent.sources.probe.probe import Prober
+from gpuagent.sources.probe.smi import FIELDS
 from tests import fakesysfs, replay
 from tests.fake_units import FakeUnits
 from tests.fakehost import H200_LOAD, MISMATCH, quiet_journal

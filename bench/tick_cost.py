@@ -30,15 +30,18 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from bench.sim import instant_nvidia_smi, make_host
-from gpuagent import apps, pci, rules, smi, state
+from gpuagent import state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
+from gpuagent.edges.runner import Runner
 from gpuagent.health import Tracker
 from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier
-from gpuagent.probe import Prober
 from gpuagent.publish import Textfile
-from gpuagent.runner import Runner
+from gpuagent.sources.bus import pci
+from gpuagent.sources.probe import rules, smi
+from gpuagent.sources.probe.probe import Prober
+from gpuagent.sources.processes import apps
 from tests.fakehost import quiet_journal
 
 

@@ -2,7 +2,8 @@
 and a tick's services step against the same step's floor.
 
 Each run is a fresh ``/usr/bin/python3``; its floor is that interpreter after importing
-``gpuagent.units``, which imports jeepney only when it first reads.  Then jeepney's import
+``gpuagent.edges.systemd.units``, which imports jeepney only when it first reads.  Then jeepney's
+import
 (RSS and ms), the first read of nvidia-fabricmanager, nvidia-persistenced and nvidia-dcgm
 (connect, authenticate, Hello, three units' five properties) and the next reads on the kept
 connection, reading every unit each time.  Then the CPU of a tick's services step
@@ -36,8 +37,8 @@ def rss():
     with open("/proc/self/status") as f:
         return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
 
-from gpuagent import units
-from gpuagent.services import ServicesSource
+from gpuagent.edges.systemd import units
+from gpuagent.sources.services.services import ServicesSource
 floor = rss()
 t = time.perf_counter()
 import jeepney, jeepney.bus, jeepney.io.blocking, jeepney.wrappers
@@ -169,7 +170,7 @@ def main() -> None:
     bus = "a mock systemd on a private bus" if args.mock else "the system bus"
     print(f"jeepney {runs[0]['jeepney']}, {bus}, median of {args.runs} fresh interpreters")
     print(f"units read: {runs[0]['units']} (the same when followed: {runs[0]['same']})")
-    print(f"floor (python3 + gpuagent.units): RSS {med('floor') / 1024:.1f} MiB")
+    print(f"floor (python3 + gpuagent.edges.systemd.units): RSS {med('floor') / 1024:.1f} MiB")
     print(
         f"import jeepney: +{(med('imported') - med('floor')) / 1024:.2f} MiB RSS, "
         f"{med('import_ms'):.1f} ms"

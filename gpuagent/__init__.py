@@ -8,7 +8,7 @@ RELEASE = "0.5.0"
 def __getattr__(name: str) -> str:
     # Lazily: a checkout asks git, which `gpuagent status` need not wait for.
     if name == "__version__":
-        from .version import version  # noqa: PLC0415
+        from gpuagent.version import version  # noqa: PLC0415
 
         return version()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """``python3 -m gpuagent``."""
 
-from .cli import main
+from gpuagent.commands.cli import main
 
 main()

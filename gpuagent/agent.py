@@ -15,39 +15,41 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
-from . import __version__, bootid, report
-from .bus import Bus
-from .condition import Bug
-from .config import Config
-from .driverstate import DriverState
-from .earlier import EarlierBoots
-from .history import ThrottleWindow
-from .kernel import KernelSource
-from .kernlog import KernelLog
-from .known import KnownGpus
-from .logs import EventLog
-from .nvlinksource import NvlinkSource
-from .owners import PidLookup
-from .probe import Prober, lookup
-from .probing import Probing
-from .processes import ProcessesSource
-from .samples import Samples
-from .services import Reader as UnitsReader
-from .services import ServicesSource
-from .state import SCHEMA
-from .verdict import Verdict
-from .views import BusView, ProbeState
+from gpuagent import __version__, report
+from gpuagent.condition import Bug
+from gpuagent.config import Config
+from gpuagent.edges import bootid
+from gpuagent.logs import EventLog
+from gpuagent.sources.bus.bus import Bus
+from gpuagent.sources.bus.known import KnownGpus
+from gpuagent.sources.driver.driverstate import DriverState
+from gpuagent.sources.kernel.earlier import EarlierBoots
+from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
+from gpuagent.sources.probe.history import ThrottleWindow
+from gpuagent.sources.probe.probe import Prober, lookup
+from gpuagent.sources.probe.probing import Probing
+from gpuagent.sources.probe.samples import Samples
+from gpuagent.sources.processes.owners import PidLookup
+from gpuagent.sources.processes.processes import ProcessesSource
+from gpuagent.sources.services.services import Reader as UnitsReader
+from gpuagent.sources.services.services import ServicesSource
+from gpuagent.state import SCHEMA
+from gpuagent.verdict import Verdict
+from gpuagent.views import BusView, ProbeState
 
 __all__ = ["Agent", "Systemd"]
 
 
 class Systemd(UnitsReader, PidLookup, Protocol):
-    """What answers for systemd (:class:`gpuagent.units.Units`): NVIDIA's units' states and
+    """What answers for systemd (:class:`gpuagent.edges.systemd.units.Units`): NVIDIA's units'
+    states and
     the unit of each process on a GPU."""
 
 
 def _system_units(ping: Callable[[], None]) -> Systemd:
-    from .units import Units  # noqa: PLC0415 - a run by hand without D-Bus never needs it
+    from gpuagent.edges.systemd.units import Units  # noqa: PLC0415 - a run by hand without D-Bus never needs it
 
     return Units(ping=ping)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Generic, TypeVar
 
-from .logs import EventLog
+from gpuagent.logs import EventLog
 
 __all__ = ["Bug", "Condition", "ConditionSet", "Edge"]
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .configkeys import MIN_INTERVAL, ConfigError, check_key
-from .xidcatalog import Override
+from gpuagent.configkeys import MIN_INTERVAL, ConfigError, check_key
+from gpuagent.sources.kernel.xidcatalog import Override
 
 __all__ = [
     "DEFAULT_PATH",

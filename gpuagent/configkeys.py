@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .health import ACTIONS
-from .xidcatalog import OVERRIDE_SEVERITIES, Override
+from gpuagent.health import ACTIONS
+from gpuagent.sources.kernel.xidcatalog import OVERRIDE_SEVERITIES, Override
 
 __all__ = ["LOG_LEVELS", "MIN_INTERVAL", "ConfigError", "check_key"]
 
@@ -129,7 +129,7 @@ def check_key(source: str, key: str, value: Any) -> Any:
     return value
 
 
-# Xid codes are printed with up to six digits (gpuagent.xid).
+# Xid codes are printed with up to six digits (gpuagent.sources.kernel.xid).
 _MAX_XID = 999_999
 
 

@@ -19,16 +19,16 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from . import __version__, config
-from .agent import Agent
-from .lock import EX_RUNNING, AlreadyRunning, StateLock
-from .logs import Event, EventLog, setup
-from .notify import Notifier, watchdog_period
-from .probe import Prober
-from .publish import Publisher
-from .report import Report
-from .runner import Runner
-from .schedule import deadline, next_index
+from gpuagent import __version__, config
+from gpuagent.agent import Agent
+from gpuagent.edges.runner import Runner
+from gpuagent.lock import EX_RUNNING, AlreadyRunning, StateLock
+from gpuagent.logs import Event, EventLog, setup
+from gpuagent.notify import Notifier, watchdog_period
+from gpuagent.publish import Publisher
+from gpuagent.report import Report
+from gpuagent.schedule import deadline, next_index
+from gpuagent.sources.probe.probe import Prober
 
 __all__ = ["Daemon"]
 
@@ -208,7 +208,7 @@ class Daemon:
 
     def _read_boot(self) -> bool:
         """Read on this boot's kernel records that the tick left (a flood of them) in slices
-        of :data:`~gpuagent.kernel.SLICE` s, pinging the watchdog and heeding SIGTERM
+        of :data:`~gpuagent.sources.kernel.kernel.SLICE` s, pinging the watchdog and heeding SIGTERM
         between them; True when it read to the end (a tick is due now), False when there was
         nothing left to read or it was asked to stop."""
         kernel = self.agent.kernel

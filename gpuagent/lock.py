@@ -13,7 +13,7 @@ import errno
 import fcntl
 import os
 
-from . import safefile
+from gpuagent.edges import safefile
 
 __all__ = ["EX_RUNNING", "AlreadyRunning", "NotALock", "StateLock", "lock_path"]
 

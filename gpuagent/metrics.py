@@ -13,7 +13,8 @@ and ``uuid``.  The kernel driver's Xids of this boot are counters per GPU and co
 ``gpuagent_gpu_xid_info`` saying what each code means; NVSwitch SXids are
 ``gpuagent_nvswitch_sxid_errors_total``.  The agent's own trouble (the state's ``problems``)
 is ``gpuagent_agent_problem{kind}``.  NVLink and NVIDIA's services are in
-:mod:`gpuagent.nvmetrics`, who is on each GPU in :mod:`gpuagent.procmetrics`.
+:mod:`gpuagent.sources.nvlink.nvmetrics`, who is on each GPU in
+:mod:`gpuagent.sources.processes.procmetrics`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import nvmetrics, procmetrics
-from .report import GpuEntry, ProblemEntry, State
-from .views import ProbeState
+from gpuagent.report import GpuEntry, ProblemEntry, State
+from gpuagent.sources.nvlink import nvmetrics
+from gpuagent.sources.processes import procmetrics
+from gpuagent.views import ProbeState
 
 __all__ = ["GPU_VALUES", "Snapshot", "families", "registry", "render"]
 

@@ -15,11 +15,12 @@ import os
 
 from prometheus_client import generate_latest
 
-from . import metrics, safefile, state
-from .condition import Bug, Condition, Edge
-from .logs import Event, EventLog
-from .notify import Notifier
-from .report import Report, State, finished, with_problems
+from gpuagent import metrics, state
+from gpuagent.condition import Bug, Condition, Edge
+from gpuagent.edges import safefile
+from gpuagent.logs import Event, EventLog
+from gpuagent.notify import Notifier
+from gpuagent.report import Report, State, finished, with_problems
 
 __all__ = ["Publisher", "Textfile"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .health import OK, UNKNOWN, Problem, worst
-from .schema import (
+from gpuagent.health import OK, UNKNOWN, Problem, worst
+from gpuagent.schema import (
     ClearEntry,
     Exit,
     GpuEntry,
@@ -27,8 +27,8 @@ from .schema import (
     SXidEntry,
     XidEntry,
 )
-from .statusline import Problems, status_line, with_trouble
-from .views import (
+from gpuagent.statusline import Problems, status_line, with_trouble
+from gpuagent.views import (
     BusView,
     KernelView,
     NvlinkGpu,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from .smi import Value
+from gpuagent.sources.probe.smi import Value
 
 __all__ = [
     "ClearEntry",

@@ -1,6 +1,6 @@
 """The state file: written atomically every tick, read by ``gpuagent status``.
 
-Only ``json`` and :mod:`gpuagent.safefile` here: ``gpuagent status`` imports this module and
+Only ``json`` and :mod:`gpuagent.edges.safefile` here: ``gpuagent status`` imports this module and
 must start fast.
 """
 
@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from . import safefile
+from gpuagent.edges import safefile
 
 __all__ = ["SCHEMA", "StateError", "read", "why", "write"]
 
@@ -26,7 +26,7 @@ class StateError(Exception):
 
 def write(path: str, state: Mapping[str, object]) -> None:
     """Replace ``path`` with ``state`` as JSON, atomically and durably
-    (:func:`gpuagent.safefile.write_atomic`: temp file + fsync + rename, same directory).
+    (:func:`gpuagent.edges.safefile.write_atomic`: temp file + fsync + rename, same directory).
 
     The file is mode 0644: every user may run ``gpuagent status``.  Raises ``OSError``
     (ENOSPC, EROFS, EACCES …); the previous file then stays intact.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from .health import Problem
-from .views import BusView, Gate, ProbeState, ProbeView, plural
+from gpuagent.health import Problem
+from gpuagent.views import BusView, Gate, ProbeState, ProbeView, plural
 
 __all__ = ["Problems", "status_line", "with_trouble"]
 

@@ -12,11 +12,11 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 
-from . import rules
-from .clears import Clear
-from .health import CRITICAL, Finding, Problem, Tracker
-from .logs import Event, EventLog
-from .views import BusView
+from gpuagent.health import CRITICAL, Finding, Problem, Tracker
+from gpuagent.logs import Event, EventLog
+from gpuagent.sources.kernel.clears import Clear
+from gpuagent.sources.probe import rules
+from gpuagent.views import BusView
 
 __all__ = ["Verdict"]
 

@@ -22,7 +22,7 @@ import re
 import shutil
 import subprocess
 
-from . import RELEASE
+from gpuagent import RELEASE
 
 __all__ = ["from_git", "release_of", "version"]
 

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .clears import Clear
-from .pci import PciGpu
-from .smi import Failure, Row
-from .xidcount import SXidCount, XidCount
+from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.sources.kernel.clears import Clear
+from gpuagent.sources.kernel.xidcount import SXidCount, XidCount
+from gpuagent.sources.probe.smi import Failure, Row
 
 __all__ = [
     "BusView",
@@ -160,7 +160,8 @@ class ProcessView:
     """One compute process on a GPU: ``pid``, ``name`` and ``used_memory_mib`` as nvidia-smi
     gives them (``--query-compute-apps`` fields ``pid``, ``process_name``, ``used_memory``,
     MiB; ``None``: it cannot tell); ``unit`` the systemd unit it is in (``None``: none known),
-    ``kind`` and ``ref`` what the unit's name says (:mod:`gpuagent.unitname`; ``kind`` is
+    ``kind`` and ``ref`` what the unit's name says (:mod:`gpuagent.edges.systemd.unitname`;
+    ``kind`` is
     ``None`` when systemd could not be asked)."""
 
     pid: int

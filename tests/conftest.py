@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from gpuagent import bootid
 from gpuagent.agent import Agent
 from gpuagent.config import Config
+from gpuagent.edges import bootid
+from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
-from gpuagent.probe import Prober
 from gpuagent.report import ProbeEntry, Report, State
-from gpuagent.runner import Runner
+from gpuagent.sources.probe.probe import Prober
 from tests import fakehost
 from tests.fake_units import FakeUnits
 from tests.fakehost import FakeHost

@@ -1,11 +1,12 @@
-"""A stand-in for gpuagent.units.Units: the agent's units source without a system bus."""
+"""A stand-in for gpuagent.edges.systemd.units.Units: the agent's units source without a system
+bus."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuagent.units import PidResult, Result, Unit, UnitProcess, Watch
+from gpuagent.edges.systemd.units import PidResult, Result, Unit, UnitProcess, Watch
 
 __all__ = ["FakeUnits", "unit"]
 

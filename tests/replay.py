@@ -136,7 +136,7 @@ def apps_capture(name: str, slot: str) -> list[dict[str, Any]]:
     """The processes of a real ``--query-compute-apps`` capture in data/corpus/csv, as the
     fake nvidia-smi's ``"apps"`` entries, all on the GPU in ``slot``; each ``"name"`` is the
     capture's ``process_name`` (the agent never reads that column; the fake proc tree does)."""
-    from gpuagent import apps  # noqa: PLC0415 - only the fake needs it
+    from gpuagent.sources.processes import apps  # noqa: PLC0415 - only the fake needs it
 
     with open(os.path.join(CORPUS, "csv", name), encoding="utf-8") as f:
         text = f.read()

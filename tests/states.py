@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpuagent import __version__, report, rules
+from gpuagent import __version__, report
 from gpuagent.health import Finding, Problem
-from gpuagent.pci import PciGpu
 from gpuagent.report import GpuEntry, State
-from gpuagent.smi import Row
+from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.sources.probe import rules
+from gpuagent.sources.probe.smi import Row
 from gpuagent.state import SCHEMA
 from gpuagent.views import (
     BusView,

@@ -8,10 +8,10 @@ import os
 import pytest
 
 from gpuagent.agent import Agent
+from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
-from gpuagent.probe import Prober
-from gpuagent.runner import Runner
-from gpuagent.smi import FIELDS
+from gpuagent.sources.probe.probe import Prober
+from gpuagent.sources.probe.smi import FIELDS
 from tests import fakesysfs, replay
 from tests.conftest import Host
 from tests.fake_units import FakeUnits

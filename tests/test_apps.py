@@ -1,4 +1,5 @@
-"""gpuagent.apps: --query-compute-apps parsed, over every capture of the corpus and the
+"""gpuagent.sources.processes.apps: --query-compute-apps parsed, over every capture of the corpus
+and the
 values nvidia-smi gives instead of a number; no cell a process can shape."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import os
 
 import pytest
 
-from gpuagent import apps
-from gpuagent.apps import App
+from gpuagent.sources.processes import apps
+from gpuagent.sources.processes.apps import App
 from tests.replay import CORPUS
 
 CAPTURES = sorted(

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from gpuagent.backoff import Backoff, cap_ticks
+from gpuagent.edges.backoff import Backoff, cap_ticks
 
 
 def probed_ticks(backoff: Backoff, ticks: int, ok: set[int] | None = None) -> list[int]:

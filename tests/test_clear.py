@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuagent import clearcli, clears, statustext
-from gpuagent.clears import Clear
-from gpuagent.cli import main
-from gpuagent.earlier import EarlierBoots
-from gpuagent.kernlog import KernelLog, booted_at
+from gpuagent.commands import clearcli, statustext
+from gpuagent.commands.cli import main
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
+from gpuagent.sources.kernel import clears
+from gpuagent.sources.kernel.clears import Clear
+from gpuagent.sources.kernel.earlier import EarlierBoots
+from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
 from tests import states
 from tests.conftest import Host
 from tests.test_kernel import FELL_OFF
@@ -225,7 +226,7 @@ def test_without_a_running_agent_the_clear_is_sent_for_later(
 
 
 def test_the_kernel_log_s_match_is_the_event_s() -> None:
-    from gpuagent.kernlog import CLEARS  # noqa: PLC0415
+    from gpuagent.sources.kernel.kernlog import CLEARS  # noqa: PLC0415
 
     assert {"MESSAGE_ID": Event.OPERATOR_CLEAR.value, "_UID": "0"} == CLEARS
 

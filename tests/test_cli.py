@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpuagent import config
-from gpuagent.cli import main
-from gpuagent.smi import FIELDS
+from gpuagent.commands.cli import main
+from gpuagent.sources.probe.smi import FIELDS
 from tests import fakehost, fakesysfs, replay
 from tests.fakehost import H200_LOAD
 

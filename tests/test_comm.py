@@ -1,4 +1,5 @@
-"""gpuagent.comm: a process's name from /proc/<pid>/comm, as the kernel keeps it."""
+"""gpuagent.sources.processes.comm: a process's name from /proc/<pid>/comm, as the kernel keeps
+it."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 
 import pytest
 
-from gpuagent import comm
+from gpuagent.sources.processes import comm
 
 
 @pytest.mark.parametrize(

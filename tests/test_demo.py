@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from gpuagent.status import ExitCode
+from gpuagent.commands.status import ExitCode
 from tests import fakesysfs, sick
 from tests.tools import need
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 import pytest
 from click.testing import CliRunner
 
-from gpuagent import drain, slurmcheck
-from gpuagent.cli import main
-from gpuagent.drain import Node, decide, npd, parse_node, worst
+from gpuagent.commands import drain, slurmcheck
+from gpuagent.commands.cli import main
+from gpuagent.commands.drain import Node, decide, npd, parse_node, worst
 from gpuagent.report import State
-from gpuagent.smi import Failure
+from gpuagent.sources.probe.smi import Failure
 from gpuagent.views import ProbeState, ProbeView
 from tests import states
 from tests.states import NOW, SLOT

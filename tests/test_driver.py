@@ -1,4 +1,5 @@
-"""gpuagent.driver: why the nvidia module is absent, and whether a reboot is pending, from the
+"""gpuagent.sources.driver.driver: why the nvidia module is absent, and whether a reboot is
+pending, from the
 real kernel lines of tests/data/corpus/host and the reports each test names."""
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ import re
 
 import pytest
 
-from gpuagent import driver
-from gpuagent.driver import (
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.logs import Event
+from gpuagent.sources.driver import driver
+from gpuagent.sources.driver.driver import (
     KEY_REJECTED,
     LOCKDOWN,
     MODULE_NOT_FOUND,
@@ -27,8 +30,6 @@ from gpuagent.driver import (
     reboot_pending,
     version_of,
 )
-from gpuagent.health import CRITICAL, WARNING
-from gpuagent.logs import Event
 
 HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus", "host")
 # dmesg "[  7.6]", dmesg -T, journalctl's "Apr 19 12:34:42 host kernel: ", Talos' "host:

@@ -8,9 +8,9 @@ import os
 import time
 from typing import Any
 
+from gpuagent.commands.status import ExitCode, judge
 from gpuagent.logs import Event
 from gpuagent.report import ProblemEntry
-from gpuagent.status import ExitCode, judge
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
 from tests.test_kernlog import NOT_FOUND, REJECTED, append, userspace

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuagent import config
-from gpuagent.cli import main
+from gpuagent.commands.cli import main
 from gpuagent.config import Config, ConfigError, dropins, load, load_sources, salvage
 from tests import fakehost, fakesysfs
 from tests.test_daemon import Notify, start, stop

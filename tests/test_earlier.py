@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpuagent import earlier
-from gpuagent.earlier import EarlierBoots
 from gpuagent.logs import Event
 from gpuagent.report import State
+from gpuagent.sources.kernel import earlier
+from gpuagent.sources.kernel.earlier import EarlierBoots
 from tests.conftest import Host
 from tests.test_kernel import FELL_OFF
 from tests.test_kernlog import append, export_entry, make, this_boot

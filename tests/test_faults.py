@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpuagent import runner as runner_mod
 from gpuagent import state
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
+from gpuagent.edges import runner as runner_mod
 from gpuagent.logs import Event, EventLog
 from gpuagent.report import State
-from gpuagent.smi import FIELDS, parse_output
+from gpuagent.sources.probe.smi import FIELDS, parse_output
 from gpuagent.views import BusView
 from tests import fakesysfs, replay
 from tests.conftest import Host, ListHandler

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from gpuagent import kernel
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
-from gpuagent.kernel import KernelSource
-from gpuagent.kernlog import KernelLog
 from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier
+from gpuagent.sources.kernel import kernel
+from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.xidcount import MAX_STRAYS
 from gpuagent.views import BusView
-from gpuagent.xidcount import MAX_STRAYS
 from tests import test_kernlog
 from tests.conftest import Host, ListHandler
 from tests.test_kernlog import this_boot

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 
-from gpuagent.smi import FIELDS, parse
+from gpuagent.sources.probe.smi import FIELDS, parse
 from tests.replay import CORPUS, DATA
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

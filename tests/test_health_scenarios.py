@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpuagent import rules
+from gpuagent.commands.status import ExitCode, judge
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
-from gpuagent.status import ExitCode, judge
+from gpuagent.sources.probe import rules
 from tests import fakesysfs
 from tests.conftest import Host
 

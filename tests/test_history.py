@@ -1,11 +1,12 @@
-"""gpuagent.history: throttling judged over a window of samples, and a driver that keeps hanging."""
+"""gpuagent.sources.probe.history: throttling judged over a window of samples, and a driver that
+keeps hanging."""
 
 from __future__ import annotations
 
-from gpuagent import rules
 from gpuagent.health import CRITICAL, WARNING
-from gpuagent.history import ProbeHangs, ThrottleWindow
 from gpuagent.logs import Event
+from gpuagent.sources.probe import rules
+from gpuagent.sources.probe.history import ProbeHangs, ThrottleWindow
 from tests.test_rules import h200
 
 SLOT = "0000:18:00.0"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from gpuagent.kernlog import DAMAGE_HOLD, KernelLog
-from gpuagent.xidcount import XidCounter
+from gpuagent.sources.kernel.kernlog import DAMAGE_HOLD, KernelLog
+from gpuagent.sources.kernel.xidcount import XidCounter
 from tests.conftest import Clock
 from tests.test_kernlog import append, export, make, records
 

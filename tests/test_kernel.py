@@ -8,15 +8,16 @@ import os
 import time
 from typing import Any
 
-from gpuagent import metrics, status, statustext
+from gpuagent import metrics
 from gpuagent.agent import Agent
-from gpuagent.kernel import KernelSource
-from gpuagent.kernlog import KernelLog
+from gpuagent.commands import status, statustext
 from gpuagent.logs import Event, EventLog
-from gpuagent.pci import PciGpu
 from gpuagent.report import GpuEntry, State
+from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.xidcatalog import Override
 from gpuagent.views import BusView
-from gpuagent.xidcatalog import Override
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Clock, Host
 from tests.test_kernlog import append, corpus_text, export, userspace

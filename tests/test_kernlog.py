@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gpuagent.kernlog import KernelLog
-from gpuagent.xidcount import XidCounter
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.xidcount import XidCounter
 from tests import xidcorpus
 from tests.tools import need, tool
 
@@ -374,7 +374,7 @@ def test_permission_denied_as_an_unprivileged_user(make: Any) -> None:
     # goes where anyone may read it; it imports nothing of gpuagent's.
     with tempfile.TemporaryDirectory() as code:
         os.chmod(code, 0o755)  # noqa: S103 - for nobody to read
-        shutil.copy(os.path.join(REPO, "gpuagent", "kernlog.py"), code)
+        shutil.copy(os.path.join(REPO, "gpuagent", "sources", "kernel", "kernlog.py"), code)
         os.chmod(os.path.join(code, "kernlog.py"), 0o644)
         proc = subprocess.run(
             [*argv, "/usr/bin/python3", "-c", script],

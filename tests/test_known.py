@@ -8,9 +8,9 @@ import logging
 import os
 from typing import Any
 
-from gpuagent.known import FILE
 from gpuagent.logs import Event
 from gpuagent.report import State
+from gpuagent.sources.bus.known import FILE
 from tests import fakesysfs
 from tests.conftest import Host
 from tests.test_clear import LATER, clear_entry

@@ -7,9 +7,9 @@ import json
 import logging
 import os
 
-from gpuagent import bootid
-from gpuagent.linksup import FILE, LinksUp
+from gpuagent.edges import bootid
 from gpuagent.logs import EventLog
+from gpuagent.sources.nvlink.linksup import FILE, LinksUp
 from tests.conftest import Host
 from tests.test_nvidia_scenarios import nvlink
 

@@ -7,9 +7,9 @@ import re
 import subprocess
 from dataclasses import fields
 
-from gpuagent.cli import main
+from gpuagent.commands.cli import main
 from gpuagent.config import Config
-from gpuagent.smi import Failure
+from gpuagent.sources.probe.smi import Failure
 from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,10 +18,10 @@ from gpuagent import metrics
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
-from gpuagent.pciaddr import sysfs_slot
 from gpuagent.publish import Textfile
 from gpuagent.report import State
-from gpuagent.smi import FIELDS, Row, parse
+from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.sources.probe.smi import FIELDS, Row, parse
 from gpuagent.views import Gate, ProbeState, ProbeView, ProcessesView
 from tests import fakesysfs, replay, states
 from tests.conftest import Host, ListHandler

@@ -8,12 +8,12 @@ import os
 import stat
 
 from gpuagent import metrics
+from gpuagent.commands.statustext import render
 from gpuagent.config import Config
+from gpuagent.edges.runner import Runner
+from gpuagent.edges.systemd.units import Result, Watch
 from gpuagent.logs import Event, EventLog
-from gpuagent.nvlinksource import NvlinkSource
-from gpuagent.runner import Runner
-from gpuagent.statustext import render
-from gpuagent.units import Result, Watch
+from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
 from tests import fakesysfs
 from tests.conftest import Host
 from tests.fake_units import FakeUnits, unit

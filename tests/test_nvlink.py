@@ -1,4 +1,4 @@
-"""gpuagent.nvlink: every nvlink capture of the corpus parsed, and the NVLink rules.
+"""gpuagent.sources.nvlink.nvlink: every nvlink capture of the corpus parsed, and the NVLink rules.
 
 The captures are data/corpus/nvlink (byte-exact copies of ../shared/corpus/nvlink) and the two
 nvlink answers in data/corpus/errors.  No public capture has a non-zero error counter: the
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.nvlink import (
+from gpuagent.sources.nvlink.nvlink import (
     GpuState,
     Link,
     Parsed,

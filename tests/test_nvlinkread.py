@@ -1,4 +1,5 @@
-"""gpuagent.nvlinkread: the NVLink reads' cadence, spawns, failures and warnings, with the
+"""gpuagent.sources.nvlink.nvlinkread: the NVLink reads' cadence, spawns, failures and warnings,
+with the
 fake nvidia-smi answering from the corpus's nvlink captures and the probe's Runner."""
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from gpuagent.backoff import Backoff
-from gpuagent.nvlink import GpuState
-from gpuagent.nvlinkread import Reader
-from gpuagent.runner import Runner
+from gpuagent.edges.backoff import Backoff
+from gpuagent.edges.runner import Runner
+from gpuagent.sources.nvlink.nvlink import GpuState
+from gpuagent.sources.nvlink.nvlinkread import Reader
 from tests import fakehost, fakesysfs
 from tests.fakehost import FakeHost
 

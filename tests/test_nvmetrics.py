@@ -1,10 +1,11 @@
-"""The NVLink and services series (gpuagent.nvmetrics) and their status rows, from states the
+"""The NVLink and services series (gpuagent.sources.nvlink.nvmetrics) and their status rows, from
+states the
 report writes."""
 
 from __future__ import annotations
 
 from gpuagent import metrics
-from gpuagent.statusrows import nvlink_row, services_row
+from gpuagent.commands.statusrows import nvlink_row, services_row
 from gpuagent.views import NvlinkGpu, NvlinkView, ServicesView, UnitView
 from tests.states import SLOT, gpu, state
 

@@ -1,4 +1,5 @@
-"""gpuagent.nvservices: the fabric manager and persistence rules, on hosts with NVSwitches
+"""gpuagent.sources.services.nvservices: the fabric manager and persistence rules, on hosts with
+NVSwitches
 (HGX H100, Azure ND A100 v4) and without (a GB200 NVL compute tray), from real lspci
 listings (data/corpus/pci)."""
 
@@ -8,9 +9,10 @@ import os
 
 import pytest
 
-from gpuagent import pci
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.nvservices import (
+from gpuagent.sources.bus import pci
+from gpuagent.sources.probe.smi import Row
+from gpuagent.sources.services.nvservices import (
     FABRICMANAGER,
     PERSISTENCED,
     RestartWatch,
@@ -20,7 +22,6 @@ from gpuagent.nvservices import (
     persistence_findings,
     persistenced_findings,
 )
-from gpuagent.smi import Row
 from tests import fakesysfs
 from tests.replay import CORPUS
 

@@ -8,7 +8,8 @@ import re
 import time
 from typing import Any
 
-from gpuagent import metrics, status
+from gpuagent import metrics
+from gpuagent.commands import status
 from gpuagent.logs import Event
 from tests import fakesysfs
 from tests.conftest import Host

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gpuagent import pci
+from gpuagent.sources.bus import pci
 from tests import fakesysfs
 from tests.replay import CORPUS
 

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from jeepney import DBusAddress, new_method_call
 
-from gpuagent import metrics, statustext
+from gpuagent import metrics
+from gpuagent.commands import statustext
+from gpuagent.edges.systemd.unitname import Owner
+from gpuagent.edges.systemd.units import PidResult, UnitProcess, Watch
 from gpuagent.logs import Event
-from gpuagent.owners import Owners, Seen, source_words
 from gpuagent.report import GpuEntry, State
-from gpuagent.unitname import Owner
-from gpuagent.units import PidResult, UnitProcess, Watch
+from gpuagent.sources.processes.owners import Owners, Seen, source_words
 from tests import replay, test_kernlog
 from tests.conftest import Host
 from tests.fake_units import FakeUnits
@@ -323,7 +324,8 @@ def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -
 
 @dataclass
 class _Uint32Units(FakeUnits):
-    """systemd's stand-in, asked as :class:`gpuagent.units.Units` asks: ``GetUnitByPID``
+    """systemd's stand-in, asked as :class:`gpuagent.edges.systemd.units.Units` asks:
+    ``GetUnitByPID``
     marshalled by jeepney, whose ``u`` takes 0..4294967295 only (else ``struct.error``);
     ``asked`` the PIDs."""
 

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import pytest
 
 from gpuagent import __version__
-from gpuagent.pciaddr import sysfs_slot
-from gpuagent.smi import FIELDS, parse
+from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.sources.probe.smi import FIELDS, parse
 from tests import fakehost, fakesysfs, replay
 from tests.fakehost import H200_LOAD
 from tests.test_metrics import EXPECTED_VALUES

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from gpuagent.health import Finding
-from gpuagent.recurrence import Hit, Recurrence
+from gpuagent.sources.kernel.recurrence import Hit, Recurrence
 
 SLOT = "0000:cf:00.0"
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

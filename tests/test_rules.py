@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuagent import rules
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.pci import PciGpu
-from gpuagent.smi import FIELDS, Row, parse
+from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.sources.probe import rules
+from gpuagent.sources.probe.smi import FIELDS, Row, parse
 from tests import replay
 from tests.fakehost import H200_LOAD
 

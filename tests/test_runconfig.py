@@ -1,4 +1,4 @@
-"""gpuagent.runconfig: the textfile a run writes (the service's own, a hand run's only when
+"""gpuagent.commands.runconfig: the textfile a run writes (the service's own, a hand run's only when
 named), its lock, and a hand run without the service's state directory."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from gpuagent import config, textlink
+from gpuagent import config
+from gpuagent.commands.runconfig import RunConfig, state_dir_problem, textfile_for
 from gpuagent.config import Config
+from gpuagent.edges import textlink
 from gpuagent.lock import AlreadyRunning
 from gpuagent.logs import EventLog
-from gpuagent.runconfig import RunConfig, state_dir_problem, textfile_for
 from tests import fakehost
 from tests.test_daemon import REPO, Notify, start, stop
 

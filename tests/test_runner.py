@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuagent import runner as runner_mod
-from gpuagent.runner import Outcome, Runner
+from gpuagent.edges import runner as runner_mod
+from gpuagent.edges.runner import Outcome, Runner
 
 ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 

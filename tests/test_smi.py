@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from gpuagent import smi
-from gpuagent.pciaddr import sysfs_slot
-from gpuagent.smi import (
+from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.sources.probe import smi
+from gpuagent.sources.probe.smi import (
     FIELDS,
     Failure,
     ParseError,

@@ -8,13 +8,13 @@ import logging
 
 import pytest
 
-from gpuagent import rules, smi
+from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
-from gpuagent.pci import PciGpu
-from gpuagent.probe import Prober, ProbeResult
-from gpuagent.runner import Outcome, Runner, RunResult
-from gpuagent.samples import Samples
-from gpuagent.smi import FIELDS, Failure, ParseError, parse_output
+from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.sources.probe import rules, smi
+from gpuagent.sources.probe.probe import Prober, ProbeResult
+from gpuagent.sources.probe.samples import Samples
+from gpuagent.sources.probe.smi import FIELDS, Failure, ParseError, parse_output
 from tests import replay
 
 H200 = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"

@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuagent import state, unitstate
-from gpuagent.cli import main
+from gpuagent import state
+from gpuagent.commands.cli import main
+from gpuagent.commands.status import ExitCode, judge, malformed
+from gpuagent.commands.statustext import render
+from gpuagent.edges.systemd import unitstate
 from gpuagent.report import State
-from gpuagent.smi import Failure
-from gpuagent.status import ExitCode, judge, malformed
-from gpuagent.statustext import render
+from gpuagent.sources.kernel.xidcatalog import lookup
+from gpuagent.sources.kernel.xidcount import XidCount
+from gpuagent.sources.probe.smi import Failure
 from gpuagent.views import Gate, KernelView, ProbeState, ProbeView
-from gpuagent.xidcatalog import lookup
-from gpuagent.xidcount import XidCount
 from tests import states
 from tests.states import NOW, SLOT
 
@@ -207,7 +208,7 @@ def test_status_imports_stay_light(tmp_path: str) -> None:
     conf = write_state(tmp_path, base(time.time()))
     code = (
         "import sys\n"
-        "from gpuagent.cli import main\n"
+        "from gpuagent.commands.cli import main\n"
         f"sys.argv = ['gpuagent', '--config', {conf!r}, 'status']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('systemd', 'systemd.journal', 'prometheus_client', 'subprocess',"

@@ -6,8 +6,8 @@ import os
 
 from click.testing import CliRunner
 
-from gpuagent import textlink
-from gpuagent.cli import main
+from gpuagent.commands.cli import main
+from gpuagent.edges import textlink
 
 
 def dirs(tmp_path: str) -> tuple[str, str, str]:

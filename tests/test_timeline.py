@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuagent.cli import main
+from gpuagent.commands.cli import main
 from gpuagent.logs import Event
 from tests.test_clear import LATER, clear_entry
 from tests.test_kernel import FELL_OFF

@@ -14,7 +14,7 @@ import time
 
 from click.testing import CliRunner
 
-from gpuagent.cli import main
+from gpuagent.commands.cli import main
 from tests import fakehost, fakesysfs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,8 +25,8 @@ from gpuagent import state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.logs import EventLog
-from gpuagent.probe import Prober
-from gpuagent.runner import Runner
+from gpuagent.sources.probe.probe import Prober
+from gpuagent.edges.runner import Runner
 cfg = Config(
     sysfs_root=sys.argv[1],
     state_file=sys.argv[2],

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpuagent import config, safefile, state, textlink
-from gpuagent.cli import main
-from gpuagent.known import KnownGpus
-from gpuagent.linksup import LinksUp
+from gpuagent import config, state
+from gpuagent.commands.cli import main
+from gpuagent.edges import safefile, textlink
 from gpuagent.lock import NotALock, StateLock, lock_path
 from gpuagent.logs import EventLog
 from gpuagent.publish import Textfile
+from gpuagent.sources.bus.known import KnownGpus
+from gpuagent.sources.nvlink.linksup import LinksUp
 from tests.test_metrics import SNAP, recorder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,10 +1,10 @@
-"""gpuagent.unitname: what a unit's name says, for each kind of unit."""
+"""gpuagent.edges.systemd.unitname: what a unit's name says, for each kind of unit."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuagent.unitname import Owner, classify, slurm_job
+from gpuagent.edges.systemd.unitname import Owner, classify, slurm_job
 
 DOCKER = "3f4e5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
 

@@ -1,4 +1,5 @@
-"""gpuagent.units against a real dbus-daemon: a private bus with systemd's Manager mocked by
+"""gpuagent.edges.systemd.units against a real dbus-daemon: a private bus with systemd's Manager
+mocked by
 python-dbusmock (tests/mock_systemd.py), sockets that fail, and no socket at all.
 
 tests/system/test_units_deb.py reads real units through the real systemd in a booted
@@ -23,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from gpuagent import units
-from gpuagent.nvservices import DCGM, FABRICMANAGER, PERSISTENCED, UNITS
-from gpuagent.units import Unit, Units, Watch
+from gpuagent.edges.systemd import units
+from gpuagent.edges.systemd.units import Unit, Units, Watch
+from gpuagent.sources.services.nvservices import DCGM, FABRICMANAGER, PERSISTENCED, UNITS
 from tests.mock_systemd import BUS_NAME, MAIN_IFACE, MAIN_OBJ
 from tests.tools import need, tool
 
@@ -400,7 +401,7 @@ def test_a_bus_that_goes_away_is_an_error_then_reconnects(systemd: MockBus) -> N
 def run_cli(bus_address: str, *args: str) -> Any:
     from click.testing import CliRunner  # noqa: PLC0415
 
-    from gpuagent.cli import main  # noqa: PLC0415
+    from gpuagent.commands.cli import main  # noqa: PLC0415
 
     env = {"DBUS_SYSTEM_BUS_ADDRESS": bus_address}
     return CliRunner(mix_stderr=False).invoke(main, ["units", *args], env=env)

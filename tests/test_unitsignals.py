@@ -1,4 +1,4 @@
-"""gpuagent.unitsignals: which of systemd's signals name a watched unit (pure)."""
+"""gpuagent.edges.systemd.unitsignals: which of systemd's signals name a watched unit (pure)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuagent.unitsignals import (
+from gpuagent.edges.systemd.unitsignals import (
     BUS,
     MANAGER,
     MANAGER_PATH,

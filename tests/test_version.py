@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import gpuagent
 from gpuagent import version
-from gpuagent.cli import main
+from gpuagent.commands.cli import main
 from tests.tools import need
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from gpuagent.xidcatalog import CATALOG, RECOVERY_ACTIONS, lookup
-from gpuagent.xidcount import XidCounter
+from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
+from gpuagent.sources.kernel.xidcatalog import CATALOG, RECOVERY_ACTIONS, lookup
+from gpuagent.sources.kernel.xidcount import XidCounter
 from tests import xidcorpus
 
 

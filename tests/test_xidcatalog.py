@@ -1,4 +1,5 @@
-"""gpuagent.xidcatalog against NVIDIA's Xid catalog, every code of it, and a site's [xid] table.
+"""gpuagent.sources.kernel.xidcatalog against NVIDIA's Xid catalog, every code of it, and a site's
+[xid] table.
 
 The reference table (tests/data/reference/xid-catalog.tsv, a byte-exact copy of the shared
 reference) holds each code's severity and action as derived from NVIDIA's resolution buckets
@@ -14,9 +15,9 @@ import os
 import pytest
 
 from gpuagent.health import ACTIONS, CRITICAL, WARNING, Finding
-from gpuagent.xid import Xid, assess
-from gpuagent.xidcatalog import CATALOG, NONE, Override, XidInfo, lookup, override
-from gpuagent.xidcount import XidCount, XidCounter
+from gpuagent.sources.kernel.xid import Xid, assess
+from gpuagent.sources.kernel.xidcatalog import CATALOG, NONE, Override, XidInfo, lookup, override
+from gpuagent.sources.kernel.xidcount import XidCount, XidCounter
 from tests import xidcorpus
 
 TSV = os.path.join(

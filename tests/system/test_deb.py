@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuagent import RELEASE, pci
+from gpuagent import RELEASE
 from gpuagent.logs import Event
+from gpuagent.sources.bus import pci
 from tests import fakehost, fakesysfs, xidcorpus
 from tests.system.test_package import build
 from tests.tools import need

@@ -1,0 +1,1 @@
+"""The ``gpuagent`` commands: the CLI and what each command reads and prints."""

@@ -1,0 +1,87 @@
+"""``gpuagent clear SLOT [KIND] [--all]``: an operator's clear, sent to the system journal
+(thin; what a clear may end is :mod:`gpuagent.sources.kernel.clears`').
+
+The running agent reads the entry in order with the kernel's records and honours it only
+from ``_UID=0``, which journald sets from the sender's credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from gpuagent import config
+
+__all__ = ["EX_NOPERM", "clear", "send"]
+
+EX_NOPERM = 77  # sysexits.h: only root's clears count
+
+
+def send(**fields: Any) -> None:
+    """Send one structured entry to the system journal."""
+    from systemd import journal  # noqa: PLC0415
+
+    journal.send(**fields)
+
+
+def _held(state_file: str, slot: str) -> list[str] | None:
+    """The kinds of the problems the GPU in ``slot`` has now, or None without a state."""
+    from gpuagent.commands.slurmcheck import state_reason  # noqa: PLC0415
+
+    st, _ = state_reason(state_file)
+    if st is None:
+        return None
+    return [p["kind"] for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
+
+
+@click.command("clear")
+@click.argument("slot")
+@click.argument("kind", required=False)
+@click.option("--all", "every", is_flag=True, help="Every problem of the GPU that latches.")
+@click.pass_context
+def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
+    """After a repair, end the GPU's problems that hold until the next boot (xid,
+    init_failed), or forget a GPU gone from the bus for good (gone_from_bus); root only.  A
+    problem read live is refused (exit 1)."""
+    import pwd  # noqa: PLC0415
+
+    from gpuagent.logs import Event  # noqa: PLC0415
+    from gpuagent.sources.kernel import clears  # noqa: PLC0415
+
+    where = clears.slot_of(slot)
+    if where is None:
+        raise click.BadParameter(f"{slot!r} is not a PCI slot (0000:3b:00.0)", param_hint="SLOT")
+    if every == (kind is not None):
+        raise click.UsageError("name one KIND, or --all")
+    what = clears.ALL if every else str(kind)
+    refused = clears.refusal(what)
+    if refused is not None:
+        click.echo(f"gpuagent: cannot clear {where} {what}: {refused}", err=True)
+        sys.exit(1)
+    if os.geteuid() != 0:
+        click.echo("gpuagent: clear: only root's clears count; run it as root", err=True)
+        sys.exit(EX_NOPERM)
+    path, required = ctx.obj["config_file"]
+    held = _held(config.salvage(path, required=required)[0].state_file, where)
+    if held is not None:
+        live = sorted({k for k in held if clears.refusal(k) is not None})
+        ends = [k for k in held if clears.Clear(where, what, "", 0).covers(k)]
+        if not ends:
+            said = f"; {', '.join(live)} read live: it ends with its cause" if live else ""
+            click.echo(f"gpuagent: {where} has no {what} problem to clear{said}", err=True)
+            sys.exit(1)
+    by = pwd.getpwuid(os.getuid()).pw_name
+    send(
+        MESSAGE=f"GPU {where}: {what} cleared by {by}",
+        MESSAGE_ID=Event.OPERATOR_CLEAR.value,
+        PRIORITY="5",
+        SYSLOG_IDENTIFIER="gpuagent",
+        **clears.fields(where, what, by),
+    )
+    later = (
+        " (gpuagent is not running: it applies the clear when it starts)" if held is None else ""
+    )
+    click.echo(f"{where}: {what} cleared by {by}{later}")

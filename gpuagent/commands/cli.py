@@ -1,0 +1,321 @@
+"""Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config``, ``slurm-check``
+(:mod:`gpuagent.commands.schedcli`), ``clear`` (:mod:`gpuagent.commands.clearcli`), ``history``
+(thin; no
+logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units`` (debugging).
+
+Imports beyond click, json and tomllib happen inside the commands that need them, so that
+``gpuagent status`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import NoReturn
+
+import click
+
+from gpuagent import config
+from gpuagent.commands import clearcli, historycli, schedcli, unitscli
+
+__all__ = ["main"]
+
+
+def _load(ctx: click.Context) -> config.Config:
+    path, required = ctx.obj["config_file"]
+    try:
+        return config.load(path, required=required)
+    except config.ConfigError as e:
+        click.echo(f"gpuagent: {e}", err=True)
+        sys.exit(config.EX_CONFIG)
+
+
+def _salvage(ctx: click.Context) -> config.Config:
+    """The config for commands that must work whatever the file says: a bad file is a
+    warning and its valid settings are used."""
+    path, required = ctx.obj["config_file"]
+    cfg, error = config.salvage(path, required=required)
+    if error is not None:
+        click.echo(f"gpuagent: warning: {error}; using its valid settings only", err=True)
+    return cfg
+
+
+def _load_or_exit(path: str, required: bool) -> config.Config:
+    """The config, or exit 78 with the error logged as the agent logs it: to the journal
+    with its MESSAGE_ID under systemd, else to stderr."""
+    try:
+        return config.load(path, required=required)
+    except config.ConfigError as e:
+        import logging  # noqa: PLC0415
+
+        from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
+
+        setup("info")
+        EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
+        sys.exit(config.EX_CONFIG)
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Not click.version_option: that wants the version at import, and a checkout asks git.
+    if value and not ctx.resilient_parsing:
+        from gpuagent.version import version  # noqa: PLC0415
+
+        click.echo(f"gpuagent, version {version()}")
+        ctx.exit()
+
+
+# no_args_is_help=False: a bare `gpuagent` is a usage error (exit 2), not a help page (exit 0).
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, no_args_is_help=False)
+@click.option(
+    "--config",
+    "config_path",
+    metavar="PATH",
+    help=f"TOML config file [default: $GPUAGENT_CONFIG or {config.DEFAULT_PATH}]",
+)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """Host agent that samples NVIDIA GPUs with nvidia-smi for systemd and Prometheus."""
+    if config_path == "":
+        click.echo("gpuagent: --config: expected a path, got an empty string", err=True)
+        sys.exit(config.EX_CONFIG)
+    ctx.obj = {"config_file": config.config_path(config_path)}
+
+
+@main.command()
+@click.option("--ticks", type=click.IntRange(min=1), help="Run N ticks, then exit 0.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=config.MIN_INTERVAL, max=86400),
+    help="Seconds between ticks (overrides the config; caps probe_timeout at 0.8 of it).",
+)
+@click.pass_context
+def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
+    """Run the agent in the foreground (what the systemd unit starts)."""
+    import logging  # noqa: PLC0415
+
+    from gpuagent.commands.runconfig import RunConfig, state_dir_problem  # noqa: PLC0415
+    from gpuagent.daemon import Daemon  # noqa: PLC0415
+    from gpuagent.lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
+    from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
+
+    path, required = ctx.obj["config_file"]
+    setup(_load_or_exit(path, required).log_level)
+    log = EventLog()
+    load = RunConfig(log)
+    try:
+        cfg, note = load.resolve(path, required)
+    except config.ConfigError as e:
+        log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
+        sys.exit(config.EX_CONFIG)
+    problem = state_dir_problem(cfg, os.environ)
+    if problem is not None:
+        log(logging.ERROR, None, f"not starting: {problem}")
+        sys.exit(config.EX_CONFIG)
+    daemon = Daemon(cfg, (path, required), interval=interval, log=log, load=load)
+    try:
+        # The state file's lock first (the daemon keeps it), then the textfile's.
+        daemon.lock.acquire(cfg.state_file)
+        load.lock_textfile(cfg)
+    except AlreadyRunning as e:
+        log(logging.ERROR, None, f"not starting: {e}")
+        sys.exit(EX_RUNNING)
+    load.say(note)
+    sys.exit(daemon.run(ticks))
+
+
+@main.command()
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the state file as JSON, with its health."
+)
+@click.option("--wide", is_flag=True, help="Add each GPU's UUID and full name to the table.")
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["text", "json", "npd"]),
+    default="text",
+    help="npd: one line for node-problem-detector; exit 0 ok, 1 a problem, 2 unknown.",
+)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
+    """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
+    if form == "npd":
+        schedcli.npd(ctx)
+    as_json = as_json or form == "json"
+    from gpuagent import state  # noqa: PLC0415
+    from gpuagent.commands.status import ExitCode, checked, judge  # noqa: PLC0415
+    from gpuagent.commands.statustext import render  # noqa: PLC0415
+
+    cfg = _salvage(ctx)
+    try:
+        st = state.read(cfg.state_file)
+    except state.StateError as e:
+        if not os.path.lexists(cfg.state_file):
+            from gpuagent.edges.systemd import unitstate  # noqa: PLC0415
+
+            # systemd removed it at stop: it knows since when, or that the agent never ran.
+            stopped = unitstate.describe(unitstate.query())
+            if stopped is not None:
+                if not as_json:
+                    _print(f"\u25cb gpuagent - {stopped}")
+                    sys.exit(ExitCode.UNKNOWN)
+                _unknown(stopped)
+        _unknown(str(e), as_json)
+    typed = checked(st)
+    if isinstance(typed, str):
+        _unknown(f"{cfg.state_file}: not a gpuagent state file: bad {typed!r}", as_json)
+    now = time.time()
+    code, reason = judge(typed, now)
+    if as_json:
+        text = json.dumps(
+            {**st, "health": code.health, "health_reason": reason}, indent=2, sort_keys=True
+        )
+    else:
+        text = render(typed, now, code, reason, wide=wide)
+    _print(text)
+    sys.exit(code)
+
+
+def _unknown(reason: str, as_json: bool = True) -> NoReturn:
+    """Exit 3 for a state that cannot be judged: for ``--json`` an object alone on stdout
+    (its ``health_reason`` says why), so that a script always has JSON to parse; else the
+    reason on stderr."""
+    from gpuagent.commands.status import ExitCode, clean  # noqa: PLC0415
+
+    if as_json:
+        health = ExitCode.UNKNOWN.health
+        _print(json.dumps({"health": health, "health_reason": reason}, indent=2))
+    else:
+        click.echo(f"gpuagent: {clean(reason)}", err=True)
+    sys.exit(ExitCode.UNKNOWN)
+
+
+def _print(text: str) -> None:
+    """Print to stdout whatever it is: a terminal that cannot encode a character gets "?",
+    and a full or broken stdout loses the text, not the exit status."""
+    out = sys.stdout
+    if out is None:
+        return
+    if hasattr(out, "reconfigure"):
+        out.reconfigure(errors="replace")
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except OSError:
+        # Point fd 1 at /dev/null so that the interpreter's last flush cannot fail either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+
+
+main.add_command(schedcli.slurm_check)
+main.add_command(clearcli.clear)
+main.add_command(historycli.history)
+main.add_command(unitscli.units)
+
+
+@main.command("check-config")
+@click.argument("path", required=False)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="Say nothing when it is OK (the unit's reload uses it)."
+)
+@click.pass_context
+def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
+    """Validate a config file and its drop-ins PATH.d/*.toml [default: the ones `run` reads];
+    exit 78 if one is bad."""
+    required = True
+    if path is None:
+        path, required = ctx.obj["config_file"]
+    from gpuagent.commands.unitcheck import check  # noqa: PLC0415
+
+    cfg = _load_or_exit(path, required)
+    errors, warnings = check(path, cfg)
+    for warning in [f"{path}: {w}" for w in config.warnings(cfg)] + warnings:
+        click.echo(f"gpuagent: warning: {warning}", err=True)
+    if errors:
+        import logging  # noqa: PLC0415
+
+        from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
+
+        setup("info")
+        for error in errors:
+            EventLog()(logging.ERROR, Event.CONFIG_ERROR, error, config_file=path)
+        sys.exit(config.EX_CONFIG)
+    if quiet:
+        return
+    dropins = config.dropins(path)
+    if not required and not os.path.lexists(path):
+        then = "the drop-ins and the defaults apply" if dropins else "the defaults apply"
+        click.echo(f"{path}: no such file; {then}")
+    else:
+        click.echo(f"{path}: OK")
+    for dropin in dropins:
+        click.echo(f"{dropin}: OK")
+
+
+@main.command(hidden=True)
+@click.argument("pid", type=click.IntRange(min=2))
+def reload(pid: int) -> None:
+    """Ask the agent PID to reload and probe now (the unit's ExecReload; needs no kill(1))."""
+    import signal  # noqa: PLC0415
+
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as e:
+        click.echo(f"gpuagent: cannot signal pid {pid}: {e.strerror or e}", err=True)
+        sys.exit(1)
+
+
+# Hidden: the unit's helper, not a command for people (gpuagent(8) still describes it).
+@main.command("link-textfile", hidden=True)
+@click.option("--remove", is_flag=True, help="Remove the link (after the service stopped).")
+@click.pass_context
+def link_textfile(ctx: click.Context, remove: bool) -> None:
+    """Link node_exporter's textfile to the agent's metrics (run by the unit as root)."""
+    from gpuagent.edges import textlink  # noqa: PLC0415
+
+    path, required = ctx.obj["config_file"]
+    cfg, error = config.salvage(path, required=required)
+    default = config.Config().textfile
+    if remove:
+        # Whatever the file says now, the links made at start go: none may dangle.
+        textlink.unlink([cfg.textfile, default])
+        return
+    if error is not None:
+        # The agent will not start (or reload) on this file, and says why itself: once.
+        return
+    try:
+        textlink.link(cfg.textfile, [default])
+    except OSError as e:
+        click.echo(f"gpuagent: cannot link {cfg.textfile}: {e.strerror or e}", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def detect(ctx: click.Context, as_json: bool) -> None:
+    """Scan the PCI bus for NVIDIA GPUs (no nvidia-smi); exit 1 if sysfs could not be read."""
+    from gpuagent.commands import oneshot  # noqa: PLC0415
+
+    sys.exit(oneshot.detect(_salvage(ctx), as_json))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def probe(ctx: click.Context, as_json: bool) -> None:
+    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure, or
+    when nvidia-smi names a GPU in an error line instead of its row."""
+    from gpuagent.commands import oneshot  # noqa: PLC0415
+
+    sys.exit(oneshot.probe(_load(ctx), as_json))

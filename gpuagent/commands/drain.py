@@ -1,0 +1,188 @@
+"""What a scheduler should do with this node, from the agent's state (pure).
+
+Slurm (``gpuagent slurm-check``), NHC (``check_gpuagent``) and node-problem-detector
+(``gpuagent status --format=npd``) ask the same question of the state file: is there a
+critical problem on this host, and which is the worst?  The answer is here, with no I/O:
+
+* :func:`worst` picks the worst problem (critical before warning, then the strongest action,
+  then slot and kind);
+* :func:`decide` turns it and the node's Slurm state (:func:`parse_node`, from ``scontrol show
+  node -o``) into the one ``scontrol update`` to run, if any: drain on a critical problem with
+  reason ``gpuagent: <slot> <kind> <action>``, resume only a node whose reason starts with
+  ``gpuagent:``, leave every other drain alone, and touch nothing when the state cannot be
+  trusted (missing, stale, the agent stopped);
+* :func:`npd` is node-problem-detector's exit status and line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuagent.commands.status import ExitCode, clean, judge
+from gpuagent.health import ACTIONS, CRITICAL
+from gpuagent.report import ProblemEntry, State
+
+__all__ = [
+    "NPD_WIDTH",
+    "PREFIX",
+    "Decision",
+    "Node",
+    "Worst",
+    "decide",
+    "npd",
+    "parse_node",
+    "worst",
+]
+
+# Every drain reason gpuagent sets starts with it; only such a drain is gpuagent's to resume.
+PREFIX = "gpuagent:"
+# node-problem-detector keeps a plugin's output to max_output_length (80 by default).
+NPD_WIDTH = 80
+# scontrol ends a reason with who set it and when: "Reason=text [root@2026-12-01T09:30:00]".
+_REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]\s]*@[^\]\s]*\])?\s*$", re.S)
+_STATE = re.compile(r"(?:^|\s)State=(\S+)")
+_NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
+
+
+@dataclass(frozen=True)
+class Worst:
+    """The worst problem on the host: its GPU's ``slot`` (``host`` for the host's own)."""
+
+    severity: str
+    slot: str
+    kind: str
+    action: str
+
+    @property
+    def reason(self) -> str:
+        """The drain reason: ``gpuagent: <slot> <kind> <action>``."""
+        return f"{PREFIX} {self.slot} {self.kind} {self.action}"
+
+
+def worst(st: State) -> Worst | None:
+    """The worst problem in ``st`` (a GPU's or the host's), or None when there is none."""
+    found: list[tuple[str, ProblemEntry]] = [("host", p) for p in st["host_problems"]]
+    found += [(g["pci_slot"], p) for g in st["gpus"] for p in g["problems"]]
+    if not found:
+        return None
+
+    def rank(item: tuple[str, ProblemEntry]) -> tuple[bool, int, str, str]:
+        slot, p = item
+        action = ACTIONS.index(p["action"]) if p["action"] in ACTIONS else len(ACTIONS)
+        return p["severity"] != CRITICAL, -action, slot, p["kind"]
+
+    slot, p = min(found, key=rank)
+    return Worst(p["severity"], clean(slot), clean(p["kind"]), clean(p["action"]))
+
+
+@dataclass(frozen=True)
+class Node:
+    """A Slurm node as ``scontrol show node -o`` shows it: ``flags`` from ``State=``
+    (``IDLE``, ``DRAIN``, ``DOWN`` …) and its ``reason`` (``""``: none)."""
+
+    name: str
+    flags: frozenset[str]
+    reason: str
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining (``IDLE+DRAIN``, ``MIXED+DRAIN``, ``DRAINED``, ``DRAINING``)."""
+        return any(f.startswith("DRAIN") for f in self.flags)
+
+    @property
+    def ours(self) -> bool:
+        """gpuagent set its reason."""
+        return self.reason.startswith(PREFIX)
+
+
+def parse_node(text: str) -> Node | None:
+    """The node in ``scontrol show node NAME -o``'s line, or None if the text has none."""
+    lines = [line for line in text.splitlines() if "NodeName=" in line]
+    if len(lines) != 1:
+        return None
+    line = lines[0]
+    name, state = _NAME.search(line), _STATE.search(line)
+    if name is None or state is None:
+        return None
+    reason = _REASON.search(line)
+    flags = frozenset(f for f in re.split(r"[+*~#!%$@^-]", state.group(1).upper()) if f)
+    return Node(name.group(1), flags, reason.group(1).strip() if reason else "")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The ``scontrol`` arguments to run (``()``: nothing to do), what to say about it, and
+    whether the state was ``known`` (False: missing or stale, nothing was decided)."""
+
+    update: tuple[str, ...]
+    says: str
+    known: bool = True
+
+
+def decide(node: Node, st: State | None, why: str, now: float) -> Decision:
+    """What to do with ``node`` given the agent's state ``st`` read at wall time ``now``.
+
+    ``st`` None (no state file, or one that is not the agent's) and a state judged unknown (the
+    agent stopped, died or hung) change nothing, whatever gpuagent drained before: ``why`` (or
+    the judge's reason) says so.  A critical problem drains the node, or updates gpuagent's
+    own reason; a node drained by anyone else is left alone; a node gpuagent drained is resumed
+    once no critical problem holds.
+    """
+    if st is not None:
+        code, why = judge(st, now)
+        if code == ExitCode.UNKNOWN:
+            st = None
+    if st is None:
+        return Decision((), f"{node.name}: nothing changed: {clean(why)}", known=False)
+    bad = worst(st)
+    node_arg = f"NodeName={node.name}"
+    if bad is not None and bad.severity == CRITICAL:
+        if node.drained and not node.ours:
+            held = node.reason or "no reason"
+            return Decision((), f"{node.name}: {bad.reason}; left as drained by another: {held}")
+        if node.drained and node.reason == bad.reason:
+            return Decision((), f"{node.name}: drained: {bad.reason}")
+        return Decision(
+            ("update", node_arg, "State=DRAIN", f"Reason={bad.reason}"),
+            f"{node.name}: draining: {bad.reason}",
+        )
+    if node.drained and node.ours:
+        return Decision(
+            ("update", node_arg, "State=RESUME"),
+            f"{node.name}: resuming: no critical GPU problem (was {node.reason})",
+        )
+    if node.drained:
+        return Decision((), f"{node.name}: no critical GPU problem; drained by another, left so")
+    return Decision((), f"{node.name}: no critical GPU problem")
+
+
+def reason(st: State | None, why: str, now: float) -> tuple[bool, str]:
+    """Whether the state ``st`` is known, and then the drain reason of its worst critical
+    problem (``""``: none), else why it is not (``why`` when ``st`` is None)."""
+    if st is not None:
+        code, why = judge(st, now)
+        if code != ExitCode.UNKNOWN:
+            bad = worst(st)
+            return True, bad.reason if bad is not None and bad.severity == CRITICAL else ""
+    return False, clean(why)
+
+
+def npd(st: State | None, why: str, now: float) -> tuple[int, str]:
+    """node-problem-detector's exit status and line for ``st`` (None: ``why`` it is missing):
+    0 ok, 1 a warning or critical problem (the worst one's slot and kind), 2 unknown."""
+    if st is not None:
+        code, why = judge(st, now)
+        if code == ExitCode.OK:
+            return 0, _fit(f"ok: {why}")
+        if code != ExitCode.UNKNOWN:
+            bad = worst(st)
+            if bad is not None and bad.severity == code.health:
+                return 1, _fit(f"{bad.severity}: {bad.slot} {bad.kind}: {bad.action}")
+            return 1, _fit(f"{code.health}: {why}")
+    return 2, _fit(f"unknown: {why}")
+
+
+def _fit(line: str) -> str:
+    line = " ".join(clean(line).split())
+    return line if len(line) <= NPD_WIDTH else line[: NPD_WIDTH - 3] + "..."

@@ -1,0 +1,79 @@
+"""The one-shot commands: ``gpuagent detect`` (one PCI scan) and ``gpuagent probe`` (one
+nvidia-smi run), each printing what the agent would see and returning an exit status."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from gpuagent import config
+from gpuagent.commands.status import clean
+from gpuagent.edges.runner import Runner
+from gpuagent.sources.bus import pci
+from gpuagent.sources.probe.probe import Prober, lookup
+
+__all__ = ["detect", "probe"]
+
+
+def detect(cfg: config.Config, as_json: bool) -> int:
+    """Scan the PCI bus once and print its NVIDIA GPUs; returns the exit status."""
+    gpus, problems = pci.scan(cfg.sysfs_root)
+    for problem in problems:
+        click.echo(f"gpuagent: {problem}", err=True)
+    loaded = pci.module_loaded(cfg.sysfs_root)
+    if as_json:
+        out: dict[str, Any] = {"gpus": [asdict(g) for g in gpus], "module_loaded": loaded}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        if not gpus:
+            click.echo("no NVIDIA GPU on the PCI bus")
+        for g in gpus:
+            driver = g.driver or "-"
+            click.echo(f"{g.slot}  device {g.device_id}  class {g.pci_class}  driver {driver}")
+        click.echo(f"nvidia kernel module: {'loaded' if loaded else 'not loaded'}")
+    return 1 if problems else 0
+
+
+def probe(cfg: config.Config, as_json: bool) -> int:
+    """Run nvidia-smi once and print what the agent parses from it; returns the exit status."""
+    gpus, _ = pci.scan(cfg.sysfs_root)
+    if not any(g.probeable for g in gpus):
+        # The agent's own gate; a module that is not loaded is no news on such a host.
+        which = "is bound to nvidia or unbound" if gpus else "at all"
+        click.echo(f"gpuagent: no NVIDIA GPU on the PCI bus {which}; nothing to probe", err=True)
+        return 1
+    if not cfg.load_driver and not pci.module_loaded(cfg.sysfs_root):
+        # The agent's own gate: nvidia-smi would load the module mid driver upgrade.
+        click.echo(
+            "gpuagent: the nvidia kernel module is not loaded; not running nvidia-smi, which "
+            "would load it (load_driver = true probes anyway)",
+            err=True,
+        )
+        return 1
+    binary = lookup(cfg.nvidia_smi)
+    if binary is None:
+        click.echo(f"gpuagent: nvidia-smi not found ({cfg.nvidia_smi!r})", err=True)
+        return 1
+    result = Prober(Runner(timeout=cfg.probe_timeout)).probe(binary)
+    if result.rows is None:
+        click.echo(f"gpuagent: probe failed ({result.failure}): {clean(result.error)}", err=True)
+        return 1
+    if as_json:
+        out = {"fields": list(result.fields), "rows": result.rows, "gpu_errors": result.gpu_errors}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for i, row in enumerate(result.rows):
+            # None: what nvidia-smi said instead, in its brackets ([N/A], [GPU requires
+            # reset] …), or "-" where it said nothing.
+            said = result.reasons[i] if i < len(result.reasons) else {}
+            shown = (f"{k}={said.get(k, '-') if v is None else v}" for k, v in row.items())
+            click.echo(clean(", ".join(shown)))
+    for warning in result.warnings:
+        click.echo(f"gpuagent: nvidia-smi: {clean(warning)}", err=True)
+    # A GPU nvidia-smi names in an error line instead of a row is lost: the probe failed for it.
+    for slot, error in sorted(result.gpu_errors.items()):
+        click.echo(f"gpuagent: GPU {slot}: {clean(error)}", err=True)
+    return 1 if result.gpu_errors else 0

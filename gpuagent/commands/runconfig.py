@@ -1,0 +1,118 @@
+"""What ``gpuagent run`` makes of its configuration, at start and on every reload: which
+Prometheus textfile it writes, and a lock on it, so that two agents never write one textfile.
+
+The service — started by systemd, which sets ``$NOTIFY_SOCKET`` or ``$INVOCATION_ID`` — with
+the packaged unit's ``RuntimeDirectory=gpuagent`` writes its metrics to
+``/run/gpuagent/gpuagent.prom`` whenever ``textfile`` is set: the unit links ``textfile`` to
+that file (``gpuagent link-textfile``), and its sandbox could not write node_exporter's
+directory anyway.  So a node_exporter installed while the agent runs brings no error: its
+directory appears, the agent goes on writing its own file, and the package's trigger links it.
+
+A run by hand writes a textfile only where its configuration names one.  The default path is
+the service's link: followed, it would overwrite the service's metrics and remove them when
+the hand run exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
+from gpuagent import config
+from gpuagent.edges import textlink
+from gpuagent.lock import StateLock
+from gpuagent.logs import EventLog
+
+__all__ = ["RunConfig", "is_service", "state_dir_problem", "textfile_for"]
+
+SERVICE_DIR = os.path.dirname(textlink.RUN_FILE)
+
+
+def is_service(env: Mapping[str, str]) -> bool:
+    """Whether systemd started this process (as a service, or with ``systemd-run``)."""
+    return bool(env.get("NOTIFY_SOCKET") or env.get("INVOCATION_ID"))
+
+
+def textfile_for(
+    cfg: config.Config, sources: Mapping[str, str], env: Mapping[str, str]
+) -> tuple[str, str | None]:
+    """The textfile this run writes (``""``: none), and the line that says why it differs
+    from ``cfg.textfile`` where an operator would want to know (or None)."""
+    if not cfg.textfile:
+        return "", None
+    if is_service(env):
+        if SERVICE_DIR not in env.get("RUNTIME_DIRECTORY", "").split(":"):
+            return cfg.textfile, None
+        if not os.path.isdir(os.path.dirname(cfg.textfile)):
+            return textlink.RUN_FILE, (
+                f"Prometheus metrics go to {textlink.RUN_FILE}; {cfg.textfile} is linked to it "
+                f"once {os.path.dirname(cfg.textfile)} exists (is prometheus-node-exporter "
+                "installed?)"
+            )
+        return textlink.RUN_FILE, None
+    if "textfile" in sources:
+        return cfg.textfile, None
+    return "", (
+        f"not started by systemd, and no textfile set: writing no Prometheus metrics "
+        f"({cfg.textfile} is the service's; set textfile to write some)"
+    )
+
+
+def state_dir_problem(cfg: config.Config, env: Mapping[str, str]) -> str | None:
+    """Why a run by hand cannot keep its state file, or None."""
+    directory = os.path.dirname(cfg.state_file)
+    if is_service(env) or os.path.isdir(directory):
+        return None
+    if cfg.state_file == config.Config().state_file:
+        return (
+            f"{directory}, the service's state directory, is not there (systemd makes it "
+            "while gpuagent.service runs): start the service, or run by hand with "
+            '--config FILE, FILE setting another state_file (state_file = "/tmp/gpuagent/'
+            'state.json", say)'
+        )
+    return f"state_file {cfg.state_file}: {directory} does not exist"
+
+
+class RunConfig:
+    """Loads the configuration for ``gpuagent run``: :func:`config.load_sources`, with the
+    textfile of :func:`textfile_for`, and holds that textfile's lock (``TEXTFILE.lock`` beside
+    the file the path resolves to).  The daemon calls it again on each reload.
+    """
+
+    def __init__(self, log: EventLog, env: Mapping[str, str] | None = None) -> None:
+        self.log = log
+        self.env = os.environ if env is None else env
+        self.lock = StateLock()
+        self._said: str | None = None
+
+    def __call__(self, path: str, required: bool) -> config.Config:
+        """Load, lock and say what differs; raises :class:`config.ConfigError`, and
+        :class:`~gpuagent.lock.AlreadyRunning` when another agent writes the same textfile
+        (then the lock held so far is kept)."""
+        cfg, note = self.resolve(path, required)
+        self.lock_textfile(cfg)
+        self.say(note)
+        return cfg
+
+    def resolve(self, path: str, required: bool) -> tuple[config.Config, str | None]:
+        """The configuration this run uses, and what to say about it (nothing locked)."""
+        cfg, sources = config.load_sources(path, required=required)
+        textfile, note = textfile_for(cfg, sources, self.env)
+        return replace(cfg, textfile=textfile), note
+
+    def lock_textfile(self, cfg: config.Config) -> None:
+        """Hold the lock of ``cfg.textfile`` (none for ``""``); raises AlreadyRunning."""
+        if cfg.textfile:
+            # A lock that cannot be made (no directory, not ours to write) protects nothing:
+            # the textfile cannot be written there either.
+            self.lock.acquire(os.path.realpath(cfg.textfile))
+        else:
+            self.lock.release()
+
+    def say(self, note: str | None) -> None:
+        """Log ``note`` unless it was the last one said."""
+        if note is not None and note != self._said:
+            self.log(logging.INFO, None, note)
+        self._said = note

@@ -1,0 +1,79 @@
+"""The scheduler's commands: ``slurm-check`` (Slurm's HealthCheckProgram, NHC's check) and
+``status --format=npd``'s line (thin; the decisions are :mod:`gpuagent.commands.drain`'s).
+
+Only click and the config at import: the commands import what they need.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from gpuagent import config
+
+__all__ = ["npd", "slurm_check"]
+
+
+def _state_file(ctx: click.Context) -> str:
+    path, required = ctx.obj["config_file"]
+    cfg, error = config.salvage(path, required=required)
+    if error is not None:
+        click.echo(f"gpuagent: warning: {error}; using its valid settings only", err=True)
+    return cfg.state_file
+
+
+@click.command("slurm-check")
+@click.option(
+    "--node",
+    metavar="NAME",
+    help="The Slurm node [default: $SLURMD_NODENAME or the short host name].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1, max=25),
+    default=20.0,
+    show_default=True,
+    help="Seconds each scontrol may take (two at most: within slurmd's 60 s).",
+)
+@click.option(
+    "--reason",
+    "reason_only",
+    is_flag=True,
+    help="Only print the drain reason of a critical problem (nothing if none); run no scontrol.",
+)
+@click.pass_context
+def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_only: bool) -> None:
+    """Drain this Slurm node on a critical GPU problem, resume it when gpuagent drained it and
+    none holds; exit 1 if the state is missing or stale (nothing changed), 2 if scontrol failed."""
+    from gpuagent.commands import slurmcheck  # noqa: PLC0415
+
+    path = _state_file(ctx)
+    if reason_only:
+        from gpuagent.commands.drain import reason  # noqa: PLC0415
+
+        st, why = slurmcheck.state_reason(path)
+        known, said = reason(st, why, time.time())
+        if not known:
+            click.echo(f"gpuagent: {said}", err=True)
+            sys.exit(slurmcheck.EX_UNKNOWN)
+        if said:
+            click.echo(said)
+        return
+    name = node or slurmcheck.node_name(os.environ)
+    code, says = slurmcheck.check(path, name, timeout=timeout)
+    click.echo(f"gpuagent slurm-check: {says}", err=code != 0)
+    sys.exit(code)
+
+
+def npd(ctx: click.Context) -> None:
+    """``gpuagent status --format=npd``: one line and node-problem-detector's exit status."""
+    from gpuagent.commands import slurmcheck  # noqa: PLC0415
+    from gpuagent.commands.drain import npd as judged  # noqa: PLC0415
+
+    st, why = slurmcheck.state_reason(_state_file(ctx))
+    status, line = judged(st, why, time.time())
+    click.echo(line)
+    sys.exit(status)

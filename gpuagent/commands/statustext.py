@@ -1,0 +1,190 @@
+"""``gpuagent status`` as text: what ``--json`` has, for a person, in the terminal's width (pure).
+
+The header (the status line, the agent's life), the probe, every condition of the host (each
+of the agent's own troubles included), the host's problems, then one row a GPU that fits 80
+columns (``wide``: with its UUID and full name), each problem under its GPU with the action
+first.  A GPU whose sample is stale shows its last index in brackets: another GPU may have
+that index now.  Lines other than the table's are wrapped to ``width`` (``$COLUMNS``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+from gpuagent.commands.status import ExitCode, ago, clean, conditions, finite
+from gpuagent.commands.statusrows import clock, count, nvlink_row, process_rows, services_row
+from gpuagent.report import GpuEntry, ProblemEntry, State
+
+__all__ = ["render"]
+
+# Columns before MEMORY and POWER, by width (negative: left-aligned).
+_Columns = tuple[tuple[str, int], ...]
+_NARROW: _Columns = (("SLOT", -12), ("IDX", 4), ("HEALTH", -8), ("TEMP", 5), ("UTIL", 5))
+_WIDE: _Columns = (("SLOT", -12), ("IDX", 4), ("UUID", -40), ("HEALTH", -8), ("NAME", -20))
+_WIDE += (("TEMP", 5), ("UTIL", 5))
+
+
+def _plural(n: object, word: str) -> str:
+    """``1 failure``, ``2 failures``: a count from the state, made safe to print."""
+    return f"{clean(n)} {word}" if n == 1 else f"{clean(n)} {word}s"
+
+
+def _num(value: object, unit: str, digits: int = 0) -> str:
+    if finite(value):
+        return f"{value:.{digits}f}{unit}"
+    return "-"
+
+
+def _next_try(ticks: object, interval: float) -> str:
+    """The next probe in seconds, as the status line says it (``next try in 20 s``)."""
+    if not finite(ticks):
+        return "-"
+    return f"{ticks * interval:g} s"
+
+
+def _pair(used: object, total: object, unit: str, scale: float = 1.0) -> str:
+    if used is None and total is None:
+        return "-"
+    u = used / scale if finite(used) else None
+    t = total / scale if finite(total) else None
+    return f"{_num(u, '')}/{_num(t, '')} {unit}"
+
+
+def _cell(text: str, width: int) -> str:
+    return f"{text[: abs(width)]:<{-width}}" if width < 0 else f"{text:>{width}}"
+
+
+def render(
+    st: State, now: float, code: int, reason: str, *, wide: bool = False, width: int = 0
+) -> str:
+    """Human text in the spirit of ``systemctl status``: header, probe line, conditions, one
+    row a GPU.  ``st`` must have passed :func:`gpuagent.commands.status.malformed`; ``width`` 0 is
+    the
+    terminal's (``$COLUMNS``, else 80)."""
+    width = width or shutil.get_terminal_size((80, 24)).columns
+    dot = "\u25cb" if code == ExitCode.UNKNOWN else "\u25cf"
+    exit_info = st["exit"]
+    if exit_info is None:
+        life = f"up {ago(now - st['started_at'])}"
+    else:
+        # A finished agent's age stops at its end: it is not "up" any more.
+        ran = ago(st["updated_at"] - st["started_at"])
+        life = f"finished {ago(now - st['updated_at'])} ago after {ran}"
+    # A stopped agent's last status line is history: the header says it stopped.
+    title = reason if exit_info is not None and code == ExitCode.UNKNOWN else st["status"]
+    lines = [
+        f"{dot} gpuagent - {clean(title)}",
+        f"    pid {st['pid']}, {life}, {st['ticks']} ticks every {st['interval']:g} s, "
+        f"version {clean(st.get('version'))}",
+        _probe_line(st, now),
+    ]
+    if st["probe"].get("last_error"):
+        lines.append(f"    last error: {clean(st['probe']['last_error'])}")
+    if st.get("history"):
+        lines.append(f"    history: {clean(st.get('history'))}")
+    if code == ExitCode.UNKNOWN and reason != title:
+        lines.append(f"    {clean(reason)}")
+    for severity, text in conditions(st):
+        if text not in (st["status"], title):
+            lines.append(f"    {severity.health}: {clean(text)}")
+    lines.extend(f"    host: {_problem(p, now)}" for p in st["host_problems"])
+    services = services_row(st.get("services"))
+    if services:
+        lines.append(f"    services: {services}")
+    out = [line for text in lines for line in _wrap(text, width)]
+    if st["gpus"]:
+        out.append(_row(_WIDE if wide else _NARROW, None, wide))
+    for g in st["gpus"]:
+        out.append(_row(_WIDE if wide else _NARROW, g, wide, now))
+        for text in _gpu_lines(g, now, g["pci_slot"] in st["missing"]):
+            out.extend(_wrap(text, width))
+    switches: dict[str, list[str]] = {}
+    for c in st.get("sxids", []):
+        switches.setdefault(c["pci_slot"], []).append(count(f"SXid {c['sxid']}", c))
+    for slot, counts in switches.items():
+        out.extend(_wrap(f"    NVSwitch {clean(slot)}: {'; '.join(counts)}", width))
+    return "\n".join(out)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    if len(text) <= width:
+        return [text]
+    indent = " " * (len(text) - len(text.lstrip(" ")))
+    return textwrap.wrap(text, width, subsequent_indent=indent + "  ", break_on_hyphens=False) or [
+        text
+    ]
+
+
+def _probe_line(st: State, now: float) -> str:
+    probe = st["probe"]
+    line = f"    probe: {clean(probe['state'])}"
+    if probe.get("failure_class"):
+        line += (
+            f" ({clean(probe['failure_class'])}, "
+            f"{_plural(probe.get('consecutive_failures'), 'failure')}, "
+            f"next try in {_next_try(probe.get('next_probe_in_ticks'), st['interval'])})"
+        )
+    line += f", {_plural(probe.get('spawns_total', 0), 'spawn')}"
+    if finite(probe.get("duration")):
+        line += f", last took {probe['duration']:.2f} s"
+    last = probe.get("last_success_at")
+    if last is not None:
+        line += f", last success {ago(now - last)} ago"
+    return line
+
+
+def _row(columns: _Columns, g: GpuEntry | None, wide: bool, now: float = 0) -> str:
+    """The header (``g`` None) or a GPU's row."""
+    mem, power = (18, 13) if wide else (11, 9)
+    if g is None:
+        cells = [_cell(name, w) for name, w in columns]
+        return "    " + " ".join([*cells, f"{'MEMORY':>{mem}}", f"{'POWER':>{power}}", "AGE"])
+    f = g["fields"]
+    index = "-" if f.get("index") is None else clean(f.get("index"))
+    if g["stale"] and index != "-":
+        index = f"({index})"  # its index when last seen: another GPU may have it now
+    values = {
+        "SLOT": clean(g["pci_slot"]),
+        "IDX": index,
+        "UUID": clean(f.get("uuid") or g.get("uuid") or "-"),
+        "HEALTH": clean(g["health"]).upper(),
+        "NAME": clean(f.get("name") or "-"),
+        "TEMP": _num(f.get("temperature.gpu"), "C"),
+        "UTIL": _num(f.get("utilization.gpu"), "%"),
+    }
+    memory = f.get("memory.used"), f.get("memory.total")
+    memory_text = _pair(*memory, "MiB") if wide else _pair(*memory, "GiB", 1024)
+    age = "-" if g["sampled_at"] is None else ago(now - g["sampled_at"])
+    cells = [_cell(values[name], w) for name, w in columns]
+    cells += [
+        f"{memory_text:>{mem}}",
+        f"{_pair(f.get('power.draw'), f.get('power.limit'), 'W'):>{power}}",
+    ]
+    return "    " + " ".join([*cells, "STALE " + age if g["stale"] else age])
+
+
+def _problem(p: ProblemEntry, now: float) -> str:
+    """The action first: what to do, then what is wrong; a folded problem (a GPU's fabric
+    while the fabric manager is down) names its cause."""
+    cause = f"cause: host {clean(p['cause'])}, " if p.get("cause") else ""
+    return (
+        f"{clean(p['action'])}: {clean(p['severity'])} {clean(p['kind'])}: "
+        f"{clean(p['message'])} ({cause}since {ago(now - p['since'])} ago)"
+    )
+
+
+def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
+    nvlink = nvlink_row(g.get("nvlink"))
+    lines = [f"      {nvlink}"] if nvlink else []
+    lines.extend(f"      {row}" for row in process_rows(g))
+    lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
+    if g.get("xids"):
+        lines.append("      " + "; ".join(count(f"Xid {c['xid']}", c) for c in g["xids"]))
+    kinds = {p["kind"] for p in g["problems"]}
+    if missing and not kinds & {"missing", "lost"}:
+        lines.append("      - on the PCI bus, not reported by nvidia-smi")
+    cleared = g.get("cleared")
+    if cleared is not None:
+        lines.append(f"      cleared by {clean(cleared['by'])} at {clock(cleared['at'])}")
+    return lines

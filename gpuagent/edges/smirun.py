@@ -1,0 +1,44 @@
+"""One nvidia-smi subcommand beside the probe, through the probe's :class:`Runner`.
+
+The NVLink read and the processes read run their own commands between probes; both read an
+answer the same way: stdout of an exit 0, ``None`` when the run was interrupted (shutdown),
+and for anything else a :class:`Failed` whose text is one line saying how.
+"""
+
+from __future__ import annotations
+
+import os
+
+from gpuagent.edges.runner import Outcome, Runner
+
+__all__ = ["Failed", "run"]
+
+_ERROR_CHARS = 300
+
+
+class Failed(Exception):
+    """One run that gave no answer to read; ``str()`` is the one-line reason, ``spawned``
+    whether a child ran at all."""
+
+    def __init__(self, reason: str, *, spawned: bool = True) -> None:
+        super().__init__(reason)
+        self.spawned = spawned
+
+
+def run(runner: Runner, binary: str, args: tuple[str, ...]) -> str | None:
+    """Run ``binary`` with ``args`` (``LC_ALL=C``); its stdout, ``None`` when interrupted.
+    Raises :class:`Failed`."""
+    what = f"nvidia-smi {' '.join(args)}"
+    result = runner.run([binary, *args], {**os.environ, "LC_ALL": "C"})
+    if result.outcome is Outcome.SPAWN_FAILED:
+        raise Failed(f"{what}: cannot run: {result.error}", spawned=False)
+    if result.outcome is Outcome.INTERRUPTED:
+        return None
+    if result.outcome in (Outcome.TIMEOUT, Outcome.STUCK):
+        raise Failed(f"{what}: no answer within {runner.timeout:g} s")
+    if result.outcome is Outcome.OVERFLOW:
+        raise Failed(f"{what}: more than {runner.max_output} bytes of output")
+    if result.exit_code != 0:
+        first = " ".join(ln.strip() for ln in result.stdout.splitlines() if ln.strip())
+        raise Failed(f"{what}: exit {result.exit_code}: {first[:_ERROR_CHARS] or '(none)'}")
+    return result.stdout

@@ -1,0 +1,1 @@
+"""systemd over the system bus: the connection, units, signals, unit names and state."""

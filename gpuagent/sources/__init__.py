@@ -1,0 +1,1 @@
+"""The sources of facts, one package per area; :class:`Source` is the seam each implements."""

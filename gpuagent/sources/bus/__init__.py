@@ -1,0 +1,1 @@
+"""The PCI bus: the scan, addresses, the GPUs this host had, and the bus's rules."""

@@ -1,0 +1,146 @@
+"""The GPUs this host has had, remembered on disk across restarts, upgrades and reboots.
+
+The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
+(``StateDirectory=gpuagent``: ``/var/lib/gpuagent``); a hand run without that variable
+remembers nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
+``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
+it.  Each also notes the boot it was last on the bus in (:mod:`gpuagent.edges.bootid`): one last
+seen in an earlier boot did not come back after the reboot (:attr:`KnownGpus.not_back`).  A
+file that cannot be read or written is one warning (the state's ``problems["known_gpus"]``)
+and the agent goes on with what it sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuagent import state
+from gpuagent.condition import Condition, Edge
+from gpuagent.edges import safefile
+from gpuagent.logs import EventLog
+
+__all__ = ["FILE", "KnownGpus"]
+
+FILE = "gpus.json"
+Gpu = dict[str, str | None]
+# A GPU as the file keeps it: Gpu's keys, ``boot`` and ``gone_at``.
+Entry = dict[str, str | float | None]
+# What the file keeps of each GPU beside its slot; ``boot``: the boot it was last on the bus in;
+# ``gone_at``: when it was first found missing from it (s since the epoch; None while on it).
+_KEYS = ("uuid", "name", "boot", "gone_at")
+# The file holds a few hundred bytes a GPU: more than this is not the agent's.
+MAX_SIZE = 1024 * 1024
+
+
+class KnownGpus:
+    """The GPUs remembered in ``directory`` (None or ``""``: none are remembered); ``boot``
+    is this boot's id (``""``: unknown, no GPU is said not to have come back)."""
+
+    def __init__(self, directory: str | None, log: EventLog, boot: str = "") -> None:
+        self.log = log
+        self.boot = boot
+        self.path = os.path.join(directory, FILE) if directory else None
+        self.gpus: dict[str, Entry] = {}
+        self._trouble: Condition[str] = Condition()
+        if self.path is not None and os.path.lexists(self.path):
+            self.gpus = self._read(self.path)
+
+    @property
+    def error(self) -> str | None:
+        """Why the file cannot be read or written, while it cannot."""
+        return self._trouble.value
+
+    def _read(self, path: str) -> dict[str, Entry]:
+        try:
+            gpus = _parsed(safefile.load_json(path, MAX_SIZE))
+        except (OSError, ValueError, TypeError) as e:
+            self._note(f"{path}: cannot read the GPUs this host had: {state.why(e)}")
+            return {}
+        self._note(None)
+        return gpus
+
+    @property
+    def not_back(self) -> list[str]:
+        """The slots of the GPUs last on the bus in an earlier boot, not in this one (yet)."""
+        return sorted(
+            slot
+            for slot, g in self.gpus.items()
+            if self.boot and g.get("boot") and g.get("boot") != self.boot
+        )
+
+    @property
+    def gone_since(self) -> dict[str, float]:
+        """When each GPU missing from the bus was first found missing (s since the epoch)."""
+        out: dict[str, float] = {}
+        for slot, g in self.gpus.items():
+            at = g.get("gone_at")
+            if isinstance(at, int | float) and not isinstance(at, bool):
+                out[slot] = float(at)
+        return out
+
+    def update(self, present: Mapping[str, Gpu], now: float | None = None) -> None:
+        """Remember the GPUs ``present`` on the bus now (slot: uuid and name, None if not
+        known), on the bus in this boot, and when (wall time ``now``) each of the others was
+        first found missing; writes the file when that changes what it holds."""
+        merged = dict(self.gpus)
+        for slot, gpu in present.items():
+            old = merged.get(slot, {})
+            merged[slot] = {k: gpu.get(k) or old.get(k) for k in ("uuid", "name")}
+            merged[slot]["boot"] = self.boot or old.get("boot")
+            merged[slot]["gone_at"] = None
+        for slot in set(merged) - set(present):
+            if now is not None and merged[slot].get("gone_at") is None:
+                merged[slot] = {**merged[slot], "gone_at": now}
+        if merged != self.gpus:
+            self.gpus = merged
+            self._write()
+
+    def forget(self, slots: Iterable[str]) -> None:
+        """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good)."""
+        gone = [s for s in slots if s in self.gpus]
+        for slot in gone:
+            del self.gpus[slot]
+        if gone:
+            self._write()
+
+    def _write(self) -> None:
+        if self.path is None:
+            return
+        gpus = [{"pci_slot": s, **g} for s, g in sorted(self.gpus.items())]
+        try:
+            state.write(self.path, {"gpus": gpus})
+        except OSError as e:
+            self._note(f"{self.path}: cannot remember the GPUs this host has: {state.why(e)}")
+            return
+        self._note(None)
+
+    def _note(self, error: str | None) -> None:
+        if self._trouble.update(error) is Edge.STARTED:
+            self.log(logging.WARNING, None, f"{error}; going on with the GPUs on the bus")
+
+
+def _parsed(data: Any) -> dict[str, Entry]:
+    """The GPUs of the file's JSON ``{"gpus": [{"pci_slot": str, "uuid": str|null, "name":
+    str|null, "boot": str|null, "gone_at": finite number|null}, ...]}``; raises ValueError
+    naming what is not so."""
+    gpus = data.get("gpus") if isinstance(data, dict) else None
+    if not isinstance(gpus, list):
+        raise TypeError('expected {"gpus": [...]}')
+    out: dict[str, Entry] = {}
+    for i, g in enumerate(gpus):
+        if not isinstance(g, dict) or not isinstance(g.get("pci_slot"), str):
+            raise TypeError(f"gpus[{i}]: expected an object with a pci_slot string")
+        entry = {k: g.get(k) for k in _KEYS}
+        if not all(isinstance(entry[k], str | None) for k in ("uuid", "name", "boot")):
+            raise TypeError(f"gpus[{i}]: uuid, name and boot must be strings or null")
+        at = entry["gone_at"]
+        if at is not None and (
+            isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)
+        ):
+            raise TypeError(f"gpus[{i}]: gone_at must be a number or null")
+        out[g["pci_slot"]] = entry
+    return out

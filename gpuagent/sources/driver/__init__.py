@@ -1,0 +1,1 @@
+"""The NVIDIA driver: the module's state, its records, probe hangs."""

@@ -1,0 +1,1 @@
+"""The kernel's records: the journal, Xids and SXids, their catalog, clears, earlier boots."""

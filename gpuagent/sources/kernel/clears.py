@@ -1,0 +1,87 @@
+"""An operator's clear of a GPU problem, as ``gpuagent clear`` sends it to the journal and the
+agent reads it back (pure).
+
+The entry carries its own ``MESSAGE_ID`` (:attr:`gpuagent.logs.Event.OPERATOR_CLEAR`) and the
+fields ``PCI_SLOT``, ``KIND`` (a kind, or ``all``) and ``CLEARED_BY`` (the caller's user
+name).  Anyone may log such text; only an entry journald stamped ``_UID=0`` counts
+(:func:`parse`).  A clear ends only the problems that hold until the next boot
+(:data:`LATCHING`); whatever is read live (nvidia-smi's values, the bus) ends with its cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuagent.sources.bus.pciaddr import parse_device
+
+__all__ = ["ALL", "GONE", "LATCHING", "Clear", "fields", "parse", "refusal", "slot_of"]
+
+# The kinds that hold until the next boot unless an operator clears them.
+LATCHING = ("xid", "init_failed")
+# KIND for every latching problem of the GPU (`gpuagent clear SLOT --all`).
+ALL = "all"
+# The one kind read from the bus that a clear accepts: the GPU left for good, forget it.
+GONE = "gone_from_bus"
+
+
+@dataclass(frozen=True)
+class Clear:
+    """A clear of ``kind`` (or :data:`ALL`) on the GPU in ``slot`` by user ``by`` at ``at``
+    (s since the epoch)."""
+
+    slot: str
+    kind: str
+    by: str
+    at: float
+
+    def covers(self, kind: str) -> bool:
+        """Whether this clear ends a problem of ``kind``."""
+        return (kind in LATCHING and self.kind in (kind, ALL)) or kind == self.kind == GONE
+
+
+def refusal(kind: str) -> str | None:
+    """Why a problem of ``kind`` cannot be cleared by hand, or None if it can."""
+    if kind in (ALL, GONE) or kind in LATCHING:
+        return None
+    return (
+        f"{kind} is read live (nvidia-smi, the PCI bus): it ends when its cause does; "
+        f"only {', '.join(LATCHING)} hold until a clear or the next boot, and {GONE} "
+        "until a clear forgets the GPU"
+    )
+
+
+def slot_of(text: str) -> str | None:
+    """A GPU's PCI slot as an operator types it (``0000:3B:00.0``, ``3b:00.0``) in sysfs form,
+    or None if it is not one."""
+    text = text.strip()
+    found = parse_device(text) or parse_device(f"0000:{text}")
+    if found is None:
+        return None
+    device, function = found
+    return f"{device}.{function or 0}"
+
+
+def fields(slot: str, kind: str, by: str) -> dict[str, str]:
+    """The journal entry's fields beside MESSAGE_ID and MESSAGE."""
+    return {"PCI_SLOT": slot, "KIND": kind, "CLEARED_BY": by}
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def parse(entry: Mapping[str, object], at: float) -> Clear | None:
+    """The clear a journal entry logged at ``at`` says, or None: not from uid 0, no valid
+    slot, a kind a clear does not end, or no user."""
+    if _text(entry.get("_UID")) != "0":
+        return None
+    slot, kind, by = (_text(entry.get(k)) for k in ("PCI_SLOT", "KIND", "CLEARED_BY"))
+    if slot is None or kind is None or refusal(kind) is not None:
+        return None
+    slot = slot_of(slot)
+    if slot is None:
+        return None
+    return Clear(slot, kind, by or "root", at)

@@ -1,0 +1,161 @@
+"""A GPU's story across boots, from journal entries: ``gpuagent history`` (pure).
+
+The entries are the kernel's records (Xids, the UUID lines), the agent's own problem lines
+(``_SYSTEMD_UNIT=gpuagent.service``: starts and ends) and root's clears, of every boot the
+journal holds, in journal order.  :func:`events` turns them into :class:`Step` s, a ``boot``
+step where each boot's entries begin; :func:`render` is the timeline for a person.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+
+from gpuagent.logs import Event
+from gpuagent.sources.bus.pciaddr import device_of
+from gpuagent.sources.kernel import clears
+from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
+
+__all__ = ["FIELDS", "UNIT", "Step", "events", "render", "steps"]
+
+# The fields of a journal entry that the timeline reads.
+FIELDS = (
+    "_BOOT_ID",
+    "_TRANSPORT",
+    "_SYSTEMD_UNIT",
+    "_UID",
+    "MESSAGE",
+    "MESSAGE_ID",
+    "PCI_SLOT",
+    "PROBLEM",
+    "SEVERITY",
+    "ACTION",
+    "XID",
+    "KIND",
+    "CLEARED_BY",
+)
+
+UNIT = "gpuagent.service"
+_STARTS = {
+    e.value for e in Event if e.name.startswith("PROBLEM_") and e is not Event.PROBLEM_CLEARED
+}
+_STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One event of the timeline (``--json``'s objects): ``event`` is ``boot``, ``xid``,
+    ``problem_start``, ``problem_end`` or ``clear``; ``time`` in s since the epoch."""
+
+    boot: str
+    time: float
+    pci_slot: str | None
+    uuid: str | None
+    event: str
+    kind: str | None = None
+    xid: int | None = None
+    action: str | None = None
+    # Not in the JSON: what recurrence counts (critical only).
+    severity: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        out = asdict(self)
+        del out["severity"]
+        return out
+
+
+def _text(entry: Mapping[str, object], key: str) -> str | None:
+    value = entry.get(key)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else None
+
+
+def events(entries: Iterable[tuple[float, Mapping[str, object]]], slot: str | None) -> list[Step]:
+    """The timeline of the GPU in ``slot`` (None: every GPU) from ``(time, fields)`` entries
+    in journal order."""
+    out: list[Step] = []
+    boot = ""
+    uuids: dict[str, str] = {}
+    told: set[tuple[str, str, int]] = set()
+    want = None if slot is None else device_of(slot)
+    for at, entry in entries:
+        this = _text(entry, "_BOOT_ID") or ""
+        if this != boot:
+            boot = this
+            out.append(Step(boot, at, None, None, "boot"))
+        for step in steps(boot, at, entry, uuids, told):
+            if want is None or (step.pci_slot and device_of(step.pci_slot) == want):
+                out.append(step)
+    if slot is not None:
+        # A boot step only where the GPU's story goes on after it.
+        kept = [s for i, s in enumerate(out) if s.event != "boot" or _after(out, i)]
+        out = kept
+    return out
+
+
+def _after(steps: list[Step], i: int) -> bool:
+    return any(s.event != "boot" for s in steps[i + 1 :]) and (
+        i == 0 or steps[i - 1].event != "boot"
+    )
+
+
+def steps(
+    boot: str,
+    at: float,
+    entry: Mapping[str, object],
+    uuids: dict[str, str],
+    told: set[tuple[str, str, int]],
+) -> list[Step]:
+    """The steps one entry of ``boot`` at ``at`` makes; ``uuids`` (the driver's UUID lines by
+    device) and ``told`` (the Xids already stepped) carry over from entry to entry."""
+    if _text(entry, "_TRANSPORT") == "kernel":
+        found: list[Step] = []
+        for e in parse(_text(entry, "MESSAGE") or ""):
+            if isinstance(e, GpuUuid):
+                uuids[e.device] = e.uuid
+            elif isinstance(e, Xid) and e.device is not None:
+                key = (boot, e.device, e.code)
+                if e.origin != "xid" and key in told:
+                    continue  # the fall-off's companion records: one Xid 79
+                told.add(key)
+                slot = f"{e.device}.{e.function or 0}"
+                info = assess(e)
+                uuid = uuids.get(e.device)
+                found.append(
+                    Step(boot, at, slot, uuid, "xid", "xid", e.code, info.action, info.severity)
+                )
+        return found
+    where = _text(entry, "PCI_SLOT")
+    uuid = uuids.get(device_of(where)) if where else None
+    message_id = _text(entry, "MESSAGE_ID")
+    if message_id == Event.OPERATOR_CLEAR.value:
+        clear = clears.parse(entry, at)
+        if clear is None:
+            return []
+        return [Step(boot, at, clear.slot, uuid, "clear", clear.kind)]
+    if _text(entry, "_SYSTEMD_UNIT") != UNIT or not where:
+        return []
+    code = _text(entry, "XID")
+    xid = int(code) if code and code.isdigit() else None
+    kind, action, severity = (_text(entry, k) for k in ("PROBLEM", "ACTION", "SEVERITY"))
+    if message_id == Event.PROBLEM_CLEARED.value:
+        return [Step(boot, at, where, uuid, "problem_end", kind, xid, action)]
+    if message_id in _STARTS:
+        return [Step(boot, at, where, uuid, "problem_start", kind, xid, action, severity)]
+    return []
+
+
+def render(steps: list[Step]) -> str:
+    """The timeline for a person: one line a step, a rule at each boot."""
+    lines: list[str] = []
+    for s in steps:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.time))
+        if s.event == "boot":
+            lines.append(f"-- boot {s.boot[:12]} ({stamp}) --")
+            continue
+        what = f"Xid {s.xid}" if s.xid is not None else (s.kind or "")
+        action = f" (action: {s.action})" if s.action else ""
+        lines.append(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}")
+    return "\n".join(lines) if lines else "no GPU events in the journal"

@@ -1,0 +1,120 @@
+"""The NVLink source: each GPU's links and their error counters, on their own cadence.
+
+Owns the reader (:mod:`gpuagent.sources.nvlink.nvlinkread`, through the probe's runner), the
+judgement
+(:class:`gpuagent.sources.nvlink.nvlink.Watch`) and the links up this boot kept on disk across
+restarts
+(:class:`gpuagent.sources.nvlink.linksup.LinksUp`); logs an outage once, its end once, and each
+unreadable
+line once.  Its findings (``nvlink_down``, ``nvlink_errors``) go to the verdict as source
+``nvlink`` after each successful read only: between reads the last ones hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
+
+from gpuagent.config import Config
+from gpuagent.edges.backoff import Backoff, cap_ticks
+from gpuagent.edges.runner import Runner
+from gpuagent.health import Finding
+from gpuagent.logs import Event, EventLog
+from gpuagent.sources.nvlink import nvlink
+from gpuagent.sources.nvlink.linksup import LinksUp
+from gpuagent.sources.nvlink.nvlink import GpuState, Parsed
+from gpuagent.sources.nvlink.nvlinkread import Reader
+from gpuagent.sources.probe.smi import Row
+from gpuagent.views import NvlinkGpu, NvlinkView
+
+__all__ = ["NvlinkSource"]
+
+
+def _reader(config: Config, runner: Runner) -> Reader:
+    return Reader(
+        runner,
+        every=nvlink.every_ticks(config.nvlink_interval, config.interval),
+        backoff=Backoff(config.backoff_after, cap_ticks(config.nvlink_interval, config.retry_max)),
+        sysfs_root=config.sysfs_root,
+    )
+
+
+class NvlinkSource:
+    """Call :meth:`step` once per tick whose probe gates are open."""
+
+    def __init__(
+        self,
+        config: Config,
+        runner: Runner,
+        log: EventLog,
+        *,
+        monotonic: Callable[[], float],
+        state_directory: str | None = None,
+    ) -> None:
+        self.runner = runner
+        self.log = log
+        self.monotonic = monotonic
+        self.reader = _reader(config, runner)
+        self.watch = nvlink.Watch(
+            config.nvlink_window, config.nvlink_recovery_budget, config.nvlink_replay_budget
+        )
+        # $STATE_DIRECTORY: what was up before a restart in this boot is still "up earlier".
+        self.links_up = LinksUp(state_directory, log)
+        self.watch.remember(self.links_up.links)
+        self._view = NvlinkView({})
+
+    def configure(self, config: Config) -> None:
+        """A reload: the new cadence and budgets; what the links did this boot stays."""
+        self.reader.every = nvlink.every_ticks(config.nvlink_interval, config.interval)
+        self.reader.backoff.cap = cap_ticks(config.nvlink_interval, config.retry_max)
+        self.reader.sysfs_root = config.sysfs_root
+        self.watch.window = config.nvlink_window
+        self.watch.recovery_budget = config.nvlink_recovery_budget
+        self.watch.replay_budget = config.nvlink_replay_budget
+
+    def expedite(self) -> None:
+        self.reader.expedite()
+
+    @property
+    def view(self) -> NvlinkView:
+        return self._view
+
+    def step(
+        self, binary: str | None, slots: Iterable[str], rows: Iterable[Row]
+    ) -> dict[str, list[Finding]] | None:
+        """This tick's read for the GPUs at ``slots`` with nvidia-smi at ``binary``; ``rows``
+        the GPUs' last samples (to name them by slot).  Returns the findings by slot after a
+        read that answered, else None (the last findings hold)."""
+        read = self.reader.tick(binary, slots)
+        spawns = self._view.spawns_total + read.spawns
+        if read.warn:
+            self.log(WARNING, Event.NVLINK_READ_FAILED, f"NVLink not read: {read.failure}")
+        if read.recovered:
+            self.log(INFO, Event.NVLINK_READ_RECOVERED, "NVLink read again")
+        for line in read.warnings:
+            self.log(WARNING, Event.NVLINK_UNREADABLE, line)
+        if read.status is None:
+            self._view = NvlinkView(self._view.gpus, read.no_nvlink, spawns)
+            return None
+        self.watch.status(read.status)
+        self.links_up.update(self.watch.links_up)
+        if read.counters is not None:
+            self.watch.counters(self.monotonic(), read.counters)
+        by_key = nvlink.slots_by_key(rows)
+        self._view = NvlinkView(_gpus(read.status, read.counters, by_key), read.no_nvlink, spawns)
+        return nvlink.findings_by_slot(self.watch.findings(), by_key)
+
+
+def _gpus(status: Parsed, counters: Parsed | None, slots: dict[str, str]) -> dict[str, NvlinkGpu]:
+    counted = {g.key: g.counters for g in counters.gpus} if counters is not None else {}
+    out: dict[str, NvlinkGpu] = {}
+    for gpu in status.gpus:
+        if gpu.state is GpuState.LINKS and gpu.links:
+            inactive = tuple(link.number for link in gpu.links if not link.up)
+            links = len(gpu.links)
+        elif gpu.state is GpuState.ALL_INACTIVE:
+            inactive, links = (), 0
+        else:
+            continue  # MIG: unknown; no NVLink: nothing to show
+        out[slots.get(gpu.key, gpu.key)] = NvlinkGpu(links, inactive, counted.get(gpu.key, {}))
+    return out

@@ -1,0 +1,70 @@
+"""Prometheus series for NVLink and NVIDIA's services, from one tick's state.
+
+``gpuagent_gpu_nvlink_links`` counts each GPU's links by ``state`` (active, inactive).
+``gpuagent_gpu_nvlink_errors_total`` is the driver's lifetime count per GPU and ``counter``
+(replay, recovery, crc): one series per GPU and counter while every link's count is zero, and
+otherwise one per link with a non-zero count, labelled ``link``; so the series stay few, and
+``sum by (counter)`` is right either way.  ``gpuagent_service_active`` and
+``gpuagent_service_restarts_total`` are NVIDIA's units as systemd says (none when not read).
+"""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpuagent.report import State
+
+__all__ = ["families"]
+
+_LABELS = ("pci_slot", "uuid")
+
+
+def families(state: State) -> list[Metric]:
+    links = GaugeMetricFamily(
+        "gpuagent_gpu_nvlink_links",
+        "The GPU's NVLink links as last read, by state (active, inactive).",
+        labels=[*_LABELS, "state"],
+    )
+    errors = CounterMetricFamily(
+        "gpuagent_gpu_nvlink_errors",
+        "NVLink error counts of the GPU's links (driver lifetime), by counter; per link, with "
+        "a link label, for the links with a non-zero count.",
+        labels=[*_LABELS, "counter", "link"],
+    )
+    for gpu in state["gpus"]:
+        nvlink = gpu.get("nvlink")
+        if nvlink is None:
+            continue
+        who = [gpu["pci_slot"], gpu["uuid"] or ""]
+        links.add_metric([*who, "active"], float(nvlink["active"]))
+        links.add_metric([*who, "inactive"], float(len(nvlink["inactive"])))
+        per: dict[str, dict[str, int]] = {}
+        for link, values in nvlink["counters"].items():
+            for counter, value in values.items():
+                if value is not None:
+                    per.setdefault(counter, {})[link] = value
+        for counter, by_link in sorted(per.items()):
+            rising = {n: v for n, v in by_link.items() if v}
+            if not rising:
+                errors.add_metric([*who, counter, ""], 0.0)
+            for n, v in sorted(rising.items(), key=lambda kv: int(kv[0])):
+                errors.add_metric([*who, counter, n], float(v))
+    active = GaugeMetricFamily(
+        "gpuagent_service_active",
+        "1 when the NVIDIA systemd unit is active (or reloading), else 0.",
+        labels=["unit"],
+    )
+    restarts = CounterMetricFamily(
+        "gpuagent_service_restarts",
+        "How often systemd restarted the NVIDIA unit since it was last started by hand "
+        "(NRestarts).",
+        labels=["unit"],
+    )
+    for unit, s in state.get("services", {}).items():
+        if s["load_state"] == "not-found":
+            continue
+        running = s["active_state"] in ("active", "reloading", "refreshing")
+        active.add_metric([unit], 1.0 if running else 0.0)
+        if s["restarts"] is not None:
+            restarts.add_metric([unit], float(s["restarts"]))
+    return [links, errors, active, restarts]

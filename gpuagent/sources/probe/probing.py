@@ -1,0 +1,240 @@
+"""Whether, when and how the agent asks nvidia-smi: the gates, the backoff, the probe and the
+lines an outage makes.
+
+Each tick :meth:`Probing.step` looks at the bus: no GPU nvidia-smi could answer for, no
+nvidia-smi, or the ``nvidia`` module not loaded (never autoloaded) keep the probe off; a
+child stuck in the driver keeps the next one off; otherwise the tick-counted backoff says
+whether this tick probes.  An outage is one warning once the backoff starts and one line when
+it clears; nvidia-smi or the driver going and coming back are one line each.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpuagent.condition import Condition, Edge
+from gpuagent.config import Config
+from gpuagent.edges.backoff import Backoff, cap_ticks
+from gpuagent.logs import Event, EventLog
+from gpuagent.sources.probe.probe import Prober, ProbeResult
+from gpuagent.sources.probe.smi import HINTS, Failure, Row
+from gpuagent.views import BusView, Gate, ProbeState, ProbeView, plural
+
+__all__ = ["Probing"]
+
+DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+
+
+class Probing:
+    """Owns the prober, its backoff and every line about nvidia-smi and the driver."""
+
+    def __init__(
+        self,
+        config: Config,
+        prober: Prober,
+        log: EventLog,
+        *,
+        which: Callable[[str], str | None],
+        wall: Callable[[], float],
+    ) -> None:
+        self.prober = prober
+        self.log = log
+        self.which = which
+        self.wall = wall
+        self.config = config
+        self.backoff = Backoff(config.backoff_after, cap_ticks(config.interval, config.retry_max))
+        self.prober.configure(config.probe_timeout)
+        self._view = ProbeView(fields=prober.fields)
+        # nvidia-smi's path as the last tick's gates found it (None: not looked up, or not
+        # found): the NVLink reads use the same.
+        self.binary: str | None = None
+        self._smi_missing: Condition[bool] = Condition()
+        self._unloaded: Condition[bool] = Condition()
+        self._outage: Condition[bool] = Condition()
+        self._hinted: Condition[bool] = Condition()
+
+    def configure(self, config: Config) -> None:
+        """Apply a reloaded config; the outage's failure count and the backoff survive it."""
+        self.backoff.after = config.backoff_after
+        self.backoff.cap = cap_ticks(config.interval, config.retry_max)
+        self.backoff.clamp()
+        self.prober.configure(config.probe_timeout)
+        self.config = config
+
+    def expedite(self) -> None:
+        """Probe on the next tick, whatever the backoff had counted ("look now")."""
+        self.backoff.expedite()
+
+    @property
+    def view(self) -> ProbeView:
+        """The probe's state for the report."""
+        return replace(
+            self._view,
+            failures=self.backoff.failures,
+            next_in_ticks=self.backoff.next_in_ticks,
+            fields=self.prober.fields,
+        )
+
+    def step(self, bus: BusView) -> ProbeResult | None:
+        """Gate, and probe if due; returns the answer of a probe that gave rows (or errors
+        naming GPUs), else None.  Never raises for anything nvidia-smi does."""
+        was_gated = self._view.gate is not None
+        gate, path = self._gate(bus)
+        self.binary = path
+        if gate is None and was_gated:
+            # Whatever kept the probe off has cleared (a GPU appeared, the driver or
+            # nvidia-smi came back): look now, not when the old backoff says.
+            self.backoff.expedite()
+        due = self.backoff.due()
+        if gate is not None:
+            state = ProbeState.IDLE if gate is Gate.NO_GPU else ProbeState.GATED
+            self._view = replace(self._view, state=state, gate=gate)
+        elif self.prober.busy():
+            self._view = replace(self._view, state=ProbeState.STUCK, gate=None)
+        elif due and path is not None:
+            return self._apply(self.prober.probe(path), bus)
+        return None
+
+    @property
+    def gated(self) -> bool:
+        """Whether a gate kept the probe off on the last tick."""
+        return self._view.gate is not None
+
+    # Gates -----------------------------------------------------------------------------------
+
+    def _gate(self, bus: BusView) -> tuple[Gate | None, str | None]:
+        """The reason not to probe on this tick, if any, and nvidia-smi's path."""
+        probeable = bus.probeable
+        if not probeable:
+            return Gate.NO_GPU, None
+        path = self.which(self.config.nvidia_smi)
+        edge = self._smi_missing.update(True if path is None else None)
+        if edge is Edge.STARTED:
+            self.log(
+                WARNING,
+                Event.NVIDIA_SMI_MISSING,
+                f"nvidia-smi not found ({self.config.nvidia_smi!r}); GPUs are on the PCI bus "
+                f"but will not be sampled until it is installed; {HINTS[Failure.NOT_FOUND]}",
+            )
+        elif edge is Edge.ENDED:
+            self.log(INFO, Event.NVIDIA_SMI_FOUND, f"nvidia-smi found at {path}")
+            self.backoff.expedite()
+        if path is None:
+            return Gate.NVIDIA_SMI_MISSING, None
+        edge = self._unloaded.update(None if bus.module_loaded else True)
+        if edge is Edge.STARTED:
+            action = (
+                "probing anyway (load_driver = true)"
+                if self.config.load_driver
+                else "not probing (nvidia-smi would load it)"
+            )
+            self.log(
+                WARNING,
+                Event.DRIVER_UNLOADED,
+                f"NVIDIA kernel module not loaded with {plural(len(probeable), 'GPU')} on the "
+                f"PCI bus; {action}",
+            )
+        elif edge is Edge.ENDED:
+            self.log(INFO, Event.DRIVER_LOADED, "NVIDIA kernel module loaded; probing now")
+            self.backoff.expedite()
+        if not bus.module_loaded and not self.config.load_driver:
+            return Gate.DRIVER_NOT_LOADED, path
+        return None, path
+
+    # The probe's outcome ---------------------------------------------------------------------
+
+    def _apply(self, result: ProbeResult, bus: BusView) -> ProbeResult | None:
+        view = replace(
+            self._view,
+            gate=None,
+            spawns_total=self._view.spawns_total + result.spawns,
+            probes_total=self._view.probes_total + 1,
+            timed_out=result.failure is Failure.TIMEOUT,
+        )
+        if result.spawns:
+            view = replace(view, duration=result.duration)
+        self._view = view
+        for field in result.rejected:
+            self.log(DEBUG, None, f"nvidia-smi rejected field {field!r}; querying without it")
+        if result.interrupted:
+            return None
+        if result.rows == [] and {g.slot for g in bus.gpus if g.driver == "nvidia"} - set(
+            result.gpu_errors
+        ):
+            # Errors alone, and GPUs bound to nvidia that they do not name: nvidia-smi gave up
+            # on every GPU after one (as its table view does), so this says nothing of the
+            # others.  An outage, not one lost GPU and the rest missing.
+            named = "; ".join(f"GPU {s}: {e}" for s, e in sorted(result.gpu_errors.items()))
+            error = f"exit {result.exit_code}: {named}"
+            result = replace(result, rows=None, failure=Failure.GPU_LOST, error=error)
+        if result.rows is None:
+            self._failed(result)
+            return None
+        self._succeeded(result.rows, result)
+        return result
+
+    def _failed(self, result: ProbeResult) -> None:
+        failure = result.failure or Failure.OTHER
+        self.backoff.failure()
+        state = ProbeState.STUCK if self.prober.busy() else ProbeState.FAILING
+        self._view = replace(self._view, state=state, failure=failure, last_error=result.error)
+        n = self.backoff.failures
+        fields = {"failure_class": failure.value, "exit_code": result.exit_code}
+        if result.detail:
+            self.log(DEBUG, None, f"nvidia-smi output not understood: {result.detail!r}")
+        # ">=", not "==": a reload may move the threshold mid-outage.
+        if n >= self.backoff.after and self._outage.update(True) is Edge.STARTED:
+            self.log(
+                WARNING,
+                Event.failing(failure.value),
+                f"nvidia-smi failing ({failure.value}): {result.error}; "
+                f"{HINTS[failure]}; retrying with backoff up to every "
+                f"{self.backoff.cap * self.config.interval:g} s",
+                **fields,
+            )
+        else:
+            self.log(DEBUG, None, f"probe failed ({failure.value}), failure {n}", **fields)
+        if state is ProbeState.STUCK:
+            self.log(
+                ERROR,
+                Event.PROBE_STUCK,
+                "nvidia-smi did not exit after SIGKILL (stuck in the driver); no new probe "
+                "until it exits",
+            )
+
+    def _succeeded(self, rows: list[Row], result: ProbeResult) -> None:
+        if self._outage.update(None) is Edge.ENDED:
+            self.log(
+                INFO,
+                Event.RECOVERED,
+                "nvidia-smi is answering again",
+                failures=self.backoff.failures,
+            )
+        elif self.backoff.failures:
+            self.log(DEBUG, None, f"probe succeeded after {self.backoff.failures} failures")
+        self.backoff.success()
+        self._view = replace(
+            self._view,
+            state=ProbeState.OK,
+            failure=None,
+            last_error=None,
+            last_success_at=self.wall(),
+        )
+        for warning in result.warnings:
+            self.log(DEBUG, None, f"nvidia-smi: {warning}")
+        self._hint_persistence(rows, result.duration)
+
+    def _hint_persistence(self, rows: list[Row], duration: float) -> None:
+        slow = duration > self.config.probe_timeout / 2
+        off = any(r.get("persistence_mode") == "Disabled" for r in rows)
+        if slow and off and self._hinted.update(True) is Edge.STARTED:
+            self.log(
+                INFO,
+                None,
+                f"nvidia-smi took {duration:.1f} s of the {self.config.probe_timeout:g} s "
+                "probe_timeout: without persistence mode every probe re-initialises the "
+                "GPUs (NVIDIA documents 1-3 s per GPU); enable nvidia-persistenced "
+                "(systemctl enable --now nvidia-persistenced)",
+            )

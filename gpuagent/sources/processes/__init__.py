@@ -1,0 +1,1 @@
+"""Who is on the GPUs: compute processes, their names and systemd units."""

@@ -1,0 +1,177 @@
+"""The processes source: who is on each GPU, and in which systemd unit.
+
+After a successful probe, every ``processes_interval`` (in whole ticks; unset: every tick),
+one ``nvidia-smi --query-compute-apps`` runs through the probe's runner (its own process
+group, its timeout); a failing read is retried on a :class:`Backoff` counted in reads, and
+an outage is one warning and its end one line.  Lines that are no process are one warning
+while reads keep having them (again after a read without any).  Each process's name comes
+from ``<proc_root>/<pid>/comm`` (:mod:`gpuagent.sources.processes.comm`), its unit from systemd
+(:class:`gpuagent.sources.processes.owners.Owners`), which also names a process whose ``comm`` is
+hidden.
+Between reads the last one holds; while the processes cannot be known (the read failing,
+the probe failing or gated) the view says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from logging import INFO, WARNING
+
+from gpuagent.condition import Condition, Edge
+from gpuagent.config import Config
+from gpuagent.edges import smirun
+from gpuagent.edges.backoff import Backoff, cap_ticks
+from gpuagent.edges.runner import Runner
+from gpuagent.logs import Event, EventLog
+from gpuagent.sources.nvlink import nvlink
+from gpuagent.sources.probe.smi import Row
+from gpuagent.sources.processes import apps, comm
+from gpuagent.sources.processes.owners import Owners, PidLookup, Seen
+from gpuagent.views import ProcessesView, ProcessView
+
+__all__ = ["ProcessesSource", "every_ticks"]
+
+_LINE_CHARS = 300
+
+
+def every_ticks(config: Config) -> int:
+    """``processes_interval`` in whole ticks (rounded up; unset or below a tick: every tick)."""
+    seconds = config.processes_interval or config.interval
+    return nvlink.every_ticks(max(seconds, config.interval), config.interval)
+
+
+def _backoff(config: Config) -> Backoff:
+    every = max(config.processes_interval or config.interval, config.interval)
+    return Backoff(config.backoff_after, cap_ticks(every, config.retry_max))
+
+
+class ProcessesSource:
+    """Call :meth:`step` on each tick whose probe answered, :meth:`forget` on the others."""
+
+    def __init__(self, config: Config, runner: Runner, log: EventLog, *, lookup: PidLookup):
+        self.runner = runner
+        self.log = log
+        self.every = every_ticks(config)
+        self.backoff = _backoff(config)
+        self.owners = Owners(lookup)
+        self.proc_root = config.proc_root
+        self._countdown = 0
+        self._outage = False
+        self._unreadable: Condition[str] = Condition()
+        self._bus: Condition[str] = Condition()
+        self._view = ProcessesView()
+
+    def configure(self, config: Config) -> None:
+        """A reload: the new cadence and ``proc_root``; what was read and the units known
+        stay."""
+        self.every = every_ticks(config)
+        self.proc_root = config.proc_root
+        self.backoff.cap = _backoff(config).cap
+
+    def expedite(self) -> None:
+        """Read on the next tick, whatever the cadence and the backoff had counted."""
+        self._countdown = 0
+        self.backoff.expedite()
+
+    @property
+    def view(self) -> ProcessesView:
+        return self._view
+
+    def who(self, pid: int) -> Seen | None:
+        """Where process ``pid`` was last seen on a GPU (for an Xid that names it)."""
+        return self.owners.last_seen(pid)
+
+    def forget(self) -> None:
+        """The processes cannot be known now (the probe failing or gated)."""
+        self._view = ProcessesView(None, self._view.spawns_total)
+
+    def step(self, binary: str | None, rows: Iterable[Row]) -> None:
+        """This tick's read, when due, with nvidia-smi at ``binary``; ``rows`` are the GPUs'
+        fresh samples (each GPU's UUID to its slot)."""
+        if self._countdown > 0:
+            self._countdown -= 1
+            return
+        if binary is None or self.runner.busy():
+            return  # due again on the next tick
+        self._countdown = self.every - 1
+        if not self.backoff.due():
+            return
+        spawns = self._view.spawns_total
+        try:
+            text = smirun.run(self.runner, binary, apps.ARGS)
+        except smirun.Failed as e:
+            self._failed(str(e), spawns + e.spawned)
+            return
+        spawns += 1
+        if text is None:
+            self._view = ProcessesView(self._view.gpus, spawns)
+            return  # interrupted: shutting down
+        self.backoff.success()
+        if self._outage:
+            self._outage = False
+            self.log(INFO, Event.PROCESSES_READ_RECOVERED, "the GPUs' processes are read again")
+        self._read(apps.parse(text), list(rows), spawns)
+
+    def _failed(self, reason: str, spawns: int) -> None:
+        self.backoff.failure()
+        gpus = self._view.gpus
+        if self.backoff.failures >= self.backoff.after:
+            gpus = None  # one failure is a blip; an outage is not knowing
+        if self.backoff.failures == self.backoff.after:
+            self._outage = True
+            self.log(
+                WARNING, Event.PROCESSES_READ_FAILED, f"the GPUs' processes not read: {reason}"
+            )
+        self._view = ProcessesView(gpus, spawns)
+
+    def _read(self, parsed: apps.Parsed, rows: list[Row], spawns: int) -> None:
+        self._said(parsed.unreadable)
+        slots = nvlink.slots_by_key(rows)
+        found = [
+            (a, comm.read(self.proc_root, a.pid), slots.get(a.gpu_uuid or "")) for a in parsed.apps
+        ]
+        seen = self.owners.resolve((a.pid, name, slot) for a, name, slot in found)
+        self._units(self.owners.error)
+        gpus: dict[str, list[ProcessView]] = {slot: [] for slot in slots.values()}
+        for app, _, slot in found:
+            if slot is None:
+                continue  # a GPU the probe did not sample: nothing to show it under
+            s = seen[app.pid]
+            owner = s.owner
+            gpus.setdefault(slot, []).append(
+                ProcessView(
+                    app.pid,
+                    s.name,
+                    app.used_memory_mib,
+                    s.unit,
+                    owner.kind if owner else None,
+                    owner.ref if owner else None,
+                )
+            )
+        self._view = ProcessesView({k: tuple(v) for k, v in sorted(gpus.items())}, spawns)
+
+    def _said(self, unreadable: tuple[apps.Unreadable, ...]) -> None:
+        """One warning when reads start having lines that are no process, naming the first;
+        none while they go on, whatever the lines (their memory cell changes every read)."""
+        if self._unreadable.update(unreadable[0].line if unreadable else None) is not Edge.STARTED:
+            return
+        first = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        self.log(
+            WARNING,
+            Event.PROCESSES_UNREADABLE,
+            f"nvidia-smi --query-compute-apps: cannot read the line "
+            f"{first.line[:_LINE_CHARS]!r}{more}: {first.reason[:_LINE_CHARS]}; "
+            "the other processes are read",
+        )
+
+    def _units(self, error: str | None) -> None:
+        edge = self._bus.update(error)
+        if edge is Edge.STARTED:
+            self.log(
+                WARNING,
+                Event.PROCESS_UNITS_UNKNOWN,
+                f"the systemd units of the GPUs' processes not known: {error}",
+            )
+        elif edge is Edge.ENDED:
+            self.log(INFO, Event.PROCESS_UNITS_KNOWN, "the GPUs' processes' units known again")

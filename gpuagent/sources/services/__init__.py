@@ -1,0 +1,1 @@
+"""NVIDIA's systemd units (persistenced, fabric manager, IMEX) and the persistence mode."""

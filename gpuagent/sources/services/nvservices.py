@@ -1,0 +1,188 @@
+"""NVIDIA's host services, judged: the fabric manager and the persistence daemon (pure).
+
+Facts in (the units' states from :mod:`gpuagent.edges.systemd.units`, the NVSwitches on the PCI
+bus, the
+probe's rows), :class:`~gpuagent.health.Finding` out:
+
+- ``fabricmanager_down`` (host, critical, ``restart_service``): NVSwitches on this host's PCI
+  bus and ``nvidia-fabricmanager.service`` not active, or not installed.  A GB200-class
+  compute tray has an NVLink fabric but no NVSwitch on its own bus and no local fabric
+  manager: it never has this problem.
+- ``fabricmanager_flapping`` (host, warning, ``restart_service``): its ``NRestarts`` rose by 3
+  or more within 10 minutes; it ends once it has not risen for 10 minutes.
+- ``persistenced_down`` (host, warning, ``restart_service``): ``nvidia-persistenced.service``
+  installed (not masked) and not active.
+- ``persistence_off`` (per GPU, warning, ``restart_service``): the GPU's ``persistence_mode``
+  is Disabled and nvidia-persistenced is not running.
+
+A unit whose state is not known (no system bus) is never a problem.  While
+``fabricmanager_down`` holds, :func:`fold_fabric` marks each GPU's ``fabric`` problem with
+``cause: fabricmanager_down``: one cause, said once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.sources.probe.smi import Row
+
+__all__ = [
+    "DCGM",
+    "FABRICMANAGER",
+    "FLAP_RESTARTS",
+    "FLAP_WINDOW",
+    "KINDS",
+    "PERSISTENCED",
+    "UNITS",
+    "RestartWatch",
+    "UnitFacts",
+    "fabricmanager_findings",
+    "fold_fabric",
+    "persistence_findings",
+    "persistenced_findings",
+]
+
+FABRICMANAGER = "nvidia-fabricmanager.service"
+PERSISTENCED = "nvidia-persistenced.service"
+# Shown, not judged: DCGM is an optional monitoring daemon.
+DCGM = "nvidia-dcgm.service"
+UNITS = (FABRICMANAGER, PERSISTENCED, DCGM)
+KINDS = ("fabricmanager_down", "fabricmanager_flapping", "persistenced_down", "persistence_off")
+FLAP_RESTARTS = 3
+FLAP_WINDOW = 600.0
+# The fabric manager's reload is a running daemon, as is a refresh of its unit.
+_RUNNING = frozenset({"active", "reloading", "refreshing"})
+
+
+@dataclass(frozen=True)
+class UnitFacts:
+    """What systemd says of one unit (``gpuagent.edges.systemd.units.Unit`` has these fields)."""
+
+    name: str
+    load_state: str
+    active_state: str
+    sub_state: str = ""
+    result: str = ""
+    n_restarts: int | None = None
+
+    @property
+    def installed(self) -> bool:
+        return self.load_state != "not-found"
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in _RUNNING
+
+    def describe(self) -> str:
+        """``failed (exit-code)``, ``inactive (dead)``, ``not installed``."""
+        if not self.installed:
+            return "not installed"
+        how = f"{self.active_state} ({self.sub_state})" if self.sub_state else self.active_state
+        if self.result and self.result != "success":
+            how += f", result {self.result}"
+        return how
+
+
+def fabricmanager_findings(nvswitches: Sequence[str], fm: UnitFacts | None) -> list[Finding]:
+    """``fabricmanager_down`` when ``nvswitches`` (slots) are on the bus and ``fm`` is not
+    running; ``fm`` None: its state is not known."""
+    if not nvswitches or fm is None or fm.running:
+        return []
+    n = len(nvswitches)
+    text = (
+        f"{FABRICMANAGER} is {fm.describe()} and {n} NVSwitch{'es' if n > 1 else ''} on the "
+        "PCI bus need it: no GPU can join the NVLink fabric"
+    )
+    return [Finding("fabricmanager_down", CRITICAL, "restart_service", text)]
+
+
+def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:
+    """``persistenced_down`` when nvidia-persistenced is installed, not masked (off on
+    purpose) and not running."""
+    if unit is None or not unit.installed or unit.load_state == "masked" or unit.running:
+        return []
+    text = (
+        f"{PERSISTENCED} is {unit.describe()}: without it every nvidia-smi run "
+        "initialises the GPUs again"
+    )
+    return [Finding("persistenced_down", WARNING, "restart_service", text)]
+
+
+def persistence_findings(
+    rows: Mapping[str, Row], persistenced: UnitFacts | None
+) -> dict[str, list[Finding]]:
+    """``persistence_off`` for each GPU (by slot) whose ``persistence_mode`` is Disabled
+    while nvidia-persistenced is not running."""
+    if persistenced is None or persistenced.running:
+        return {}
+    why = "not installed" if not persistenced.installed else persistenced.active_state
+    text = (
+        f"persistence mode is off and {PERSISTENCED} is {why}: each nvidia-smi run "
+        "initialises the GPU again (1-3 s)"
+    )
+    return {
+        slot: [Finding("persistence_off", WARNING, "restart_service", text)]
+        for slot, row in rows.items()
+        if row.get("persistence_mode") == "Disabled"
+    }
+
+
+def fold_fabric(
+    host: Sequence[Finding], gpus: Mapping[str, Sequence[Finding]]
+) -> dict[str, list[Finding]]:
+    """``gpus``' findings with each ``fabric`` one marked ``cause: fabricmanager_down`` while
+    ``host`` holds that problem (the agent logs and pages the host's problem alone)."""
+    if not any(f.kind == "fabricmanager_down" for f in host):
+        return {slot: list(fs) for slot, fs in gpus.items()}
+    cause = ("cause", "fabricmanager_down")
+    return {
+        slot: [
+            replace(f, extra=(*f.extra, cause))
+            if f.kind == "fabric" and cause not in f.extra
+            else f
+            for f in fs
+        ]
+        for slot, fs in gpus.items()
+    }
+
+
+class RestartWatch:
+    """``fabricmanager_flapping`` from the unit's ``NRestarts`` read now and then.
+
+    The first count is the baseline.  A count that drops (a manual restart resets it) is a
+    new baseline.  The problem starts when the rises within ``window`` seconds add up to
+    ``restarts`` or more, and ends once there has been no rise for ``window`` seconds.
+    """
+
+    def __init__(self, restarts: int = FLAP_RESTARTS, window: float = FLAP_WINDOW) -> None:
+        self.restarts = restarts
+        self.window = window
+        self._last: int | None = None
+        self._rises: deque[tuple[float, int]] = deque()
+        self._flapping = False
+
+    def update(self, now: float, n_restarts: int | None) -> list[Finding]:
+        """Take the count read at ``now`` (monotonic s; None: not known) and say whether
+        it flaps."""
+        if n_restarts is not None:
+            if self._last is not None and n_restarts > self._last:
+                self._rises.append((now, n_restarts - self._last))
+            self._last = n_restarts
+        while self._rises and self._rises[0][0] <= now - self.window:
+            self._rises.popleft()
+        risen = sum(n for _, n in self._rises)
+        if risen >= self.restarts:
+            self._flapping = True
+        elif not self._rises:
+            self._flapping = False
+        if not self._flapping:
+            return []
+        minutes = f"{self.window / 60:g} min"
+        text = (
+            f"{FABRICMANAGER} restarted {risen} times within {minutes} (NRestarts "
+            f"{self._last}): it keeps crashing; see journalctl -u {FABRICMANAGER}"
+        )
+        return [Finding("fabricmanager_flapping", WARNING, "restart_service", text)]

@@ -1,0 +1,111 @@
+"""The services source: NVIDIA's systemd units, read from systemd over D-Bus every tick.
+
+Owns the connection (:class:`gpuagent.edges.systemd.units.Units`), the NVSwitch list and the fabric
+manager's restart watch, and says once that the units are not watched (no system bus
+socket), or once per outage that the bus fails (then ``error`` is the state's
+``system_bus`` trouble).  Its findings go to the verdict: the host's
+(``fabricmanager_down``, ``fabricmanager_flapping``, ``persistenced_down``) as source
+``services``, each GPU's ``persistence_off`` as ``persistence``; :meth:`fold` marks the
+GPUs' ``fabric`` findings with their cause while the fabric manager is down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from logging import INFO, WARNING
+from typing import Protocol
+
+from gpuagent.condition import Condition, Edge
+from gpuagent.edges.systemd.units import Result, Watch
+from gpuagent.health import Finding
+from gpuagent.logs import Event, EventLog
+from gpuagent.sources.bus import pci
+from gpuagent.sources.probe.smi import Row
+from gpuagent.sources.services import nvservices
+from gpuagent.views import ServicesView, UnitView
+
+__all__ = ["Reader", "ServicesSource"]
+
+
+class Reader(Protocol):
+    """What reads the units (:class:`gpuagent.edges.systemd.units.Units`; tests give a fake)."""
+
+    def read(self, names: Sequence[str] = ...) -> Result: ...
+
+    def close(self) -> None: ...
+
+
+class ServicesSource:
+    """Call :meth:`step` once per tick."""
+
+    def __init__(
+        self,
+        sysfs_root: str,
+        log: EventLog,
+        *,
+        reader: Reader,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.log = log
+        self.reader = reader
+        self.monotonic = monotonic
+        self.sysfs_root = sysfs_root
+        self.nvswitches = pci.nvswitches(sysfs_root)[0]
+        self.flapping = nvservices.RestartWatch()
+        self.host: list[Finding] = []
+        self.error: str | None = None
+        self._failing: Condition[bool] = Condition()
+        self._not_watched = False
+        self._view = ServicesView({})
+
+    def configure(self, sysfs_root: str) -> None:
+        if sysfs_root != self.sysfs_root:
+            self.sysfs_root = sysfs_root
+            self.nvswitches = pci.nvswitches(sysfs_root)[0]
+
+    @property
+    def view(self) -> ServicesView:
+        return self._view
+
+    def step(self, rows: Mapping[str, Row]) -> dict[str, list[Finding]]:
+        """Read the units; sets the host's findings and returns each GPU's (by slot; ``rows``
+        the GPUs' last samples)."""
+        result = self.reader.read(nvservices.UNITS)
+        self._edges(result)
+        units = result.units if result.watch is Watch.OK else {}
+        self._view = ServicesView(
+            {
+                name: UnitView(u.load_state, u.active_state, u.sub_state, u.result, u.n_restarts)
+                for name, u in units.items()
+            }
+        )
+        fm = units.get(nvservices.FABRICMANAGER)
+        pd = units.get(nvservices.PERSISTENCED)
+        self.host = [
+            *nvservices.fabricmanager_findings(self.nvswitches, fm),
+            *self.flapping.update(self.monotonic(), fm.n_restarts if fm else None),
+            *nvservices.persistenced_findings(pd),
+        ]
+        return nvservices.persistence_findings(rows, pd)
+
+    def close(self) -> None:
+        """Close the connection to the system bus (the agent's end)."""
+        self.reader.close()
+
+    def fold(self, gpus: Mapping[str, Sequence[Finding]]) -> dict[str, list[Finding]]:
+        """The GPUs' nvidia-smi findings, their ``fabric`` ones marked with the host's cause."""
+        return nvservices.fold_fabric(self.host, gpus)
+
+    def _edges(self, result: Result) -> None:
+        if result.watch is Watch.NOT_WATCHED and not self._not_watched:
+            self._not_watched = True
+            self.log(
+                INFO, Event.SYSTEM_BUS_MISSING, "no system bus: NVIDIA's units are not watched"
+            )
+        failing = result.watch is Watch.ERROR
+        self.error = result.error if failing else None
+        edge = self._failing.update(True if failing else None)
+        if edge is Edge.STARTED:
+            self.log(WARNING, Event.SYSTEM_BUS_FAILED, f"NVIDIA's units not read: {result.error}")
+        elif edge is Edge.ENDED:
+            self.log(INFO, Event.SYSTEM_BUS_RECOVERED, "NVIDIA's units read again")
