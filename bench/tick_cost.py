@@ -39,9 +39,11 @@ from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier
 from gpuagent.publish import Textfile
 from gpuagent.sources.bus import pci
+from gpuagent.sources.bus.bus import BusScan
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.processes import apps
+from gpuagent.sources.processes.source import Processes
 from tests.fakehost import quiet_journal
 
 
@@ -115,8 +117,9 @@ def minimal_loop_with_metrics(
 
 def processes(agent: Agent, nvsmi: str, rows: dict[str, smi.Row]) -> None:
     """The processes read of a tick, made due whatever its cadence."""
-    agent.processes.expedite()
-    agent.processes.step(nvsmi, rows.values())
+    reader = agent.source(Processes).reader
+    reader.expedite()
+    reader.step(nvsmi, rows.values())
 
 
 def measure(gpus: int, ticks: int) -> dict[str, float]:
@@ -171,9 +174,10 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
         raw = _RawValues()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(raw)
+        scan = agent.source(BusScan)
         figures = {
             "tick": cpu_ms(tick, ticks),
-            "pci scan (the tick's, remembering)": cpu_ms(agent.bus.scan, ticks),
+            "pci scan (the tick's, remembering)": cpu_ms(lambda: scan.step(agent.last), ticks),
             "pci scan from cold (detect)": cpu_ms(lambda: pci.scan(root), ticks),
             "probe (spawn+read+parse)": cpu_ms(lambda: prober.probe(nvsmi), ticks) if gpus else 0,
             "processes (spawn+read+parse+units)": (

@@ -211,11 +211,10 @@ class Daemon:
         of :data:`~gpuagent.sources.kernel.kernel.SLICE` s, pinging the watchdog and heeding SIGTERM
         between them; True when it read to the end (a tick is due now), False when there was
         nothing left to read or it was asked to stop."""
-        kernel = self.agent.kernel
-        if not kernel.reading:
+        if not self.agent.backlog:
             return False
-        while kernel.reading and not self.signals.stop:
-            kernel.read()
+        while self.agent.backlog and not self.signals.stop:
+            self.agent.read_backlog()
             self.watchdog.ping_if_due()
         self.signals.drain()
         return not self.signals.stop

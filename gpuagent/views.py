@@ -7,13 +7,19 @@ changes them after the tick.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuagent.edges.systemd.unitname import Owner
+from gpuagent.health import Finding
 from gpuagent.sources.bus.pci import PciGpu
 from gpuagent.sources.kernel.clears import Clear
 from gpuagent.sources.kernel.xidcount import SXidCount, XidCount
 from gpuagent.sources.probe.smi import Failure, Row
+
+if TYPE_CHECKING:
+    from gpuagent.config import Config
 
 __all__ = [
     "BusView",
@@ -85,6 +91,25 @@ class Gate(StrEnum):
 
 
 @dataclass(frozen=True)
+class Sample:
+    """One GPU's row from one probe: ``fields`` by query field name, both clocks' times (s)."""
+
+    fields: Row
+    sampled_at: float
+    sampled_mono: float
+
+
+@dataclass(frozen=True)
+class SamplesView:
+    """``samples`` by slot; ``fresh`` the slots whose sample is current; ``missing`` the slots
+    bound to nvidia that the last answer did not report, in bus order."""
+
+    samples: Mapping[str, Sample] = field(default_factory=dict)
+    fresh: frozenset[str] = frozenset()
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ProbeView:
     """The probe as of the last tick.  Times: ``last_success_at`` wall s; ``duration`` s of
     the last run; ``next_in_ticks`` ticks until the next probe (1: the next tick);
@@ -102,25 +127,28 @@ class ProbeView:
     fields: tuple[str, ...] = ()
     probes_total: int = 0
     timed_out: bool = False
+    binary: str | None = None
+    samples: SamplesView = field(default_factory=SamplesView)
 
 
 @dataclass(frozen=True)
-class Sample:
-    """One GPU's row from one probe: ``fields`` by query field name, both clocks' times (s)."""
+class ApiMismatch:
+    """The kernel's ``NVRM: API mismatch`` record: a client of driver ``client`` (the
+    program's name where the driver prints it) talked to kernel module ``kernel``."""
 
-    fields: Row
-    sampled_at: float
-    sampled_mono: float
+    client: str
+    kernel: str
+    program: str | None = None
 
 
 @dataclass(frozen=True)
-class SamplesView:
-    """``samples`` by slot; ``fresh`` the slots whose sample is current; ``missing`` the slots
-    bound to nvidia that the last answer did not report, in bus order."""
+class DriverRecords:
+    """What the kernel's records said about the driver: the absence ``reasons``
+    (:data:`gpuagent.sources.driver.driver.REASONS`) of the records read this tick, and the
+    boot's latest API-mismatch record."""
 
-    samples: Mapping[str, Sample]
-    fresh: frozenset[str]
-    missing: tuple[str, ...]
+    reasons: tuple[str, ...] = ()
+    mismatch: ApiMismatch | None = None
 
 
 @dataclass(frozen=True)
@@ -129,10 +157,14 @@ class KernelView:
     slot or ``nvswitchN``, code), the GPU UUIDs the driver printed, by slot, and each GPU's
     last operator's clear (root's ``gpuagent clear``), by slot."""
 
-    xids: Mapping[tuple[str, int], XidCount]
-    sxids: Mapping[tuple[str, int], SXidCount]
-    uuids: Mapping[str, str]
+    xids: Mapping[tuple[str, int], XidCount] = field(default_factory=dict)
+    sxids: Mapping[tuple[str, int], SXidCount] = field(default_factory=dict)
+    uuids: Mapping[str, str] = field(default_factory=dict)
     cleared: Mapping[str, Clear] = field(default_factory=dict)
+    forgotten: tuple[str, ...] = ()
+    driver: DriverRecords = field(default_factory=DriverRecords)
+    recurrence: Recurring | None = None
+    history: str = "this boot only"
 
 
 @dataclass(frozen=True)
@@ -150,7 +182,7 @@ class NvlinkView:
     """The NVLink reads: each GPU's links by slot (GPUs in MIG mode and without NVLink left
     out), whether the host's GPUs have no NVLink at all, and the reads' spawns so far."""
 
-    gpus: Mapping[str, NvlinkGpu]
+    gpus: Mapping[str, NvlinkGpu] = field(default_factory=dict)
     no_nvlink: bool = False
     spawns_total: int = 0
 
@@ -180,6 +212,7 @@ class ProcessesView:
 
     gpus: Mapping[str, tuple[ProcessView, ...]] | None = None
     spawns_total: int = 0
+    last_seen: Mapping[int, Seen] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -197,4 +230,62 @@ class UnitView:
 class ServicesView:
     """NVIDIA's units by name; empty when not watched (no system bus) or the bus failed."""
 
-    units: Mapping[str, UnitView]
+    units: Mapping[str, UnitView] = field(default_factory=dict)
+    host: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A process as last seen on a GPU: ``pid``, ``name`` (its ``/proc/<pid>/comm``, else
+    the name in systemd's command line for it, else ``None``), ``unit`` (``None``: systemd
+    knows none, or was not asked), ``owner`` (``None``: systemd could not be asked — no
+    system bus, or it failed) and the GPU's ``slot``."""
+
+    pid: int
+    name: str | None
+    unit: str | None
+    owner: Owner | None
+    slot: str | None = None
+
+
+class Recurring(Protocol):
+    """The earlier boots' record of critical problems (the kernel's, once read): what a
+    finding of this boot becomes when it recurs."""
+
+    def escalate(self, slot: str, uuid: str | None, finding: Finding) -> Finding: ...
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One tick's facts, filled in the sequence's order (:mod:`gpuagent.sources.sequence`):
+    ``now`` (wall s) and ``mono`` (monotonic s) at its start, the ``config`` in use, the
+    ``previous`` tick (``None`` on its own: one tick back only), and one view per source.
+
+    A view a source has not stepped yet this tick is the previous tick's: a source reads the
+    fields of the sources before it, and ``previous`` for what came after it last time.
+    ``scan`` is the PCI scan alone, ``bus`` the scan with the GPUs this host had."""
+
+    now: float
+    mono: float
+    config: Config
+    previous: Tick | None = None
+    scan: BusView = field(default_factory=BusView)
+    kernel: KernelView = field(default_factory=KernelView)
+    bus: BusView = field(default_factory=BusView)
+    services: ServicesView = field(default_factory=ServicesView)
+    probe: ProbeView = field(default_factory=ProbeView)
+    nvlink: NvlinkView = field(default_factory=NvlinkView)
+    processes: ProcessesView = field(default_factory=ProcessesView)
+
+    @property
+    def last(self) -> Tick:
+        """The previous tick, or this one where there is none (the first)."""
+        return self.previous or self
+
+    def with_view(self, name: str, view: object) -> Tick:
+        """This tick with source ``name``'s ``view`` as its field; raises TypeError for a
+        view of another type than the field's (a source's bug)."""
+        if not isinstance(view, type(getattr(self, name))):
+            raise TypeError(f"the {name} source gave a {type(view).__name__}")
+        fields: dict[str, Any] = {name: view}
+        return replace(self, **fields)

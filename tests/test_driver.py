@@ -19,7 +19,6 @@ from gpuagent.sources.driver.driver import (
     OPEN_MODULE_UNSUPPORTED,
     OTHER_DRIVER,
     PROBE_FAILED,
-    ApiMismatch,
     ModuleAbsence,
     NvmlLibrary,
     absence_reason,
@@ -30,6 +29,7 @@ from gpuagent.sources.driver.driver import (
     reboot_pending,
     version_of,
 )
+from gpuagent.views import ApiMismatch
 
 HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus", "host")
 # dmesg "[  7.6]", dmesg -T, journalctl's "Apr 19 12:34:42 host kernel: ", Talos' "host:

@@ -20,6 +20,7 @@ from gpuagent.daemon import Daemon
 from gpuagent.edges import runner as runner_mod
 from gpuagent.logs import Event, EventLog
 from gpuagent.report import State
+from gpuagent.sources.bus.bus import BusScan
 from gpuagent.sources.probe.smi import FIELDS, parse_output
 from gpuagent.views import BusView
 from tests import fakesysfs, replay
@@ -485,11 +486,11 @@ def test_an_unexpected_error_in_a_tick_is_logged_once_and_survived(
     def broken() -> BusView:
         raise KeyError("surprise")
 
-    monkeypatch.setattr(daemon.agent.bus, "scan", broken)
+    monkeypatch.setattr(daemon.agent.source(BusScan).scanner, "scan", broken)
     for _ in range(5):
         daemon.step()
     errors = [r.getMessage() for r in logs.records if r.levelno >= logging.ERROR]
-    assert errors == ["internal error in a tick, carrying on: KeyError: 'surprise'"]
+    assert errors == ["internal error in a tick's scan step, carrying on: KeyError: 'surprise'"]
     assert "internal" in state.read(os.path.join(host.dir, "state.json"))["problems"]
     monkeypatch.undo()
     daemon.step()
@@ -529,6 +530,6 @@ def test_ready_is_sent_even_when_the_first_scan_fails(
     def broken() -> BusView:
         raise OSError("sysfs went away")
 
-    monkeypatch.setattr(daemon.agent.bus, "scan", broken)
+    monkeypatch.setattr(daemon.agent.source(BusScan).scanner, "scan", broken)
     daemon.step()
     assert sent == ["READY"]

@@ -20,6 +20,7 @@ from gpuagent.notify import Notifier
 from gpuagent.sources.kernel import kernel
 from gpuagent.sources.kernel.kernel import KernelSource
 from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.source import Kernel
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS
 from gpuagent.views import BusView
 from tests import test_kernlog
@@ -84,12 +85,12 @@ def test_ten_thousand_stray_addresses_cost_each_record_the_same(make: Any) -> No
 def test_ten_thousand_stray_addresses_log_at_most_twenty_lines(host: Host, make: Any) -> None:
     agent = host.make_agent(journal_directory=make(flood(10_000)))
     host.tick()
-    read_all(agent.kernel)
+    read_all(agent.source(Kernel).records)
     snap = host.tick().state
     assert len(host.logs.records) <= 20, [r.getMessage() for r in host.logs.records]
     # Memory: a boot holds a bounded number of addresses that are no GPU, the rest counted.
-    assert len(agent.kernel.xids.counts(host.slots)) <= MAX_STRAYS
-    assert agent.kernel.xids.overflow == 10_000 - MAX_STRAYS
+    assert len(agent.source(Kernel).records.xids.counts(host.slots)) <= MAX_STRAYS
+    assert agent.source(Kernel).records.xids.overflow == 10_000 - MAX_STRAYS
     host_problems = snap["host_problems"]
     assert len(host_problems) <= 6
     (others,) = [p for p in host_problems if "counted, not kept" in p["message"]]
@@ -125,7 +126,9 @@ def daemon_on(host: Host, journal: str, clock: Ticking) -> tuple[Daemon, Recorde
     notifier = Recorder()
     daemon = Daemon(cfg, ("/nonexistent.toml", False), notifier=notifier, log=EventLog(logger))
     # The journal read on a clock that moves 1 ms a record: 100 records a slice, anywhere.
-    daemon.agent.kernel.journal = KernelLog(journal, clock=clock, kernel_boot=this_boot)
+    daemon.agent.source(Kernel).records.journal = KernelLog(
+        journal, clock=clock, kernel_boot=this_boot
+    )
     return daemon, notifier, logs
 
 
@@ -138,14 +141,14 @@ def test_ready_comes_before_a_flooded_boot_read_ends(
     real_ping = daemon.watchdog.ping_if_due
 
     def ping() -> None:
-        pings.append(daemon.agent.kernel.reading)
+        pings.append(daemon.agent.backlog)
         real_ping()
 
     monkeypatch.setattr(daemon.watchdog, "ping_if_due", ping)
     assert daemon.start(install_signals=False) is None
     report = daemon.step()
     assert notifier.sent[0].startswith("READY=1\nSTATUS=")
-    assert daemon.agent.kernel.reading
+    assert daemon.agent.backlog
     # The state does not pass a half-read boot off as all of it.
     assert "agent problem: journal" in notifier.sent[0]
     assert report.state["problems"]["journal"].startswith("reading this boot's kernel records (")
@@ -171,5 +174,5 @@ def test_sigterm_during_a_flooded_boot_read_stops_the_run_at_once(
     # Stopped within the slice the signal came in (SLICE at 1 ms a clock read), long before
     # the read's end.
     assert clock.reads <= 1000 + kernel.SLICE / clock.step + 2
-    assert daemon.agent.kernel.reading
+    assert daemon.agent.backlog
     assert "STOPPING=1" in notifier.sent

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpuagent.sources.driver.driver import ApiMismatch, absence_reason, api_mismatch, reboot_pending
+from gpuagent.sources.driver.driver import absence_reason, api_mismatch, reboot_pending
 from gpuagent.sources.kernel.xid import parse
+from gpuagent.views import ApiMismatch
 from tests import fakesysfs, test_driver, test_kernlog, xidcorpus
 from tests.conftest import Host
 from tests.test_earlier import A, B, xid

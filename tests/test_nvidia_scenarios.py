@@ -88,7 +88,7 @@ def test_a_pcie_only_host_reads_nvlink_once(host: Host) -> None:
     st = host.tick(20).state
     assert host.nvlink_spawns == 1
     assert "nvlink" not in st["gpus"][0]
-    assert host.agent is not None and host.agent.nvlink.view.no_nvlink
+    assert host.agent is not None and host.agent.last.nvlink.no_nvlink
 
 
 def test_no_nvlink_spawns_in_1000_ticks_once_learnt(tmp_path: str) -> None:

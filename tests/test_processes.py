@@ -17,7 +17,8 @@ from gpuagent.edges.systemd.unitname import Owner
 from gpuagent.edges.systemd.units import PidResult, UnitProcess, Watch
 from gpuagent.logs import Event
 from gpuagent.report import GpuEntry, State
-from gpuagent.sources.processes.owners import Owners, Seen, source_words
+from gpuagent.sources.processes.owners import Owners, source_words
+from gpuagent.views import Seen
 from tests import replay, test_kernlog
 from tests.conftest import Host
 from tests.fake_units import FakeUnits
@@ -426,7 +427,7 @@ def test_a_process_whose_comm_is_hidden_is_named_by_systemd_once(host: Host) -> 
     # Asked with the unit, once for the hidden process only, not again on later ticks.
     assert (host.units.pid_calls, host.units.process_calls) == (2, 1)
     assert host.agent is not None
-    seen = host.agent.processes.who(5)
+    seen = host.agent.last.processes.last_seen.get(5)
     assert seen is not None and seen.name == "python3"
 
 

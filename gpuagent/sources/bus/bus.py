@@ -1,50 +1,53 @@
-"""The PCI bus as the agent remembers it: the GPUs on it now, every slot ever seen on it, and
-why sysfs could not be read.
+"""The PCI scan as a source: the GPUs on the bus now and why sysfs could not be read.
 
 Owns the scan's "log once": a sysfs problem is one error line when it first appears, GPUs that
 appear after the first scan one info line.  The scan itself is
-:class:`gpuagent.sources.bus.pci.Scanner`.
+:class:`gpuagent.sources.bus.pci.Scanner`; what the bus had before (``seen``, ``not_back``,
+``gone_since``) is the previous tick's ``bus`` view, kept by :mod:`gpuagent.sources.bus.had`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
 
 from gpuagent.condition import ConditionSet
+from gpuagent.config import Config
 from gpuagent.logs import Event, EventLog
+from gpuagent.sources import Outcome, Source
 from gpuagent.sources.bus import pci
-from gpuagent.views import BusView, plural
+from gpuagent.views import BusView, Tick, plural
 
-__all__ = ["Bus"]
+__all__ = ["BusScan"]
 
 
-class Bus:
-    """Scans ``<sysfs_root>/bus/pci/devices`` once a tick and logs what changed."""
+class BusScan(Source):
+    """Scans ``<sysfs_root>/bus/pci/devices`` once a tick and logs what changed: the tick's
+    ``scan``."""
+
+    name = "scan"
 
     def __init__(self, sysfs_root: str, log: EventLog) -> None:
         self.log = log
         self.scanner = pci.Scanner(sysfs_root)
-        self.view = BusView()
         self._scans = 0
         self._trouble = ConditionSet()
+        self._afresh = False
 
-    def configure(self, sysfs_root: str) -> None:
-        """Scan ``sysfs_root`` from now on: another bus, whose GPUs are new (the old ones did
-        not leave it)."""
-        if sysfs_root != self.scanner.root:
-            self.scanner = pci.Scanner(sysfs_root)
-            self.view = replace(self.view, seen=frozenset(), not_back=frozenset(), gone_since={})
+    def reset(self, old: Config, new: Config) -> None:
+        """Scan another bus from now on, whose GPUs are new (the old ones did not leave it)."""
+        if new.sysfs_root != self.scanner.root:
+            self.scanner = pci.Scanner(new.sysfs_root)
+            self._afresh = True
 
-    def scan(self) -> BusView:
-        """Scan the bus; returns (and keeps as :attr:`view`) what it found."""
+    def step(self, tick: Tick) -> Outcome:
         self._scans += 1
+        had = BusView() if self._afresh else tick.last.bus
+        self._afresh = False
         gpus, problems = self.scanner.scan()
         started, _ = self._trouble.update(problems)
         for problem in started:
             self.log(logging.ERROR, Event.SYSFS_PROBLEM, problem)
-        new = sorted(g.slot for g in gpus if g.slot not in self.view.seen)
+        new = sorted(g.slot for g in gpus if g.slot not in had.seen)
         if new and self._scans > 1:
             self.log(
                 logging.INFO,
@@ -53,48 +56,13 @@ class Bus:
                 f"{len(gpus)} on it now",
             )
         present = {g.slot for g in gpus}
-        self.view = BusView(
+        view = BusView(
             tuple(gpus),
-            self.view.seen | frozenset(new),
+            had.seen | frozenset(new),
             tuple(problems),
             pci.module_loaded(self.scanner.root),
-            self.view.not_back - present,
-            {s: t for s, t in self.view.gone_since.items() if s not in present},
+            had.not_back - present,
+            {s: t for s, t in had.gone_since.items() if s not in present},
         )
-        return self.view
-
-    def describe(self, slot: str) -> str:
-        """What sits at PCI ``slot`` per sysfs (:func:`gpuagent.sources.bus.pci.describe`)."""
-        return pci.describe(self.scanner.root, slot)
-
-    def remember(
-        self,
-        slots: Iterable[str],
-        not_back: Iterable[str] = (),
-        gone_since: Mapping[str, float] | None = None,
-    ) -> None:
-        """Count ``slots`` as seen on the bus (the GPUs this host had before a restart), of
-        them ``not_back`` last on it in an earlier boot (until they are on it again), and
-        ``gone_since`` when those missing were first found missing (wall s)."""
-        self.view = replace(
-            self.view,
-            seen=self.view.seen | frozenset(slots),
-            not_back=self.view.not_back | frozenset(not_back),
-            gone_since={**self.view.gone_since, **(gone_since or {})},
-        )
-
-    def forget(self, slots: Iterable[str]) -> BusView:
-        """Forget that ``slots`` were ever seen (they left for good); returns the view."""
-        gone = frozenset(slots)
-        self.view = replace(
-            self.view,
-            seen=self.view.seen - gone,
-            not_back=self.view.not_back - gone,
-            gone_since={s: t for s, t in self.view.gone_since.items() if s not in gone},
-        )
-        return self.view
-
-    @property
-    def trouble(self) -> str | None:
-        """Why sysfs could not be read (the state's ``problems["sysfs"]``), while it cannot."""
-        return "; ".join(self.view.problems) or None
+        # Why sysfs could not be read (the state's ``problems["sysfs"]``), while it cannot.
+        return Outcome(view, trouble={"sysfs": "; ".join(problems) or None})

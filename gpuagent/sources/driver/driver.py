@@ -22,11 +22,11 @@ import os
 import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.bus.pciaddr import SLOT
 from gpuagent.sources.kernel import driverrecord
+from gpuagent.views import ApiMismatch
 
 __all__ = [
     "KEY_REJECTED",
@@ -36,7 +36,6 @@ __all__ = [
     "OTHER_DRIVER",
     "PROBE_FAILED",
     "REASONS",
-    "ApiMismatch",
     "ModuleAbsence",
     "NvmlLibrary",
     "absence_reason",
@@ -193,16 +192,6 @@ class ModuleAbsence:
             "check_host",
             f"the nvidia kernel module has not been loaded for {self.grace:g} s: {text}",
         )
-
-
-@dataclass(frozen=True)
-class ApiMismatch:
-    """The kernel's ``NVRM: API mismatch`` record: a client of driver ``client`` (the
-    program's name where the driver prints it) talked to kernel module ``kernel``."""
-
-    client: str
-    kernel: str
-    program: str | None = None
 
 
 # Old drivers: "NVRM: API mismatch: the client has the version 515.48.07, but\nNVRM: this

@@ -22,32 +22,19 @@ from the new config on a reload.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpuagent.config import Config
 from gpuagent.health import Finding
 from gpuagent.sources.driver.driver import (
-    ApiMismatch,
     ModuleAbsence,
     NvmlLibrary,
     loaded_version,
     reboot_pending,
 )
 from gpuagent.sources.probe.history import ProbeHangs
-from gpuagent.views import BusView, ProbeView
+from gpuagent.views import BusView, DriverRecords, ProbeView
 
-__all__ = ["DriverRecords", "DriverState"]
-
-
-@dataclass(frozen=True)
-class DriverRecords:
-    """What the kernel's records said about the driver: the absence ``reasons``
-    (:data:`gpuagent.sources.driver.driver.REASONS`) of the records read this tick, and the boot's
-    latest
-    API-mismatch record."""
-
-    reasons: tuple[str, ...] = ()
-    mismatch: ApiMismatch | None = None
+__all__ = ["DriverState"]
 
 
 class DriverState:

@@ -18,7 +18,7 @@ from typing import Any
 from gpuagent.health import CRITICAL, Finding
 from gpuagent.sources.kernel import timeline
 from gpuagent.sources.kernel.kernlog import journal_boot
-from gpuagent.sources.kernel.recurrence import Hit, Recurrence
+from gpuagent.sources.kernel.recurrence import Hit, Recurrence, recurring
 
 __all__ = ["SLICE", "EarlierBoots", "entries"]
 
@@ -209,16 +209,4 @@ class EarlierBoots:
         self.step()
         for slot, c in cleared.items():
             self.recurrence.clear(c.at, slot, c.kind)
-        return self.recur(findings, uuids)
-
-    def recur(
-        self, findings: dict[str, list[Finding]], uuids: Mapping[str, str]
-    ) -> dict[str, list[Finding]]:
-        """Another source's ``findings`` (nvidia-smi's) with the recurring ones escalated, once
-        the read is done (reads nothing itself)."""
-        if not self.done:
-            return findings
-        return {
-            slot: [self.recurrence.escalate(slot, uuids.get(slot), f) for f in fs]
-            for slot, fs in findings.items()
-        }
+        return recurring(findings, self.recurrence if self.done else None, uuids)

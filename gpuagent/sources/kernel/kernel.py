@@ -23,14 +23,13 @@ from gpuagent.condition import Condition, Edge
 from gpuagent.health import WARNING, Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus.pciaddr import device_of
-from gpuagent.sources.driver.driver import ApiMismatch, absence_reason, api_mismatch, loader_reason
-from gpuagent.sources.driver.driverstate import DriverRecords
+from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcatalog import Override
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCount, XidCounter
-from gpuagent.sources.processes.owners import Seen, source_words
-from gpuagent.views import BusView, KernelView
+from gpuagent.sources.processes.owners import source_words
+from gpuagent.views import ApiMismatch, BusView, DriverRecords, KernelView, Seen
 
 __all__ = ["SLICE", "KernelSource"]
 

@@ -13,11 +13,13 @@ a GPU means the boots before it no longer count (the operator repaired it).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL, Finding
+from gpuagent.views import Recurring
 
-__all__ = ["Hit", "Recurrence"]
+__all__ = ["Hit", "Recurrence", "recurring"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +85,17 @@ class Recurrence:
         return Finding(
             finding.kind, CRITICAL, "drain_and_rma", f"{said}; {finding.message}", finding.extra
         )
+
+
+def recurring(
+    findings: Mapping[str, list[Finding]], recurrence: Recurring | None, uuids: Mapping[str, str]
+) -> dict[str, list[Finding]]:
+    """This boot's ``findings`` (by slot; ``uuids`` the GPUs' UUIDs by slot) with the
+    recurring ones escalated by ``recurrence`` (``None``: the earlier boots are not read yet,
+    nothing is)."""
+    if recurrence is None:
+        return dict(findings)
+    return {
+        slot: [recurrence.escalate(slot, uuids.get(slot), f) for f in fs]
+        for slot, fs in findings.items()
+    }

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Protocol
 
-from gpuagent.edges.systemd.unitname import SLURM_SCOPE, Owner, classify
+from gpuagent.edges.systemd.unitname import SLURM_SCOPE, classify
 from gpuagent.edges.systemd.units import PidResult, UnitProcess, Watch
 from gpuagent.sources.processes import comm
+from gpuagent.views import Seen
 
-__all__ = ["REMEMBERED", "Owners", "PidLookup", "Seen", "source_words"]
+__all__ = ["REMEMBERED", "Owners", "PidLookup", "source_words"]
 
 # PIDs remembered after they leave the GPUs: a day of short jobs on a busy host, in a few
 # hundred KiB.
@@ -34,20 +34,6 @@ class PidLookup(Protocol):
     def unit_for_pid(self, pid: int) -> PidResult: ...
 
     def process_in(self, unit: str, pid: int) -> UnitProcess | None: ...
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A process as last seen on a GPU: ``pid``, ``name`` (its ``/proc/<pid>/comm``, else
-    the name in systemd's command line for it, else ``None``),
-    ``unit`` (``None``: systemd knows none, or was not asked), ``owner`` (``None``: systemd
-    could not be asked — no system bus, or it failed) and the GPU's ``slot``."""
-
-    pid: int
-    name: str | None
-    unit: str | None
-    owner: Owner | None
-    slot: str | None = None
 
 
 class Owners:
@@ -99,6 +85,10 @@ class Owners:
     def last_seen(self, pid: int) -> Seen | None:
         """Where ``pid`` was last seen on a GPU, or ``None``: never (or too long ago)."""
         return self._history.get(pid)
+
+    def history(self) -> dict[int, Seen]:
+        """Where each process remembered was last seen on a GPU, by PID (a copy)."""
+        return dict(self._history)
 
     def _ask(self, pid: int, name: str | None, slot: str | None) -> tuple[Seen, bool]:
         self.asked += 1

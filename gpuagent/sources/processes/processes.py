@@ -26,7 +26,7 @@ from gpuagent.logs import Event, EventLog
 from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.probe.smi import Row
 from gpuagent.sources.processes import apps, comm
-from gpuagent.sources.processes.owners import Owners, PidLookup, Seen
+from gpuagent.sources.processes.owners import Owners, PidLookup
 from gpuagent.views import ProcessesView, ProcessView
 
 __all__ = ["ProcessesSource", "every_ticks"]
@@ -76,10 +76,6 @@ class ProcessesSource:
     @property
     def view(self) -> ProcessesView:
         return self._view
-
-    def who(self, pid: int) -> Seen | None:
-        """Where process ``pid`` was last seen on a GPU (for an Xid that names it)."""
-        return self.owners.last_seen(pid)
 
     def forget(self) -> None:
         """The processes cannot be known now (the probe failing or gated)."""

@@ -1,0 +1,84 @@
+"""The kernel's records as a source: the tick's ``kernel``.
+
+Two stages, in this order each tick: this boot's records (:class:`KernelSource`: Xids, SXids,
+the driver's records, root's clears), whatever the probe's gates say, then the earlier boots
+(:class:`EarlierBoots`, read a slice a tick at start), which escalate the Xids that recur.
+The view carries what later sources take from the records: the GPUs root said left for good,
+what the records said about the driver, and the earlier boots' record of critical problems
+(once read) for nvidia-smi's findings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpuagent.config import Config
+from gpuagent.logs import EventLog
+from gpuagent.sources import Outcome, Source
+from gpuagent.sources.bus import pci
+from gpuagent.sources.kernel.earlier import EarlierBoots
+from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.views import Tick
+
+__all__ = ["Kernel"]
+
+
+class Kernel(Source):
+    """The journal in ``config.journal_directory``; ``open_log`` makes its reader."""
+
+    name = "kernel"
+
+    def __init__(
+        self,
+        config: Config,
+        log: EventLog,
+        *,
+        open_log: Callable[[str], KernelLog] = KernelLog,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.records = KernelSource(
+            config.journal_directory,
+            log,
+            open_log=open_log,
+            overrides=config.xid,
+            hold=config.xid_warning_hold,
+            wall=wall,
+            monotonic=monotonic,
+        )
+        self.earlier = EarlierBoots(
+            config.journal_directory, config.history_days, config.recurrence_boots
+        )
+
+    def reset(self, old: Config, new: Config) -> None:
+        self.records.configure(new.journal_directory, new.xid, new.xid_warning_hold)
+
+    @property
+    def backlog(self) -> bool:
+        """Whether this boot's records are still being read (a flood at start)."""
+        return self.records.reading
+
+    def read_backlog(self) -> None:
+        self.records.read()
+
+    def step(self, tick: Tick) -> Outcome:
+        last = tick.last
+        found = self.records.poll(
+            tick.scan,
+            last.probe.samples.samples,
+            lambda slot: pci.describe(tick.config.sysfs_root, slot),
+            last.processes.last_seen.get,
+        )
+        view = self.records.view(tick.scan.slots)
+        found = self.earlier.escalate(found, view.uuids, self.records.cleared)
+        view = replace(
+            view,
+            forgotten=tuple(self.records.take_forgotten()),
+            driver=self.records.driver_records(),
+            recurrence=self.earlier.recurrence if self.earlier.done else None,
+            history=self.earlier.summary,
+        )
+        return Outcome(view, {"xid": found}, {"journal": self.records.error})

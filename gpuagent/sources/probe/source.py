@@ -1,0 +1,76 @@
+"""nvidia-smi as a source: the tick's ``probe``, with the GPUs' samples.
+
+The gates and the probe (:class:`Probing`), then the samples (:class:`Samples`) that an answer
+brings: each GPU's row, the GPUs it does not report, every health rule on them.  Its findings
+are escalated where they recur across boots (the kernel's earlier boots) and their ``fabric``
+ones folded under the fabric manager's state (the services, read before).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from gpuagent.config import Config
+from gpuagent.logs import EventLog
+from gpuagent.sources import Findings, Outcome, Source
+from gpuagent.sources.kernel.recurrence import recurring
+from gpuagent.sources.probe.history import ThrottleWindow
+from gpuagent.sources.probe.probe import Prober
+from gpuagent.sources.probe.probing import Probing
+from gpuagent.sources.probe.samples import Samples
+from gpuagent.sources.services.nvservices import fold_fabric
+from gpuagent.views import ProbeView, Tick
+
+__all__ = ["Probe"]
+
+
+class Probe(Source):
+    """Probes with ``prober``; ``which`` finds nvidia-smi."""
+
+    name = "probe"
+
+    def __init__(
+        self,
+        config: Config,
+        prober: Prober,
+        log: EventLog,
+        *,
+        which: Callable[[str], str | None],
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.probing = Probing(config, prober, log, which=which, wall=wall)
+        window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
+        self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
+
+    def reset(self, old: Config, new: Config) -> None:
+        """The outage's failure count, the backoff and the samples survive a reload."""
+        self.probing.configure(new)
+        self.samples.configure(new.throttle_window, new.throttle_fraction)
+
+    def expedite(self) -> None:
+        self.probing.expedite()
+
+    def view(self) -> ProbeView:
+        """After a reload: the new cap and a look now count."""
+        return replace(self._view(), samples=self.samples.view)
+
+    def step(self, tick: Tick) -> Outcome:
+        gpus = tick.bus.gpus
+        answer = self.probing.step(tick.bus)
+        findings: dict[str, Findings] = {}
+        if self.probing.gated:
+            # What nvidia-smi said no longer holds once it cannot be asked.
+            findings["smi"] = {}
+            self.samples.forget()
+        elif answer is not None:
+            found = self.samples.take(answer, gpus)
+            found = recurring(found, tick.kernel.recurrence, tick.kernel.uuids)
+            findings["smi"] = fold_fabric(tick.services.host, found)
+        samples = self.samples.mark_stale(gpus, tick.config.interval)
+        return Outcome(replace(self._view(), samples=samples), findings)
+
+    def _view(self) -> ProbeView:
+        return replace(self.probing.view, binary=self.probing.binary)

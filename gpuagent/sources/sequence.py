@@ -1,0 +1,83 @@
+"""The order of a tick, declared once: every source, each after those whose views it reads.
+
+=========== ================================================ ==============================
+source      reads                                            why here
+=========== ================================================ ==============================
+scan        the last tick's ``bus`` (what the bus had)        first: every other reads it
+kernel      ``scan``; the last tick's samples and processes   whatever the probe's gates say
+bus         ``scan``, ``kernel`` (root's clears, UUIDs)       the GPUs this host had
+services    the last tick's samples                           before the probe: fabric
+probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-smi, samples
+driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
+nvlink      ``bus``, ``probe``                                only while the probe answers
+processes   ``probe``                                         only while the probe answers
+=========== ================================================ ==============================
+
+The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
+hang.  Adding a source: one folder under ``sources/``, one entry here, one field of
+:class:`gpuagent.views.Tick`, its key in the state (:mod:`gpuagent.report`) and its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from gpuagent.config import Config
+from gpuagent.logs import EventLog
+from gpuagent.sources import Source
+from gpuagent.sources.bus.bus import BusScan
+from gpuagent.sources.bus.had import GpusHad
+from gpuagent.sources.driver.source import Driver
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.source import Kernel
+from gpuagent.sources.nvlink.source import Nvlink
+from gpuagent.sources.probe.probe import Prober
+from gpuagent.sources.probe.source import Probe
+from gpuagent.sources.processes.owners import PidLookup
+from gpuagent.sources.processes.source import Processes
+from gpuagent.sources.services.services import Reader as UnitsReader
+from gpuagent.sources.services.source import Services
+
+__all__ = ["READY_AFTER", "Systemd", "sources", "system_units"]
+
+READY_AFTER = "bus"
+
+
+class Systemd(UnitsReader, PidLookup, Protocol):
+    """What answers for systemd (:class:`gpuagent.edges.systemd.units.Units`): NVIDIA's
+    units' states and the unit of each process on a GPU."""
+
+
+def sources(
+    config: Config,
+    prober: Prober,
+    log: EventLog,
+    *,
+    systemd: Systemd,
+    monotonic: Callable[[], float],
+    wall: Callable[[], float],
+    which: Callable[[str], str | None],
+    kernel_log: Callable[[str], KernelLog],
+    state_directory: str | None,
+    boot: str,
+) -> tuple[Source, ...]:
+    """Every source, in the tick's order, on the agent's injected edges."""
+    mono = monotonic
+    # Made in the order their files are read at start (a bad one's line comes in that order).
+    scan = BusScan(config.sysfs_root, log)
+    kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=mono)
+    probe = Probe(config, prober, log, which=which, wall=wall, monotonic=mono)
+    driver = Driver(config, monotonic=mono)
+    nvlink = Nvlink(config, prober.runner, log, monotonic=mono, state_directory=state_directory)
+    services = Services(config, log, reader=systemd, monotonic=mono)
+    processes = Processes(config, prober.runner, log, lookup=systemd)
+    had = GpusHad(state_directory, log, boot)
+    return (scan, kernel, had, services, probe, driver, nvlink, processes)
+
+
+def system_units(ping: Callable[[], None]) -> Systemd:
+    """systemd over the system bus, ``ping`` (the watchdog's) before each call."""
+    from gpuagent.edges.systemd.units import Units  # noqa: PLC0415 - a run by hand needs no D-Bus
+
+    return Units(ping=ping)
