@@ -172,6 +172,7 @@ def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
         return load(path, required=required), None
     except ConfigError as e:
         error = e
+    known = {f.name for f in fields(Config)}
     values: dict[str, Any] = {}
     sources_: dict[str, str] = {}
     try:
@@ -184,6 +185,8 @@ def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
         except ConfigError:
             continue
         for key, value in raw.items():
+            if key not in known:
+                continue
             try:
                 values[key] = check_key(source, key, value)
             except ConfigError:
