@@ -16,7 +16,7 @@ from gpuagent.config import (
     warnings,
     with_interval,
 )
-from gpuagent.sources.kernel.xidcatalog import Override
+from gpuagent.configkeys import Override
 
 
 def write(tmp_path: str, text: str) -> str:
