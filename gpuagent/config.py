@@ -1,4 +1,7 @@
-"""Configuration: the TOML file and its drop-ins, their defaults and validation.
+"""Configuration: :class:`Config`, its cross-key rules, the TOML file and its drop-ins.
+
+Each key is declared once, in :data:`gpuagent.configkeys.KEYS` (its checker, default and
+doc); what holds across keys is a list of rules (:data:`RULES`, :data:`WARNING_RULES`).
 
 The file ``PATH`` is read first, then each drop-in ``PATH.d/*.toml`` in lexical order, a later
 key overriding an earlier one: edits go into drop-ins, so that the shipped file stays as
@@ -14,17 +17,18 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuagent.configkeys import MIN_INTERVAL, ConfigError, check_key
-from gpuagent.sources.kernel.xidcatalog import Override
+from gpuagent.configkeys import KEYS, MIN_INTERVAL, ConfigError, Override, check_key
 
 __all__ = [
     "DEFAULT_PATH",
     "EX_CONFIG",
     "MIN_INTERVAL",
+    "RULES",
+    "WARNING_RULES",
     "Config",
     "ConfigError",
     "config_path",
@@ -40,62 +44,104 @@ __all__ = [
 DEFAULT_PATH = "/etc/gpuagent/gpuagent.toml"
 EX_CONFIG = 78
 
+_DEFAULTS = {k.name: k.default for k in KEYS}
+
+
+def _default(name: str) -> Any:
+    """Config's field of key ``name``, with its default from
+    :data:`gpuagent.configkeys.KEYS` (a table a fresh copy for each Config: a dataclass
+    shares no mutable default)."""
+    default = _DEFAULTS[name]
+    if isinstance(default, dict):
+        return field(default_factory=default.copy)
+    return field(default=default)
+
 
 @dataclass(frozen=True)
 class Config:
-    """The agent's settings; durations are in seconds."""
+    """The agent's settings, one per entry of :data:`gpuagent.configkeys.KEYS` (its check,
+    default and doc) in its order; durations are in seconds."""
 
-    interval: float = 10.0
-    probe_timeout: float = 8.0
-    backoff_after: int = 3
-    retry_max: float = 60.0
-    nvidia_smi: str = "nvidia-smi"
-    sysfs_root: str = "/sys"
-    state_file: str = "/run/gpuagent/state.json"
-    load_driver: bool = False
-    log_level: str = "info"
-    # Prometheus metrics for node_exporter's textfile collector; "" disables them.
-    textfile: str = "/var/lib/prometheus/node-exporter/gpuagent.prom"
-    # Where the kernel's Xid records are read: "" is the local system journal, a path a
-    # directory of journal files.
-    journal_directory: str = ""
+    interval: float = _default("interval")
+    probe_timeout: float = _default("probe_timeout")
+    backoff_after: int = _default("backoff_after")
+    retry_max: float = _default("retry_max")
+    nvidia_smi: str = _default("nvidia_smi")
+    sysfs_root: str = _default("sysfs_root")
+    state_file: str = _default("state_file")
+    load_driver: bool = _default("load_driver")
+    log_level: str = _default("log_level")
+    textfile: str = _default("textfile")
+    journal_directory: str = _default("journal_directory")
+    expected_gpus: int | None = _default("expected_gpus")
+    driver_absent_grace: float = _default("driver_absent_grace")
+    nvml_library: str = _default("nvml_library")
+    xid_warning_hold: float = _default("xid_warning_hold")
+    history_days: int = _default("history_days")
+    recurrence_boots: int = _default("recurrence_boots")
+    throttle_fraction: float = _default("throttle_fraction")
+    throttle_window: float = _default("throttle_window")
+    xid: Mapping[int, Override] = _default("xid")
+    nvlink_interval: float = _default("nvlink_interval")
+    nvlink_window: float = _default("nvlink_window")
+    nvlink_recovery_budget: int = _default("nvlink_recovery_budget")
+    nvlink_replay_budget: int = _default("nvlink_replay_budget")
+    processes_interval: float | None = _default("processes_interval")
+    proc_root: str = _default("proc_root")
 
-    # NVIDIA GPUs this host should have on its PCI bus; fewer is a gpu_count problem.  Unset
-    # (None, the default): no check.
-    expected_gpus: int | None = None
-    # How long GPUs may wait for the nvidia module before it is a no_driver_module problem: a
-    # driver upgrade unloads it for about 80 s.
-    driver_absent_grace: float = 600.0
-    # The NVML library whose file name carries the installed driver's version
-    # (libnvidia-ml.so.1 -> libnvidia-ml.so.<version>): a name looked up in the system's
-    # library directories, or an absolute path.
-    nvml_library: str = "libnvidia-ml.so.1"
-    # A warning-class Xid problem (a Nonfatal NVLink 145, an ECC 63) ends this long after
-    # its last record.
-    xid_warning_hold: float = 3600.0
-    # Earlier boots read from the journal at start, for recurrence (days back), and in how
-    # many of them the same critical problem must have hit a GPU to ask for its RMA.
-    history_days: int = 30
-    recurrence_boots: int = 2
-    # A GPU is throttled when the hardware slows it down in at least this fraction of the
-    # samples of the last throttle_window seconds.
-    throttle_fraction: float = 0.1
-    throttle_window: float = 600.0
-    # The site's own severity and action of Xid codes ([xid] 94 = { severity = "none" }).
-    xid: Mapping[int, Override] = field(default_factory=dict)
 
-    # NVLink: links and error counters are read every nvlink_interval (rounded up to whole
-    # ticks); a counter that rises within nvlink_window by more than its budget is a problem.
-    nvlink_interval: float = 60.0
-    nvlink_window: float = 600.0
-    nvlink_recovery_budget: int = 0
-    nvlink_replay_budget: int = 16
+class _Refused(Exception):
+    """A cross-key rule's refusal of ``key``, one the files set: ``why``, in words."""
 
-    # Who is on each GPU: nvidia-smi --query-compute-apps every processes_interval (rounded up
-    # to whole ticks; None, the default, or less than a tick: every tick).
-    processes_interval: float | None = None
-    # Where their names are read: <proc_root>/<pid>/comm.
-    proc_root: str = "/proc"
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(key, why)
+        self.key = key
+        self.why = why
+
+
+# A cross-key rule: the settings and the keys the files set -> the settings as the rule leaves
+# them (a default derived from another key); raises _Refused, naming one of those keys.
+Rule = Callable[[Config, Collection[str]], Config]
+
+
+def _nvlink_at_least_a_tick(cfg: Config, given: Collection[str]) -> Config:
+    """nvlink_interval at least one interval: rounded up to whole ticks, less would read
+    every tick, not as often as asked.  The default is not checked: a long interval alone
+    reads NVLink every tick."""
+    if "nvlink_interval" in given and cfg.nvlink_interval < cfg.interval:
+        raise _Refused(
+            "nvlink_interval",
+            f"expected at least one tick (interval {cfg.interval:g} s), "
+            f"got {cfg.nvlink_interval:g}",
+        )
+    return cfg
+
+
+def _probe_timeout_within_interval(cfg: Config, given: Collection[str]) -> Config:
+    """Without a probe_timeout of its own, the default one capped by the interval
+    (:func:`with_interval`)."""
+    return cfg if "probe_timeout" in given else with_interval(cfg, cfg.interval)
+
+
+# The cross-key rules, in the order they apply.
+RULES: tuple[Rule, ...] = (_nvlink_at_least_a_tick, _probe_timeout_within_interval)
+
+
+def _timeout_below_interval(cfg: Config) -> str | None:
+    """A probe timeout at or above the interval: the agent still works, but a hung nvidia-smi
+    stretches its tick to the timeout (grid points are skipped and samples turn stale
+    meanwhile).  Some want exactly that: a short interval, and patience with a driver that
+    answers slowly."""
+    if cfg.probe_timeout < cfg.interval:
+        return None
+    return (
+        f"probe_timeout ({cfg.probe_timeout:g} s) is not below interval "
+        f"({cfg.interval:g} s): a hung nvidia-smi stretches a tick to {cfg.probe_timeout:g} s"
+    )
+
+
+# The cross-key rules that only warn: the settings -> one line, or None.
+WARNING_RULES: tuple[Callable[[Config], str | None], ...] = (_timeout_below_interval,)
 
 
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
@@ -158,7 +204,7 @@ def load_sources(path: str, *, required: bool) -> tuple[Config, dict[str, str]]:
         for key, value in _validate(raw, source=source).items():
             values[key] = value
             sources[key] = source
-    return _config(values, sources.get("nvlink_interval", path)), sources
+    return _config(values, sources, path), sources
 
 
 def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
@@ -173,7 +219,6 @@ def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
     except ConfigError as e:
         error = e
     values: dict[str, Any] = {}
-    sources_: dict[str, str] = {}
     try:
         files = [path, *dropins(path)]
     except ConfigError:
@@ -188,13 +233,16 @@ def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
                 values[key] = check_key(source, key, value)
             except ConfigError:
                 continue
-            sources_[key] = source
+    return _salvaged(values), error
+
+
+def _salvaged(values: dict[str, Any]) -> Config:
+    """The settings ``values`` make, less each key a cross-key rule refuses: without it, the
+    rest still holds.  (Each refusal drops one key the files set: this ends.)"""
     try:
-        return _config(values, sources_.get("nvlink_interval", path)), error
-    except ConfigError:
-        # Only the NVLink cadence is checked across keys: without it, the rest still holds.
-        values.pop("nvlink_interval", None)
-        return _config(values, path), error
+        return _settings(values)
+    except _Refused as refused:
+        return _salvaged({k: v for k, v in values.items() if k != refused.key})
 
 
 def _layers(path: str, *, required: bool) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -262,42 +310,33 @@ def _read_regular(path: str) -> bytes:
 
 def from_mapping(raw: dict[str, Any], *, source: str) -> Config:
     """Validate a parsed TOML table into a :class:`Config`; raises :class:`ConfigError`."""
-    return _config(_validate(raw, source=source), source)
+    return _config(_validate(raw, source=source), {}, source)
 
 
 def _validate(raw: dict[str, Any], *, source: str) -> dict[str, Any]:
-    known = {f.name: f for f in fields(Config)}
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(known)})")
-        values[key] = check_key(source, key, value)
-    return values
+    """Each key of file ``source``'s table ``raw`` checked (in the file's order)."""
+    return {key: check_key(source, key, value) for key, value in raw.items()}
 
 
-def _config(values: dict[str, Any], source: str) -> Config:
+def _settings(values: Mapping[str, Any]) -> Config:
+    """The defaults with ``values`` (checked, by key), after :data:`RULES`; raises
+    :class:`_Refused`."""
     cfg = replace(Config(), **values)
-    if "nvlink_interval" in values and cfg.nvlink_interval < cfg.interval:
-        # Rounded up to whole ticks it would read every tick, not as often as asked: say so.
-        # (The default is not checked: a long interval alone reads NVLink every tick.)
-        raise ConfigError(
-            f"{source}: nvlink_interval: expected at least one tick (interval "
-            f"{cfg.interval:g} s), got {values['nvlink_interval']:g}"
-        )
-    return cfg if "probe_timeout" in values else with_interval(cfg, cfg.interval)
+    for rule in RULES:
+        cfg = rule(cfg, values.keys())
+    return cfg
+
+
+def _config(values: Mapping[str, Any], sources: Mapping[str, str], path: str) -> Config:
+    """:func:`_settings`; a refusal is a :class:`ConfigError` naming the file that set the
+    key (``sources``, by key; ``path`` for a key it lacks)."""
+    try:
+        return _settings(values)
+    except _Refused as refused:
+        where = f"{sources.get(refused.key, path)}: {refused.key}"
+        raise ConfigError(f"{where}: {refused.why}") from None
 
 
 def warnings(cfg: Config) -> list[str]:
-    """What works but is likely not meant, one line each.
-
-    A probe timeout at or above the interval is a warning, not an error: the agent still
-    works, but a hung nvidia-smi stretches its tick to the timeout (grid points are skipped
-    and samples turn stale meanwhile).  Some want exactly that: a short interval, and patience
-    with a driver that answers slowly.
-    """
-    if cfg.probe_timeout >= cfg.interval:
-        return [
-            f"probe_timeout ({cfg.probe_timeout:g} s) is not below interval "
-            f"({cfg.interval:g} s): a hung nvidia-smi stretches a tick to {cfg.probe_timeout:g} s"
-        ]
-    return []
+    """What works but is likely not meant (:data:`WARNING_RULES`), one line each."""
+    return [line for rule in WARNING_RULES if (line := rule(cfg)) is not None]

@@ -1,44 +1,67 @@
-"""One configuration key's value checked (pure): types, ranges, the ``[xid]`` table.
+"""Every configuration key declared once (pure): :data:`KEYS`, one entry of name, checker,
+default and doc per key, as systemd's ``ConfigTableItem`` tables; and the checkers.
 
-Every error is a :class:`ConfigError` whose message is one line naming the file, the key and
-what was expected.
+A checker takes ``where`` (``"FILE: KEY"``) and the value a file gives the key, and returns
+the setting (types, ranges, paths, the ``[xid]`` table) or raises a :class:`ConfigError`
+whose message is one line starting with ``where`` and saying what was expected.
+:class:`gpuagent.config.Config` takes its fields' defaults from :data:`KEYS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from gpuagent.health import ACTIONS
-from gpuagent.sources.kernel.xidcatalog import OVERRIDE_SEVERITIES, Override
+from gpuagent.health import ACTIONS, SEVERITIES
 
-__all__ = ["LOG_LEVELS", "MIN_INTERVAL", "ConfigError", "check_key"]
+__all__ = [
+    "KEYS",
+    "LOG_LEVELS",
+    "MIN_INTERVAL",
+    "OVERRIDE_SEVERITIES",
+    "Check",
+    "ConfigError",
+    "Key",
+    "Override",
+    "check_key",
+]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# What a site's [xid] table may set a code's severity to: "none" counts the code without a
+# problem (gpuagent.sources.kernel.xidcatalog.NONE), the others are health's severities.
+OVERRIDE_SEVERITIES: tuple[str, ...] = ("none", *SEVERITIES)
+# Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
+# spend a core on bookkeeping, and an nvidia-smi call alone takes longer than that.
+MIN_INTERVAL = 0.1
+
+# A checker: (where, value) -> the setting; raises ConfigError.
+Check = Callable[[str, Any], Any]
 
 
 class ConfigError(Exception):
     """A configuration file that cannot be used; ``str()`` is the one-line reason."""
 
 
-_DURATIONS = {
-    "interval",
-    "probe_timeout",
-    "retry_max",
-    "driver_absent_grace",
-    "xid_warning_hold",
-    "throttle_window",
-    "nvlink_interval",
-    "nvlink_window",
-    "processes_interval",
-}
-_BUDGETS = {"nvlink_recovery_budget", "nvlink_replay_budget"}
-# A budget beyond this is no budget at all; it also keeps huge TOML integers out.
-_MAX_BUDGET = 1_000_000_000
-# Below a millisecond the loop would spend its time scheduling; a day is beyond any use.
-_DURATION_RANGE = (0.001, 86400.0)
-# Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
-# spend a core on bookkeeping, and an nvidia-smi call alone takes longer than that.
-MIN_INTERVAL = 0.1
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its ``name``, the ``check`` of the value a file gives it (from
+    :mod:`gpuagent.configkeys`), its ``default`` and one line of ``doc``."""
+
+    name: str
+    check: Check
+    default: Any
+    doc: str
+
+
+@dataclass(frozen=True)
+class Override:
+    """One code's entry in a site's ``[xid]`` table: the ``severity`` (one of
+    :data:`OVERRIDE_SEVERITIES`) and the ``action`` (one of :data:`gpuagent.health.ACTIONS`)
+    it gets instead of the catalog's, ``None`` where the table leaves it as it is."""
+
+    severity: str | None = None
+    action: str | None = None
 
 
 def _show(value: Any) -> str:
@@ -46,87 +69,107 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_key(source: str, key: str, value: Any) -> Any:
-    """``value`` of ``key`` read from ``source``, checked; raises :class:`ConfigError`."""
-    where = f"{source}: {key}"
-    if key in _DURATIONS:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where}: expected a number of seconds, got {_show(value)}")
-        low, high = _DURATION_RANGE
-        if key == "interval":
-            low = MIN_INTERVAL
+def _refuse(where: str, expected: str, value: Any, why: str = "") -> ConfigError:
+    return ConfigError(f"{where}: expected {expected}, got {_show(value)}{why}")
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def _seconds(low: float = 0.001, high: float = 86400.0, why: str = "") -> Check:
+    """A duration from ``low`` to ``high`` seconds, as a float; ``why`` says why not less.
+
+    The default range: below a millisecond the loop would spend its time scheduling; a day
+    is beyond any use.
+    """
+    because = f" ({why})" if why else ""
+
+    def check(where: str, value: Any) -> float:
+        if not _is_number(value):
+            raise _refuse(where, "a number of seconds", value)
         # A chained comparison is false for NaN and infinities, and safe for huge integers.
         if not low <= value <= high:
-            why = " (shorter ticks would spend the CPU on bookkeeping)" if low > 0.01 else ""
-            raise ConfigError(
-                f"{where}: expected seconds between {low} and {high:g}, got {_show(value)}{why}"
-            )
+            raise _refuse(where, f"seconds between {low} and {high:g}", value, because)
         return float(value)
-    if key == "backoff_after":
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-            raise ConfigError(f"{where}: expected an integer from 1 to 1000, got {_show(value)}")
+
+    return check
+
+
+def _integer(low: int, high: int) -> Check:
+    """An integer from ``low`` to ``high`` (a bool is not one)."""
+
+    def check(where: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _refuse(where, f"an integer from {low} to {high}", value)
         return value
-    if key in _BUDGETS:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_BUDGET:
-            raise ConfigError(
-                f"{where}: expected an integer from 0 to {_MAX_BUDGET}, got {_show(value)}"
-            )
-        return value
-    if key in ("history_days", "recurrence_boots"):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 3650:
-            raise ConfigError(f"{where}: expected an integer from 1 to 3650, got {_show(value)}")
-        return value
-    if key == "expected_gpus":
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1024:
-            raise ConfigError(f"{where}: expected an integer from 0 to 1024, got {_show(value)}")
-        return value
-    if key == "throttle_fraction":
-        # A chained comparison is false for NaN.
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-            raise ConfigError(
-                f"{where}: expected a fraction above 0 and at most 1, got {_show(value)}"
-            )
-        return float(value)
-    if key == "xid":
-        return _xid_table(where, value)
-    if key == "load_driver":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {_show(value)}")
-        return value
-    if key == "log_level":
-        if value not in LOG_LEVELS:
-            raise ConfigError(
-                f"{where}: expected one of {', '.join(LOG_LEVELS)}, got {_show(value)}"
-            )
-        return value
-    if key == "textfile":
-        if (
-            not isinstance(value, str)
-            or "\0" in value
-            or (value and not (value.startswith("/") and value.endswith(".prom")))
-        ):
-            raise ConfigError(
-                f'{where}: expected an absolute path ending in .prom, or "" to disable, '
-                f"got {_show(value)}"
-            )
-        return value
-    if key == "journal_directory":
-        if not isinstance(value, str) or "\0" in value or (value and not value.startswith("/")):
-            raise ConfigError(
-                f'{where}: expected an absolute path, or "" for the system journal, '
-                f"got {_show(value)}"
-            )
-        return value
-    if not isinstance(value, str) or not value or "\0" in value:
-        raise ConfigError(f"{where}: expected a non-empty string, got {_show(value)}")
-    if key == "nvml_library" and "/" in value and not value.startswith("/"):
-        raise ConfigError(
-            f"{where}: expected a library name (libnvidia-ml.so.1) or an absolute path, "
-            f"got {_show(value)}"
-        )
-    if key in {"sysfs_root", "proc_root", "state_file"} and not value.startswith("/"):
-        raise ConfigError(f"{where}: expected an absolute path, got {_show(value)}")
+
+    return check
+
+
+def _fraction(where: str, value: Any) -> float:
+    """A fraction above 0 and at most 1, as a float."""
+    # A chained comparison is false for NaN.
+    if not _is_number(value) or not 0 < value <= 1:
+        raise _refuse(where, "a fraction above 0 and at most 1", value)
+    return float(value)
+
+
+def _boolean(where: str, value: Any) -> bool:
+    """``true`` or ``false``."""
+    if not isinstance(value, bool):
+        raise _refuse(where, "true or false", value)
     return value
+
+
+def _one_of(choices: tuple[str, ...]) -> Check:
+    """One of the strings ``choices``."""
+
+    def check(where: str, value: Any) -> str:
+        if value not in choices:
+            raise _refuse(where, f"one of {', '.join(choices)}", value)
+        return str(value)
+
+    return check
+
+
+def _textfile_path(where: str, value: Any) -> str:
+    """An absolute path ending in ``.prom``, or ``""``."""
+    if (
+        not isinstance(value, str)
+        or "\0" in value
+        or (value and not (value.startswith("/") and value.endswith(".prom")))
+    ):
+        raise _refuse(where, 'an absolute path ending in .prom, or "" to disable', value)
+    return value
+
+
+def _journal_path(where: str, value: Any) -> str:
+    """An absolute path, or ``""`` (the system journal)."""
+    if not isinstance(value, str) or "\0" in value or (value and not value.startswith("/")):
+        raise _refuse(where, 'an absolute path, or "" for the system journal', value)
+    return value
+
+
+def _text(where: str, value: Any) -> str:
+    """A non-empty string without a NUL."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise _refuse(where, "a non-empty string", value)
+    return value
+
+
+def _absolute_path(where: str, value: Any) -> str:
+    """A :func:`_text` that starts with ``/``."""
+    if not _text(where, value).startswith("/"):
+        raise _refuse(where, "an absolute path", value)
+    return str(value)
+
+
+def _library(where: str, value: Any) -> str:
+    """A :func:`_text` that is a library's file name or an absolute path."""
+    if "/" in _text(where, value) and not value.startswith("/"):
+        raise _refuse(where, "a library name (libnvidia-ml.so.1) or an absolute path", value)
+    return str(value)
 
 
 # Xid codes are printed with up to six digits (gpuagent.sources.kernel.xid).
@@ -136,27 +179,86 @@ _MAX_XID = 999_999
 def _xid_table(where: str, value: Any) -> dict[int, Override]:
     """``[xid]``: one inline table per code, ``94 = { severity = "none" }``."""
     if not isinstance(value, dict):
-        raise ConfigError(
-            f'{where}: expected a table of Xid codes ([xid] 94 = {{ severity = "none" }}), '
-            f"got {_show(value)}"
-        )
+        raise _refuse(where, 'a table of Xid codes ([xid] 94 = { severity = "none" })', value)
     out: dict[int, Override] = {}
     for code, entry in value.items():
-        here = f"{where}.{code}"
         if not (code.isascii() and code.isdigit() and len(code) <= 6 and int(code) > 0):
-            raise ConfigError(f"{where}: expected Xid codes (1 to {_MAX_XID}), got {_show(code)}")
-        if not isinstance(entry, dict) or not entry:
-            raise ConfigError(
-                f"{here}: expected an inline table of severity and action "
-                f'({{ severity = "none" }}), got {_show(entry)}'
-            )
-        for name, setting in entry.items():
-            allowed = {"severity": OVERRIDE_SEVERITIES, "action": ACTIONS}.get(name)
-            if allowed is None:
-                raise ConfigError(f"{here}: unknown key {name!r} (known: severity, action)")
-            if setting not in allowed:
-                raise ConfigError(
-                    f"{here}.{name}: expected one of {', '.join(allowed)}, got {_show(setting)}"
-                )
-        out[int(code)] = Override(entry.get("severity"), entry.get("action"))
+            raise _refuse(where, f"Xid codes (1 to {_MAX_XID})", code)
+        out[int(code)] = _override(f"{where}.{code}", entry)
     return out
+
+
+def _override(where: str, entry: Any) -> Override:
+    """One code's inline table of ``[xid]``."""
+    if not isinstance(entry, dict) or not entry:
+        raise _refuse(
+            where, 'an inline table of severity and action ({ severity = "none" })', entry
+        )
+    for name, setting in entry.items():
+        allowed = {"severity": OVERRIDE_SEVERITIES, "action": ACTIONS}.get(name)
+        if allowed is None:
+            raise ConfigError(f"{where}: unknown key {name!r} (known: severity, action)")
+        if setting not in allowed:
+            raise _refuse(f"{where}.{name}", f"one of {', '.join(allowed)}", setting)
+    return Override(entry.get("severity"), entry.get("action"))
+
+
+_SECONDS = _seconds()
+# A budget beyond this is no budget at all; it also keeps huge TOML integers out.
+_BUDGET = _integer(0, 1_000_000_000)
+_YEARS = _integer(1, 3650)
+_BOOKKEEPING = "shorter ticks would spend the CPU on bookkeeping"
+
+# Every key, in Config's order (the order of the shipped file and the man page).
+KEYS: tuple[Key, ...] = (
+    Key("interval", _seconds(MIN_INTERVAL, why=_BOOKKEEPING), 10.0, "seconds between ticks"),
+    Key("probe_timeout", _SECONDS, 8.0, "how long nvidia-smi gets to answer"),
+    Key("backoff_after", _integer(1, 1000), 3, "failed probes before the backoff starts"),
+    Key("retry_max", _SECONDS, 60.0, "the longest wait between failing probes"),
+    Key("nvidia_smi", _text, "nvidia-smi", "the nvidia-smi to run: a name in $PATH, or a path"),
+    Key("sysfs_root", _absolute_path, "/sys", "where sysfs is mounted"),
+    Key("state_file", _absolute_path, "/run/gpuagent/state.json", "where the state is written"),
+    Key("load_driver", _boolean, False, "probe also while the nvidia module is not loaded"),
+    Key("log_level", _one_of(LOG_LEVELS), "info", "the least severe message logged"),
+    Key(
+        "textfile",
+        _textfile_path,
+        "/var/lib/prometheus/node-exporter/gpuagent.prom",
+        'the metrics file for node_exporter\'s textfile collector; "" writes none',
+    ),
+    Key("journal_directory", _journal_path, "", 'the journal files to read; "" the system\'s'),
+    # Fewer is a gpu_count problem; None (unset): no check.
+    Key("expected_gpus", _integer(0, 1024), None, "the NVIDIA GPUs this host should have"),
+    # Then it is a no_driver_module problem: a driver upgrade unloads it for about 80 s.
+    Key("driver_absent_grace", _SECONDS, 600.0, "how long GPUs may wait for the nvidia module"),
+    # Its file name carries the installed driver's version (libnvidia-ml.so.1 ->
+    # libnvidia-ml.so.<version>): a name in the system's library directories, or a path.
+    Key("nvml_library", _library, "libnvidia-ml.so.1", "the NVML library of the installed driver"),
+    # A warning (a Nonfatal NVLink 145, an ECC 63) ends this long after its last record.
+    Key("xid_warning_hold", _SECONDS, 3600.0, "how long a warning-class Xid problem holds"),
+    # Read at start for recurrence: a critical problem that hit the same GPU in
+    # recurrence_boots of them asks for its RMA.
+    Key("history_days", _YEARS, 30, "the days of earlier boots read from the journal"),
+    Key("recurrence_boots", _YEARS, 2, "the earlier boots a problem recurs in for an RMA"),
+    Key("throttle_fraction", _fraction, 0.1, "the share of slowed samples that is throttled"),
+    Key("throttle_window", _SECONDS, 600.0, "the samples' window throttle_fraction judges"),
+    Key("xid", _xid_table, {}, "this site's own severity and action of Xid codes"),
+    # Rounded up to whole ticks; at least one interval (gpuagent.config.RULES).
+    Key("nvlink_interval", _SECONDS, 60.0, "how often NVLink links and counters are read"),
+    Key("nvlink_window", _SECONDS, 600.0, "how long a counter's rise counts against its budget"),
+    Key("nvlink_recovery_budget", _BUDGET, 0, "how far a recovery counter may rise in a window"),
+    Key("nvlink_replay_budget", _BUDGET, 16, "how far a replay counter may rise in a window"),
+    # Rounded up to whole ticks; None (unset) or less than a tick: every tick.
+    Key("processes_interval", _SECONDS, None, "how often who is on each GPU is read"),
+    Key("proc_root", _absolute_path, "/proc", "where proc is mounted"),
+)
+_BY_NAME = {k.name: k for k in KEYS}
+
+
+def check_key(source: str, key: str, value: Any) -> Any:
+    """``value`` of ``key`` read from ``source``, checked by the key's entry in :data:`KEYS`;
+    raises :class:`ConfigError` (for an unknown key too)."""
+    entry = _BY_NAME.get(key)
+    if entry is None:
+        raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(_BY_NAME)})")
+    return entry.check(f"{source}: {key}", value)

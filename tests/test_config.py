@@ -16,7 +16,7 @@ from gpuagent.config import (
     warnings,
     with_interval,
 )
-from gpuagent.sources.kernel.xidcatalog import Override
+from gpuagent.configkeys import Override
 
 
 def write(tmp_path: str, text: str) -> str:
@@ -200,6 +200,14 @@ def test_salvage_keeps_the_valid_keys_of_a_bad_file(tmp_path: str) -> None:
     assert cfg == Config(state_file="/srv/s.json")
     assert error is not None and "unknown key 'intervall'" in str(error)
     assert salvage(write(tmp_path, 'state_file = "/srv/s.json"'), required=True)[1] is None
+
+
+def test_salvage_leaves_out_an_unknown_key_whatever_its_value(tmp_path: str) -> None:
+    # A typo'd key with a string value once reached Config() and crashed gpuagent status.
+    path = write(tmp_path, 'state_fille = "/srv/s.json"\nretry_max = 20\n')
+    cfg, error = salvage(path, required=True)
+    assert cfg == Config(retry_max=20.0)
+    assert error is not None and "unknown key 'state_fille'" in str(error)
 
 
 def test_salvage_of_a_file_that_is_not_toml_gives_the_defaults(tmp_path: str) -> None:

@@ -11,12 +11,12 @@ from typing import Any
 from gpuagent import metrics
 from gpuagent.agent import Agent
 from gpuagent.commands import status, statustext
+from gpuagent.configkeys import Override
 from gpuagent.logs import Event, EventLog
 from gpuagent.report import GpuEntry, State
 from gpuagent.sources.bus.pci import PciGpu
 from gpuagent.sources.kernel.kernel import KernelSource
 from gpuagent.sources.kernel.kernlog import KernelLog
-from gpuagent.sources.kernel.xidcatalog import Override
 from gpuagent.views import BusView
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Clock, Host

@@ -14,9 +14,10 @@ import os
 
 import pytest
 
+from gpuagent.configkeys import Override
 from gpuagent.health import ACTIONS, CRITICAL, WARNING, Finding
 from gpuagent.sources.kernel.xid import Xid, assess
-from gpuagent.sources.kernel.xidcatalog import CATALOG, NONE, Override, XidInfo, lookup, override
+from gpuagent.sources.kernel.xidcatalog import CATALOG, NONE, XidInfo, lookup, override
 from gpuagent.sources.kernel.xidcount import XidCount, XidCounter
 from tests import xidcorpus
 

@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gpuagent.condition import Condition, Edge
+from gpuagent.configkeys import Override
 from gpuagent.health import WARNING, Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.kernlog import KernelLog
-from gpuagent.sources.kernel.xidcatalog import Override
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCount, XidCounter
 from gpuagent.sources.processes.owners import source_words
 from gpuagent.views import ApiMismatch, BusView, DriverRecords, KernelView, Seen

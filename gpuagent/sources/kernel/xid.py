@@ -27,13 +27,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import DEVICE, SLOT, parse_device, slot_of
 from gpuagent.sources.kernel import driverrecord
 from gpuagent.sources.kernel.xidcatalog import (
     NONE,
     RECOVERY_ACTIONS,
-    Override,
     XidInfo,
     lookup,
     override,

@@ -15,20 +15,20 @@ Every code of NVIDIA's catalog is here; where gpuagent departs from NVIDIA's imm
 resolution bucket, the entry's ``why`` says why (``tests/test_xidcatalog.py`` checks each
 code against the reference table, ``tests/data/reference/xid-catalog.tsv``).  Xid 94/95,
 144-150 and 154 carry their severity or action in the line itself; see
-:func:`gpuagent.sources.kernel.xid.assess`.  A site's ``[xid]`` table (:class:`Override`, applied by
-:func:`override`) has the last word.
+:func:`gpuagent.sources.kernel.xid.assess`.  A site's ``[xid]`` table
+(:class:`gpuagent.configkeys.Override`, applied by :func:`override`) has the last word.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuagent.configkeys import Override
+
 __all__ = [
     "CATALOG",
     "NONE",
-    "OVERRIDE_SEVERITIES",
     "RECOVERY_ACTIONS",
-    "Override",
     "XidInfo",
     "lookup",
     "override",
@@ -36,8 +36,6 @@ __all__ = [
 
 # Counted only: the GPU stays healthy.
 NONE = "none"
-# What a site's [xid] table may set a code's severity to.
-OVERRIDE_SEVERITIES = (NONE, "warning", "critical")
 
 
 @dataclass(frozen=True)
@@ -262,16 +260,6 @@ def lookup(code: int) -> XidInfo:
     return _warn(
         "Unknown Xid", f"not in gpuagent's catalog; look Xid {code} up in NVIDIA's Xid catalog"
     )
-
-
-@dataclass(frozen=True)
-class Override:
-    """One code's entry in a site's ``[xid]`` table: the ``severity`` (one of
-    :data:`OVERRIDE_SEVERITIES`) and the ``action`` (one of :data:`gpuagent.health.ACTIONS`)
-    it gets instead of the catalog's, ``None`` where the table leaves it as it is."""
-
-    severity: str | None = None
-    action: str | None = None
 
 
 def override(info: XidInfo, site: Override | None) -> XidInfo:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from gpuagent.sources.kernel.xidcatalog import NONE, Override, XidInfo, override
+from gpuagent.sources.kernel.xidcatalog import NONE, XidInfo, override
 
 __all__ = [
     "MAX_CODES",
