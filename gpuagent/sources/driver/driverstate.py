@@ -11,7 +11,7 @@ for the
 * ``reboot_pending`` (:func:`gpuagent.sources.driver.driver.reboot_pending`): the installed NVML
 library is
   not the loaded module's version, or the kernel refused a client of another version;
-* ``driver_hung`` (:class:`gpuagent.sources.probe.history.ProbeHangs`): nvidia-smi timed out three
+* ``driver_hung`` (:class:`gpuagent.sources.driver.hangs.ProbeHangs`): nvidia-smi timed out three
 times
   within an hour with the module loaded.
 
@@ -31,7 +31,7 @@ from gpuagent.sources.driver.driver import (
     loaded_version,
     reboot_pending,
 )
-from gpuagent.sources.probe.history import ProbeHangs
+from gpuagent.sources.driver.hangs import ProbeHangs
 from gpuagent.views import BusView, DriverRecords, ProbeView
 
 __all__ = ["DriverState"]

@@ -165,7 +165,7 @@ def row_findings(
     """The problems one GPU's row shows; ``requires_reset`` the fields that read
     ``[GPU requires reset]`` (smi.Output.requires_reset).  ``throttle`` False leaves
     ``throttled`` to a window of samples
-    (:class:`gpuagent.sources.probe.history.ThrottleWindow`)."""
+    (:class:`gpuagent.sources.probe.throttle.ThrottleWindow`)."""
     out: list[Finding] = []
     reset = list(requires_reset)
     if reset:
@@ -336,7 +336,7 @@ def smi_findings(
     ``lost`` for each GPU named in an error line, ``inforom`` for each one warned about.
 
     ``throttled``, the window's verdict
-    (:meth:`gpuagent.sources.probe.history.ThrottleWindow.findings`),
+    (:meth:`gpuagent.sources.probe.throttle.ThrottleWindow.findings`),
     replaces the one-sample ``throttled`` rule; ``None`` keeps that rule."""
     window = throttled is not None
     out = {

@@ -16,10 +16,10 @@ from gpuagent.config import Config
 from gpuagent.logs import EventLog
 from gpuagent.sources import Findings, Outcome, Source
 from gpuagent.sources.kernel.recurrence import recurring
-from gpuagent.sources.probe.history import ThrottleWindow
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
+from gpuagent.sources.probe.throttle import ThrottleWindow
 from gpuagent.sources.services.nvservices import fold_fabric
 from gpuagent.views import ProbeView, Tick
 

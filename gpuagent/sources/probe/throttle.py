@@ -1,12 +1,9 @@
-"""Verdicts over time rather than one sample: throttling over a window, repeated hangs (pure).
+"""Throttling judged over a window of samples rather than one (pure).
 
-* :class:`ThrottleWindow`: a GPU is ``throttled`` when the hardware slows it down in at least
-  ``throttle_fraction`` of its samples over the last ``throttle_window`` seconds, so that a
-  single sample's slowdown neither starts nor ends a problem.
-* :class:`ProbeHangs`: nvidia-smi timing out again and again while the nvidia module is
-  loaded is a hung driver, ``driver_hung`` (NVIDIA/NVSentinel#1748).
-
-Both take monotonic times in seconds and keep a bounded amount of history.
+:class:`ThrottleWindow`: a GPU is ``throttled`` when the hardware slows it down in at least
+``throttle_fraction`` of its samples over the last ``throttle_window`` seconds, so that a
+single sample's slowdown neither starts nor ends a problem.  It takes monotonic times in
+seconds and keeps a bounded amount of history.
 """
 
 from __future__ import annotations
@@ -14,10 +11,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import WARNING, Finding
 from gpuagent.sources.probe.rules import THROTTLE_BITS
 
-__all__ = ["ProbeHangs", "ThrottleWindow"]
+__all__ = ["ThrottleWindow"]
 
 
 # A window's samples are kept in this many buckets, however short the interval: a GPU costs
@@ -101,39 +98,3 @@ class ThrottleWindow:
     def _prune(self, buckets: deque[_Bucket], now: float) -> None:
         while buckets and buckets[0].last <= now - self.window:
             buckets.popleft()
-
-
-class ProbeHangs:
-    """nvidia-smi's timeouts while the nvidia module is loaded, over the last ``window`` s.
-
-    Feed :meth:`observe` once per probe with its monotonic time, whether it timed out
-    (``smi.Failure.TIMEOUT``) and whether the module was loaded; :meth:`finding` gives
-    ``driver_hung`` (critical, ``reboot``, host-level) while at least ``count`` timeouts fall
-    in the window.  A probe that answers does not end it (a degrading GPU hangs under load
-    only, NVIDIA/NVSentinel#1748); the window does, and so does an unloaded module.
-    """
-
-    def __init__(self, count: int = 3, window: float = 3600.0) -> None:
-        self.count = count
-        self.window = window
-        self._timeouts: deque[float] = deque(maxlen=count)
-
-    def observe(self, now: float, *, timed_out: bool, module_loaded: bool) -> None:
-        """One probe at monotonic time ``now`` (s)."""
-        if not module_loaded:
-            self._timeouts.clear()
-        elif timed_out:
-            self._timeouts.append(now)
-
-    def finding(self, now: float) -> Finding | None:
-        """``driver_hung`` at monotonic time ``now``, or ``None``."""
-        recent = [t for t in self._timeouts if t > now - self.window]
-        if len(recent) < self.count:
-            return None
-        return Finding(
-            "driver_hung",
-            CRITICAL,
-            "reboot",
-            f"nvidia-smi timed out {self.count} times within {self.window:g} s with the "
-            "nvidia module loaded: the driver no longer answers",
-        )
