@@ -42,6 +42,7 @@ from gpuagent.sources.bus import pci
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.processes import apps
+from gpuagent.views import Row
 from tests.fakehost import quiet_journal
 
 
@@ -113,7 +114,7 @@ def minimal_loop_with_metrics(
     write_to_textfile(state_file + ".prom", registry)
 
 
-def processes(agent: Agent, nvsmi: str, rows: dict[str, smi.Row]) -> None:
+def processes(agent: Agent, nvsmi: str, rows: dict[str, Row]) -> None:
     """The processes read of a tick, made due whatever its cadence."""
     agent.processes.expedite()
     agent.processes.step(nvsmi, rows.values())

@@ -20,6 +20,7 @@ from gpuagent.condition import Bug
 from gpuagent.config import Config
 from gpuagent.edges import bootid
 from gpuagent.logs import EventLog
+from gpuagent.schema import ProbeState
 from gpuagent.sources.bus.bus import Bus
 from gpuagent.sources.bus.known import KnownGpus
 from gpuagent.sources.driver.driverstate import DriverState
@@ -37,7 +38,7 @@ from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
 from gpuagent.state import SCHEMA
 from gpuagent.verdict import Verdict
-from gpuagent.views import BusView, ProbeState
+from gpuagent.views import BusView
 
 __all__ = ["Agent", "Systemd"]
 

@@ -27,9 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuagent.report import GpuEntry, ProblemEntry, State
+from gpuagent.schema import ProbeState
 from gpuagent.sources.nvlink import nvmetrics
 from gpuagent.sources.processes import procmetrics
-from gpuagent.views import ProbeState
 
 __all__ = ["GPU_VALUES", "Snapshot", "families", "registry", "render"]
 

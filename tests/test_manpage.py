@@ -9,7 +9,7 @@ from dataclasses import fields
 
 from gpuagent.commands.cli import main
 from gpuagent.config import Config
-from gpuagent.sources.probe.smi import Failure
+from gpuagent.views import Failure
 from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -20,10 +20,9 @@ from gpuagent.commands.status import ExitCode, judge, malformed
 from gpuagent.commands.statustext import render
 from gpuagent.edges.systemd import unitstate
 from gpuagent.report import State
+from gpuagent.schema import ProbeState
 from gpuagent.sources.kernel.xidcatalog import lookup
-from gpuagent.sources.kernel.xidcount import XidCount
-from gpuagent.sources.probe.smi import Failure
-from gpuagent.views import Gate, KernelView, ProbeState, ProbeView
+from gpuagent.views import Failure, Gate, KernelView, ProbeView, XidCount
 from tests import states
 from tests.states import NOW, SLOT
 

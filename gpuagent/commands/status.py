@@ -17,7 +17,7 @@ from typing import Any, TypeGuard, cast
 
 from gpuagent.health import HEALTH, SEVERITIES, Health, Severity
 from gpuagent.report import ProblemEntry, State
-from gpuagent.views import ProbeState
+from gpuagent.schema import ProbeState
 
 __all__ = [
     "ExitCode",

@@ -28,9 +28,9 @@ from gpuagent.sources.driver.driverstate import DriverRecords
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcatalog import Override
-from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCount, XidCounter
+from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCounter
 from gpuagent.sources.processes.owners import Seen, source_words
-from gpuagent.views import BusView, KernelView
+from gpuagent.views import BusView, Clear, KernelView, XidCount
 
 __all__ = ["SLICE", "KernelSource"]
 
@@ -81,7 +81,7 @@ class KernelSource:
         # stamps date them, as at the first poll).
         self._backlog = False
         # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
-        self.cleared: dict[str, clears.Clear] = {}
+        self.cleared: dict[str, Clear] = {}
         self._forgotten: list[str] = []
         self._trouble: Condition[str] = Condition()
         self._reasons: list[str] = []

@@ -8,7 +8,7 @@ actions; the advice is in our own words.  ``severity`` says what a code does to 
   hurt one process, not the GPU, and detail lines of another Xid (171, 172 follow 48);
 * ``warning`` / ``critical``: a problem of kind ``xid`` on the GPU (a warning ends after
   ``xid_warning_hold`` without a recurrence, see
-  :meth:`gpuagent.sources.kernel.xid.XidCount.finding`; a
+  :func:`gpuagent.sources.kernel.xidcount.finding`; a
   critical one holds until the next boot).
 
 Every code of NVIDIA's catalog is here; where gpuagent departs from NVIDIA's immediate
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuagent.views import XidInfo
+
 __all__ = [
     "CATALOG",
     "NONE",
     "OVERRIDE_SEVERITIES",
     "RECOVERY_ACTIONS",
     "Override",
-    "XidInfo",
     "lookup",
     "override",
 ]
@@ -38,22 +39,6 @@ __all__ = [
 NONE = "none"
 # What a site's [xid] table may set a code's severity to.
 OVERRIDE_SEVERITIES = (NONE, "warning", "critical")
-
-
-@dataclass(frozen=True)
-class XidInfo:
-    """One Xid code: ``name`` (short), ``severity`` (``none``, ``warning``, ``critical``),
-    ``action`` (one of :data:`gpuagent.health.ACTIONS`) and ``advice`` (one sentence).
-
-    ``why`` is set where gpuagent departs from NVIDIA's catalog (its immediate resolution
-    bucket, or the severity and action the reference table derives from it), and says why.
-    """
-
-    name: str
-    severity: str
-    action: str
-    advice: str
-    why: str = ""
 
 
 def _app(name: str, advice: str, action: str = "restart_app", why: str = "") -> XidInfo:
