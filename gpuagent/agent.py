@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -132,9 +132,15 @@ class Agent:
         """The end of the run: close what the sources hold open (the system bus)."""
         self.services.close()
 
-    def tick(self, scanned: Callable[[str], None] | None = None) -> report.Report:
+    def tick(
+        self,
+        scanned: Callable[[str], None] | None = None,
+        *,
+        published: Mapping[str, str] | None = None,
+    ) -> report.Report:
         """Run one tick and return its report.  ``scanned`` is called with the status line
-        once the bus is scanned (before a probe that may hang: the first tick's READY=1).
+        once the bus is scanned (before a probe that may hang: the first tick's READY=1);
+        ``published`` is the publisher's trouble as the tick before left it, for the report.
 
         Never raises: bad sysfs, journal and nvidia-smi input is handled where it arises, and
         an unexpected error is logged once and held as the ``internal`` trouble."""
@@ -169,7 +175,7 @@ class Agent:
                 scanned(self._report().status)
         else:
             self._bug.passed()
-        return self._report()
+        return self._report(published)
 
     def _xids(self, bus: BusView) -> None:
         found = self.kernel.poll(bus, self.samples.named, self.bus.describe, self.processes.who)
@@ -220,7 +226,7 @@ class Agent:
         self.known.update(present, self.wall())
         return bus
 
-    def _report(self) -> report.Report:
+    def _report(self, published: Mapping[str, str] | None = None) -> report.Report:
         trouble = {
             "sysfs": self.bus.trouble,
             "journal": self.kernel.error,
@@ -243,5 +249,6 @@ class Agent:
             processes=self.processes.view,
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
+            published=published,
             history=self.earlier.summary,
         )

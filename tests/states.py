@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpuagent import __version__, report
 from gpuagent.health import Finding, Problem
-from gpuagent.report import GpuEntry, State
-from gpuagent.schema import ProbeState
+from gpuagent.schema import GpuEntry, ProbeState, State
 from gpuagent.sources.probe import rules
 from gpuagent.state import SCHEMA
 from gpuagent.views import (

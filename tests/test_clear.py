@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from gpuagent.commands import clearcli, statustext
 from gpuagent.commands.cli import main
 from gpuagent.logs import Event
-from gpuagent.report import GpuEntry, State
+from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernlog import KernelLog, booted_at

@@ -16,8 +16,7 @@ from click.testing import CliRunner
 from gpuagent.commands import drain, slurmcheck
 from gpuagent.commands.cli import main
 from gpuagent.commands.drain import Node, decide, npd, parse_node, worst
-from gpuagent.report import State
-from gpuagent.schema import ProbeState
+from gpuagent.schema import ProbeState, State
 from gpuagent.views import Failure, ProbeView
 from tests import states
 from tests.states import NOW, SLOT

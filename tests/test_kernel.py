@@ -12,7 +12,7 @@ from gpuagent import metrics
 from gpuagent.agent import Agent
 from gpuagent.commands import status, statustext
 from gpuagent.logs import Event, EventLog
-from gpuagent.report import GpuEntry, State
+from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.kernel.kernel import KernelSource
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcatalog import Override

@@ -19,8 +19,7 @@ from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
 from gpuagent.publish import Textfile
-from gpuagent.report import State
-from gpuagent.schema import ProbeState
+from gpuagent.schema import ProbeState, State
 from gpuagent.sources.bus.pciaddr import sysfs_slot
 from gpuagent.sources.probe.smi import FIELDS, parse
 from gpuagent.views import Gate, ProbeView, ProcessesView, Row

@@ -19,8 +19,7 @@ from gpuagent.commands.cli import main
 from gpuagent.commands.status import ExitCode, judge, malformed
 from gpuagent.commands.statustext import render
 from gpuagent.edges.systemd import unitstate
-from gpuagent.report import State
-from gpuagent.schema import ProbeState
+from gpuagent.schema import ProbeState, State
 from gpuagent.sources.kernel.xidcatalog import lookup
 from gpuagent.views import Failure, Gate, KernelView, ProbeView, XidCount
 from tests import states
