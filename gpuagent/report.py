@@ -65,13 +65,18 @@ class _ReadOnlyList(list[Any]):
     append = clear = extend = insert = pop = remove = reverse = sort = _refuse
 
 
+_CONTAINERS = (dict, list)
+
+
 def _read_only(value: Any) -> Any:
     """``value`` (what :func:`build` made: dicts, lists, scalars) copied into containers that
     refuse every change, at every depth: the same type to mypy and to the JSON writer."""
     if isinstance(value, dict):
-        return _ReadOnlyDict({k: _read_only(v) for k, v in value.items()})
+        return _ReadOnlyDict(
+            {k: _read_only(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
+        )
     if isinstance(value, list):
-        return _ReadOnlyList([_read_only(v) for v in value])
+        return _ReadOnlyList([_read_only(v) if isinstance(v, _CONTAINERS) else v for v in value])
     return value
 
 
