@@ -1,7 +1,8 @@
 """``gpuagent status`` start-up latency against ``python3 -c pass`` (ratio of medians).
 
 Both run with Debian's /usr/bin/python3, byte-compiled as the package installs them, against a
-state file of an 8-GPU host.  Usage::
+state file of an 8-GPU host.  The commands take turns, one run each a round, so that a change
+of load on the box weighs on all of them alike.  Usage::
 
     /usr/bin/python3 -m bench.status_latency [--runs 30]
 """
@@ -21,15 +22,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"
 
 
-def median_ms(argv: list[str], runs: int, env: dict[str, str]) -> float:
-    times = []
+def medians_ms(commands: list[list[str]], runs: int, env: dict[str, str]) -> list[float]:
+    """Each command's median wall time (ms) over ``runs`` rounds of one run each."""
+    times: list[list[float]] = [[] for _ in commands]
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(
-            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
-        )
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+        for argv, took in zip(commands, times, strict=True):
+            start = time.perf_counter()
+            subprocess.run(
+                argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+            )
+            took.append(time.perf_counter() - start)
+    return [statistics.median(took) * 1000 for took in times]
 
 
 def main() -> int:
@@ -58,10 +61,16 @@ def main() -> int:
                 "if __name__ == '__main__':\n    sys.exit(main())\n"
             )
         os.chmod(script, 0o755)
-        base = median_ms([PYTHON, "-c", "pass"], args.runs, env)
-        human = median_ms([script, "status"], args.runs, env)
-        as_json = median_ms([script, "status", "--json"], args.runs, env)
-        click = median_ms([PYTHON, "-c", "import click"], args.runs, env)
+        base, human, as_json, click = medians_ms(
+            [
+                [PYTHON, "-c", "pass"],
+                [script, "status"],
+                [script, "status", "--json"],
+                [PYTHON, "-c", "import click"],
+            ],
+            args.runs,
+            env,
+        )
     print(f"{'command':<34} {'median ms':>9} {'ratio':>6}")
     for name, ms in (
         ("python3 -c pass", base),

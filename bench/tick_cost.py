@@ -44,6 +44,7 @@ from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.processes import apps
 from gpuagent.sources.processes.source import Processes
+from gpuagent.views import Row
 from tests.fakehost import quiet_journal
 
 
@@ -115,7 +116,7 @@ def minimal_loop_with_metrics(
     write_to_textfile(state_file + ".prom", registry)
 
 
-def processes(agent: Agent, nvsmi: str, rows: dict[str, smi.Row]) -> None:
+def processes(agent: Agent, nvsmi: str, rows: dict[str, Row]) -> None:
     """The processes read of a tick, made due whatever its cadence."""
     reader = agent.source(Processes).reader
     reader.expedite()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
@@ -120,9 +120,15 @@ class Agent:
         for s in self.sources:
             s.close()
 
-    def tick(self, scanned: Callable[[str], None] | None = None) -> report.Report:
+    def tick(
+        self,
+        scanned: Callable[[str], None] | None = None,
+        *,
+        published: Mapping[str, str] | None = None,
+    ) -> report.Report:
         """Run one tick and return its report.  ``scanned`` is called with the status line
-        once the bus is known (before a probe that may hang: the first tick's READY=1).
+        once the bus is known (before a probe that may hang: the first tick's READY=1);
+        ``published`` is the publisher's trouble as the tick before left it, for the report.
 
         Never raises: bad sysfs, journal and nvidia-smi input is handled where it arises, and
         an unexpected error is logged once by the source it came from and held as the
@@ -149,7 +155,7 @@ class Agent:
         else:
             self._bug.passed()
         self.last = tick
-        return self._report(tick)
+        return self._report(tick, published)
 
     def _step(self, source: Source, tick: Tick) -> Tick:
         bug = self._bugs.get(source.name) or Bug(self.log, f"in a tick's {source.name} step")
@@ -166,7 +172,7 @@ class Agent:
         self._trouble.update(outcome.trouble)
         return stepped
 
-    def _report(self, tick: Tick) -> report.Report:
+    def _report(self, tick: Tick, published: Mapping[str, str] | None = None) -> report.Report:
         bugs = [b.reason for b in (*self._bugs.values(), self._bug) if b.reason is not None]
         trouble = {**self._trouble, "internal": bugs[0] if bugs else None}
         return report.build(
@@ -183,4 +189,5 @@ class Agent:
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
             history=tick.kernel.history,
+            published=published,
         )

@@ -199,7 +199,9 @@ class Daemon:
     def step(self) -> Report:
         """One tick and its outputs; the first one sends READY=1 once the bus is scanned."""
         first = self.report is None
-        self.report = self.agent.tick(scanned=self.notifier.ready if first else None)
+        self.report = self.agent.tick(
+            scanned=self.notifier.ready if first else None, published=self.publisher.trouble
+        )
         self.publisher.publish(self.report)
         self.watchdog.ping_if_due()
         if first:

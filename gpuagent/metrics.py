@@ -26,10 +26,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuagent.report import GpuEntry, ProblemEntry, State
+from gpuagent.schema import GpuEntry, ProbeState, ProblemEntry, State
 from gpuagent.sources.nvlink import nvmetrics
 from gpuagent.sources.processes import procmetrics
-from gpuagent.views import ProbeState
 
 __all__ = ["GPU_VALUES", "Snapshot", "families", "registry", "render"]
 
@@ -226,7 +225,7 @@ def _xids(state: State) -> list[Metric]:
 
 
 def families(state: State) -> list[Metric]:
-    """The series for one tick's state (:class:`gpuagent.report.State`)."""
+    """The series for one tick's state (:class:`gpuagent.schema.State`)."""
     probe = state["probe"]
     probe_state = probe["state"]
     out: list[Metric] = [

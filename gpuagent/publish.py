@@ -1,10 +1,11 @@
 """The tick's outputs: the state file, the Prometheus textfile and the sd_notify STATUS, each
-drawn from the tick's :class:`~gpuagent.report.Report`.
+drawn from the tick's one :class:`~gpuagent.report.Report`.
 
 Each output owns its write failure: one error line when it starts (or changes), one info line
 when it clears, and the agent's trouble (the state's ``problems``: ``state_file``,
 ``textfile``) while it holds.  A bug in turning the report into the outputs is survived like
-one in a tick (``internal_publish``).
+one in a tick (``internal_publish``).  That trouble (:attr:`Publisher.trouble`) is an input
+of the next tick's report: the outputs of a tick say what the tick before could not write.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from gpuagent.condition import Bug, Condition, Edge
 from gpuagent.edges import safefile
 from gpuagent.logs import Event, EventLog
 from gpuagent.notify import Notifier
-from gpuagent.report import Report, State, finished, with_problems
+from gpuagent.report import STATE_FILE, Report, finished, stored
+from gpuagent.schema import State
 
 __all__ = ["Publisher", "Textfile"]
 
@@ -143,26 +145,24 @@ class Publisher:
             self.state_file = state_file
         self.textfile.configure(textfile)
 
-    def _trouble(self) -> dict[str, str]:
+    @property
+    def trouble(self) -> dict[str, str]:
+        """What the publisher could not do, by kind, as it stands (``internal_publish``,
+        ``state_file``, ``textfile``): the next report is built with it."""
         trouble = {
             "internal_publish": self._bug.reason,
-            "state_file": self._state_failing.reason,
+            STATE_FILE: self._state_failing.reason,
             "textfile": self.textfile.problem,
         }
         return {k: v for k, v in trouble.items() if v is not None}
 
     def publish(self, report: Report) -> None:
-        """Write ``report`` everywhere; never raises."""
+        """Write ``report`` everywhere (built with :attr:`trouble` as the tick found it);
+        never raises."""
         try:
-            trouble = self._trouble()
-            # A state file that is read says it could be written: that trouble is the metrics'.
-            written = trouble.pop("state_file", None)
-            self._write_state(with_problems(report, trouble).state)
-            if written is not None:
-                trouble["state_file"] = written
-            full = with_problems(report, trouble)
-            self.textfile.write(full.state)
-            self.notifier.status(full.status)
+            self._write_state(stored(report))
+            self.textfile.write(report.state)
+            self.notifier.status(report.status)
         except Exception as e:  # noqa: BLE001 - see Bug
             # As in a tick: I/O errors are handled where they happen; this is for a bug in
             # turning the report into the outputs, which must not stop the watchdog either.
@@ -170,7 +170,7 @@ class Publisher:
         else:
             if self._bug.passed():
                 # The state file just written still reports the error: write it without.
-                self._write_state(with_problems(report, self._trouble()).state)
+                self._write_state(stored(report, self.trouble))
 
     def _write_state(self, st: State) -> None:
         try:
@@ -190,6 +190,4 @@ class Publisher:
         textfile goes, the state file says so."""
         self.textfile.remove()
         with contextlib.suppress(OSError):
-            state.write(
-                self.state_file, finished(with_problems(report, self._trouble()), reason, now)
-            )
+            state.write(self.state_file, finished(report, reason, now, self.trouble))

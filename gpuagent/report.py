@@ -1,28 +1,29 @@
 """The tick's report: the one writer of the state schema, and the status line.
 
-:func:`build` turns the sources' views (:mod:`gpuagent.views`) and the health verdict into an
-immutable :class:`Report`; every output — the state file, the Prometheus textfile, the
-sd_notify STATUS — is drawn from it.  The state's shape is the :class:`State` TypedDict that
-``gpuagent status`` and the metrics read (schema :data:`gpuagent.state.SCHEMA`).  Times are
-Unix time in seconds unless a key says otherwise.
+:func:`build` turns the sources' views (:mod:`gpuagent.views`), the health verdict and the
+agent's own trouble — the publisher's from the tick before among it — into an immutable
+:class:`Report`: one :class:`~gpuagent.schema.State` a tick, which nothing changes after.
+Every output is drawn from it: the Prometheus textfile and the sd_notify STATUS as it is, the
+state file through :func:`stored` (the one rule by which the file differs) and, at the end,
+:func:`finished`.  The state's shape is :mod:`gpuagent.schema`'s, which its readers import
+(schema :data:`gpuagent.state.SCHEMA`).  Times are Unix time in seconds unless a key says
+otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from gpuagent.health import OK, UNKNOWN, Problem, worst
 from gpuagent.schema import (
-    ClearEntry,
-    Exit,
     GpuEntry,
     NvlinkEntry,
-    PciEntry,
     ProbeEntry,
+    ProbeState,
     ProblemEntry,
     ProcessEntry,
-    ServiceEntry,
     State,
     SXidEntry,
     XidEntry,
@@ -33,7 +34,6 @@ from gpuagent.views import (
     KernelView,
     NvlinkGpu,
     NvlinkView,
-    ProbeState,
     ProbeView,
     ProcessesView,
     ProcessView,
@@ -41,37 +41,57 @@ from gpuagent.views import (
     ServicesView,
 )
 
-__all__ = [
-    "ClearEntry",
-    "Exit",
-    "GpuEntry",
-    "NvlinkEntry",
-    "Origin",
-    "PciEntry",
-    "ProbeEntry",
-    "ProblemEntry",
-    "Problems",
-    "ProcessEntry",
-    "Report",
-    "SXidEntry",
-    "ServiceEntry",
-    "State",
-    "XidEntry",
-    "build",
-    "finished",
-    "with_problems",
-]
+__all__ = ["STATE_FILE", "Origin", "Report", "build", "finished", "stored"]
+
+# The publisher's trouble writing the state file: the one kind the state file never carries.
+STATE_FILE = "state_file"
+
+
+def _refuse(*_: object, **__: object) -> NoReturn:
+    raise TypeError("a report's state does not change after its tick")
+
+
+class _ReadOnlyDict(dict[str, Any]):
+    """A dict that refuses every change (for ``json`` and ``==`` still a dict)."""
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+
+class _ReadOnlyList(list[Any]):
+    """A list that refuses every change (for ``json`` and ``==`` still a list)."""
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = clear = extend = insert = pop = remove = reverse = sort = _refuse
+
+
+_CONTAINERS = (dict, list)
+
+
+def _read_only(value: Any) -> Any:
+    """``value`` (what :func:`build` made: dicts, lists, scalars) copied into containers that
+    refuse every change, at every depth: the same type to mypy and to the JSON writer."""
+    if isinstance(value, dict):
+        return _ReadOnlyDict(
+            {k: _read_only(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
+        )
+    if isinstance(value, list):
+        return _ReadOnlyList([_read_only(v) if isinstance(v, _CONTAINERS) else v for v in value])
+    return value
 
 
 @dataclass(frozen=True)
 class Report:
     """One tick's outcome: the tick's number, the status line (the agent's trouble named in
-    it) and the state it writes; ``line`` is the status line without the trouble."""
+    it), the state (read-only at every depth: a change raises ``TypeError``), ``line`` the
+    status line without the trouble, and ``published`` the publisher's trouble the report
+    was built with (among the state's ``problems``)."""
 
     ticks: int
     status: str
     state: State
     line: str
+    published: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -241,11 +261,16 @@ def build(
     problems: Problems,
     processes: ProcessesView | None = None,
     trouble: Mapping[str, str],
+    published: Mapping[str, str] | None = None,
     history: str = "this boot only",
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
-    (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind."""
+    (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind and
+    ``published`` the publisher's as the tick before left it (``state_file``, ``textfile``,
+    ``internal_publish``), both in the state's ``problems``."""
     line = status_line(bus, probe, samples.missing, problems, origin.interval)
+    published = dict(published or {})
+    trouble = {**trouble, **published}
     status = with_trouble(line, trouble)
     state: State = {
         "schema": origin.schema,
@@ -286,20 +311,28 @@ def build(
         "problems": dict(sorted(trouble.items())),
         "history": history,
     }
-    return Report(ticks, status, state, line)
+    return Report(ticks, status, _read_only(state), line, _read_only(published))
 
 
-def with_problems(report: Report, trouble: Mapping[str, str]) -> Report:
-    """``report`` with more of the agent's own trouble (the publisher's), by kind."""
-    if not trouble:
-        return report
-    problems = dict(sorted({**report.state["problems"], **trouble}.items()))
-    status = with_trouble(report.line, problems)
-    state: State = {**report.state, "status": status, "problems": problems}
-    return Report(report.ticks, status, state, report.line)
+def stored(report: Report, published: Mapping[str, str] | None = None) -> State:
+    """What the state file gets of ``report``: its state, with the publisher's trouble
+    ``published`` in place of what the report was built with (None: as built), less
+    :data:`STATE_FILE`: a state file that is read could be written, so it never says it could
+    not (that trouble is the textfile's and STATUS's to say)."""
+    st = report.state
+    kept = {k: v for k, v in st["problems"].items() if k not in report.published}
+    kept.update(report.published if published is None else published)
+    kept.pop(STATE_FILE, None)
+    problems = dict(sorted(kept.items()))
+    if problems == st["problems"]:
+        return st
+    return {**st, "status": with_trouble(report.line, problems), "problems": problems}
 
 
-def finished(report: Report, reason: str, now: float) -> State:
-    """The last state an agent writes, at wall time ``now``: ``exit`` says why it ended
+def finished(
+    report: Report, reason: str, now: float, published: Mapping[str, str] | None = None
+) -> State:
+    """The last state an agent writes, at wall time ``now`` (:func:`stored`'s, with the
+    publisher's trouble ``published`` as the run left it): ``exit`` says why it ended
     (``ticks``, ``signal``)."""
-    return {**report.state, "updated_at": now, "exit": {"reason": reason, "at": now}}
+    return {**stored(report, published), "updated_at": now, "exit": {"reason": reason, "at": now}}

@@ -1,13 +1,12 @@
-"""The state file's shape: TypedDicts (no code).  :mod:`gpuagent.report` alone writes them;
-``gpuagent status`` and the metrics read them (through ``report``, which re-exports them).
-Times are Unix time in seconds unless a key says otherwise.
+"""The state file's shape: TypedDicts and the words of its values (no code).
+:mod:`gpuagent.report` alone writes them; ``gpuagent status``, the metrics and the scheduler's
+commands read them from here.  Times are Unix time in seconds unless a key says otherwise.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import NotRequired, TypedDict
-
-from gpuagent.sources.probe.smi import Value
 
 __all__ = [
     "ClearEntry",
@@ -16,13 +15,29 @@ __all__ = [
     "NvlinkEntry",
     "PciEntry",
     "ProbeEntry",
+    "ProbeState",
     "ProblemEntry",
     "ProcessEntry",
     "SXidEntry",
     "ServiceEntry",
     "State",
+    "Value",
     "XidEntry",
 ]
+
+# One nvidia-smi field's value (None: N/A).
+Value = int | float | str | None
+
+
+class ProbeState(StrEnum):
+    """The probe's state: ``idle`` (no GPU to probe), ``gated`` (a gate holds), ``ok`` (the
+    last probe answered), ``failing`` (it did not), ``stuck`` (a child will not exit)."""
+
+    IDLE = "idle"
+    GATED = "gated"
+    OK = "ok"
+    FAILING = "failing"
+    STUCK = "stuck"
 
 
 class ProblemEntry(TypedDict):
@@ -135,7 +150,7 @@ PciEntry = TypedDict(
 
 
 class ProbeEntry(TypedDict):
-    """The probe: ``state`` (:class:`~gpuagent.views.ProbeState`), ``gate`` while one holds,
+    """The probe: ``state`` (:class:`ProbeState`), ``gate`` while one holds,
     the failing probe's ``failure_class``, ``next_probe_in_ticks`` (None while gated),
     ``duration`` of the last run (s)."""
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpuagent.health import Problem
-from gpuagent.views import BusView, Gate, ProbeState, ProbeView, plural
+from gpuagent.schema import ProbeState
+from gpuagent.views import BusView, Gate, ProbeView, plural
 
 __all__ = ["Problems", "status_line", "with_trouble"]
 

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 
 from gpuagent.health import CRITICAL, Finding, Problem, Tracker
 from gpuagent.logs import Event, EventLog
-from gpuagent.sources.kernel.clears import Clear
+from gpuagent.sources.kernel import clears
 from gpuagent.sources.probe import rules
-from gpuagent.views import BusView
+from gpuagent.views import BusView, Clear
 
 __all__ = ["Verdict"]
 
@@ -100,7 +100,7 @@ class Verdict:
         }
         if what == "end":
             by = self._cleared.get(p.slot)
-            if by is not None and by.covers(f.kind):
+            if by is not None and clears.covers(by.kind, f.kind):
                 at = time.strftime("%H:%M:%S", time.localtime(by.at))
                 text = f"{where}: {f.name} cleared by an operator ({by.by} at {at})"
                 self.log(logging.INFO, Event.PROBLEM_CLEARED, text, cleared_by=by.by, **fields)

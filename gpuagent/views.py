@@ -13,35 +13,61 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuagent.edges.systemd.unitname import Owner
 from gpuagent.health import Finding
-from gpuagent.sources.bus.pci import PciGpu
-from gpuagent.sources.kernel.clears import Clear
-from gpuagent.sources.kernel.xidcount import SXidCount, XidCount
-from gpuagent.sources.probe.smi import Failure, Row
+from gpuagent.schema import ProbeState, Value
 
 if TYPE_CHECKING:
     from gpuagent.config import Config
 
 __all__ = [
     "BusView",
+    "Clear",
+    "Failure",
     "Gate",
     "KernelView",
     "NvlinkGpu",
     "NvlinkView",
-    "ProbeState",
+    "PciGpu",
     "ProbeView",
     "ProcessView",
     "ProcessesView",
+    "Row",
+    "SXidCount",
     "Sample",
     "SamplesView",
     "ServicesView",
     "UnitView",
+    "XidCount",
+    "XidInfo",
     "plural",
 ]
+
+# One GPU's answer from nvidia-smi: each query field's value by its nvidia-smi name (None: N/A).
+Row = dict[str, Value]
 
 
 def plural(n: int, word: str) -> str:
     """``1 GPU``, ``2 GPUs``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass(frozen=True)
+class PciGpu:
+    """One NVIDIA GPU function on the PCI bus.
+
+    ``slot`` is the sysfs BDF (``0000:41:00.0``), ``device_id`` and ``pci_class`` are the
+    sysfs hex strings (``0x2335``, ``0x030200``), ``driver`` the bound driver's name
+    (``nvidia``, ``nouveau``, ``vfio-pci``) or ``None`` when unbound.
+    """
+
+    slot: str
+    device_id: str
+    pci_class: str
+    driver: str | None
+
+    @property
+    def probeable(self) -> bool:
+        """Whether nvidia-smi can be asked about it: bound to ``nvidia``, or not bound yet."""
+        return self.driver in (None, "nvidia")
 
 
 @dataclass(frozen=True)
@@ -71,15 +97,20 @@ class BusView:
         return [g for g in self.gpus if g.probeable]
 
 
-class ProbeState(StrEnum):
-    """The probe's state: ``idle`` (no GPU to probe), ``gated`` (a gate holds), ``ok`` (the
-    last probe answered), ``failing`` (it did not), ``stuck`` (a child will not exit)."""
+class Failure(StrEnum):
+    """Why a probe produced no samples."""
 
-    IDLE = "idle"
-    GATED = "gated"
-    OK = "ok"
-    FAILING = "failing"
-    STUCK = "stuck"
+    NOT_FOUND = "not_found"
+    PERMISSION_DENIED = "permission_denied"
+    TIMEOUT = "timeout"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+    LIBRARY_MISSING = "library_missing"
+    VERSION_MISMATCH = "version_mismatch"
+    NO_DEVICES = "no_devices"
+    GPU_LOST = "gpu_lost"
+    BLOCKED_BY_OS = "blocked_by_os"
+    UNPARSEABLE = "unparseable"
+    OTHER = "other"
 
 
 class Gate(StrEnum):
@@ -149,6 +180,64 @@ class DriverRecords:
 
     reasons: tuple[str, ...] = ()
     mismatch: ApiMismatch | None = None
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    """One Xid code: ``name`` (short), ``severity`` (``none``, ``warning``, ``critical``),
+    ``action`` (one of :data:`gpuagent.health.ACTIONS`) and ``advice`` (one sentence).
+
+    ``why`` is set where gpuagent departs from NVIDIA's catalog (its immediate resolution
+    bucket, or the severity and action the reference table derives from it), and says why.
+    """
+
+    name: str
+    severity: str
+    action: str
+    advice: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class XidCount:
+    """One (GPU, Xid code) of this boot: ``count`` records, the ``first`` and ``last`` one's
+    time (s since the epoch), what it means (``info``: the worst seen; for 154 the latest),
+    the last record's words (``text``) and the process it names (``pid``, ``process``: its
+    ``pid=`` and ``name=``; ``None`` where it names none).  The problem it makes is
+    :func:`gpuagent.sources.kernel.xidcount.finding`'s."""
+
+    code: int
+    count: int
+    first: float
+    last: float
+    info: XidInfo
+    text: str
+    pid: int | None = None
+    process: str | None = None
+
+
+@dataclass(frozen=True)
+class SXidCount:
+    """One (NVSwitch, SXid code) of this boot: records, first and last time (s since the
+    epoch), and whether any of its lines called it fatal."""
+
+    code: int
+    count: int
+    first: float
+    last: float
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class Clear:
+    """An operator's clear of ``kind`` (or ``all``) on the GPU in ``slot`` by user ``by`` at
+    ``at`` (s since the epoch); which problems it ends,
+    :func:`gpuagent.sources.kernel.clears.covers` says."""
+
+    slot: str
+    kind: str
+    by: str
+    at: float
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from gpuagent.config import Config
 from gpuagent.edges import bootid
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
-from gpuagent.report import ProbeEntry, Report, State
+from gpuagent.report import Report
+from gpuagent.schema import ProbeEntry, State
 from gpuagent.sources.probe.probe import Prober
 from tests import fakehost
 from tests.fake_units import FakeUnits

@@ -12,18 +12,17 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpuagent import __version__, report
 from gpuagent.health import Finding, Problem
-from gpuagent.report import GpuEntry, State
-from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.schema import GpuEntry, ProbeState, State
 from gpuagent.sources.probe import rules
-from gpuagent.sources.probe.smi import Row
 from gpuagent.state import SCHEMA
 from gpuagent.views import (
     BusView,
     KernelView,
     NvlinkView,
-    ProbeState,
+    PciGpu,
     ProbeView,
     ProcessesView,
+    Row,
     Sample,
     SamplesView,
     ServicesView,

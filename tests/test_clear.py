@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from gpuagent.commands import clearcli, statustext
 from gpuagent.commands.cli import main
 from gpuagent.logs import Event
-from gpuagent.report import GpuEntry, State
+from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.kernel import clears
-from gpuagent.sources.kernel.clears import Clear
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
+from gpuagent.views import Clear
 from tests import states
 from tests.conftest import Host
 from tests.test_kernel import FELL_OFF
@@ -155,9 +155,9 @@ def test_parse_honours_root_only_and_latching_kinds() -> None:
         {k: v for k, v in good.items() if k != "KIND"},
     ):
         assert clears.parse(bad, 5.0) is None
-    assert Clear(SLOT, "all", "root", 0).covers("init_failed")
-    assert not Clear(SLOT, "xid", "root", 0).covers("init_failed")
-    assert not Clear(SLOT, "all", "root", 0).covers("throttled")
+    assert clears.covers("all", "init_failed")
+    assert not clears.covers("xid", "init_failed")
+    assert not clears.covers("all", "throttled")
     assert clears.refusal("xid") is None and clears.refusal("all") is None
     assert "read live" in (clears.refusal("recovery_action") or "")
 
@@ -241,8 +241,8 @@ def test_gone_from_bus_is_the_one_bus_kind_a_clear_accepts(
     code, out, _ = clear_cli(conf, SLOT, "gone_from_bus")
     assert code == 0 and out.startswith(f"{SLOT}: gone_from_bus cleared by ")
     assert sent.entries[-1]["KIND"] == "gone_from_bus"
-    assert Clear(SLOT, "gone_from_bus", "root", 0).covers("gone_from_bus")
-    assert not Clear(SLOT, "all", "root", 0).covers("gone_from_bus")
+    assert clears.covers("gone_from_bus", "gone_from_bus")
+    assert not clears.covers("all", "gone_from_bus")
 
 
 # Two boots: the kernel's id as a sandboxed service sees it is neither (systemd-nspawn gives

@@ -16,9 +16,8 @@ from click.testing import CliRunner
 from gpuagent.commands import drain, slurmcheck
 from gpuagent.commands.cli import main
 from gpuagent.commands.drain import Node, decide, npd, parse_node, worst
-from gpuagent.report import State
-from gpuagent.sources.probe.smi import Failure
-from gpuagent.views import ProbeState, ProbeView
+from gpuagent.schema import ProbeState, State
+from gpuagent.views import Failure, ProbeView
 from tests import states
 from tests.states import NOW, SLOT
 from tests.test_status import write_state

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuagent.commands.status import ExitCode, judge
 from gpuagent.logs import Event
-from gpuagent.report import ProblemEntry
+from gpuagent.schema import ProblemEntry
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
 from tests.test_kernlog import NOT_FOUND, REJECTED, append, userspace

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuagent.logs import Event
-from gpuagent.report import State
+from gpuagent.schema import State
 from gpuagent.sources.kernel import earlier
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from tests.conftest import Host

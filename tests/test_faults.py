@@ -19,7 +19,7 @@ from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.edges import runner as runner_mod
 from gpuagent.logs import Event, EventLog
-from gpuagent.report import State
+from gpuagent.schema import State
 from gpuagent.sources.bus.bus import BusScan
 from gpuagent.sources.probe.smi import FIELDS, parse_output
 from gpuagent.views import BusView

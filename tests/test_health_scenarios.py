@@ -17,7 +17,7 @@ import pytest
 
 from gpuagent.commands.status import ExitCode, judge
 from gpuagent.logs import Event
-from gpuagent.report import GpuEntry, State
+from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.probe import rules
 from tests import fakesysfs
 from tests.conftest import Host

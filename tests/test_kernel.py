@@ -13,11 +13,10 @@ from gpuagent.agent import Agent
 from gpuagent.commands import status, statustext
 from gpuagent.configkeys import Override
 from gpuagent.logs import Event, EventLog
-from gpuagent.report import GpuEntry, State
-from gpuagent.sources.bus.pci import PciGpu
+from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.kernel.kernel import KernelSource
 from gpuagent.sources.kernel.kernlog import KernelLog
-from gpuagent.views import BusView
+from gpuagent.views import BusView, PciGpu
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Clock, Host
 from tests.test_kernlog import append, corpus_text, export, userspace

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from gpuagent.logs import Event
-from gpuagent.report import State
+from gpuagent.schema import State
 from gpuagent.sources.bus.known import FILE
 from tests import fakesysfs
 from tests.conftest import Host

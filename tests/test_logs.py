@@ -12,7 +12,7 @@ from systemd.journal import JournalHandler
 
 from gpuagent import logs
 from gpuagent.logs import Event, EventLog
-from gpuagent.sources.probe.smi import Failure
+from gpuagent.views import Failure
 
 
 def test_every_failure_class_has_an_event() -> None:

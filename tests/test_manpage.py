@@ -7,9 +7,11 @@ import re
 import subprocess
 from dataclasses import fields
 
+import click
+
 from gpuagent.commands.cli import main
 from gpuagent.config import Config
-from gpuagent.sources.probe.smi import Failure
+from gpuagent.views import Failure
 from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +52,10 @@ def test_sections_in_order() -> None:
 
 def test_every_command_and_option() -> None:
     commands = section("COMMANDS")
-    for name, command in main.commands.items():
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        assert command is not None, name
         assert f"B{name}" in commands.replace(".BR ", "B").replace("\\fB", "B"), name
         for param in command.params:
             for opt in param.opts:

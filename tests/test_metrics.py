@@ -19,10 +19,10 @@ from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
 from gpuagent.publish import Textfile
-from gpuagent.report import State
+from gpuagent.schema import ProbeState, State
 from gpuagent.sources.bus.pciaddr import sysfs_slot
-from gpuagent.sources.probe.smi import FIELDS, Row, parse
-from gpuagent.views import Gate, ProbeState, ProbeView, ProcessesView
+from gpuagent.sources.probe.smi import FIELDS, parse
+from gpuagent.views import Gate, ProbeView, ProcessesView, Row
 from tests import fakesysfs, replay, states
 from tests.conftest import Host, ListHandler
 from tests.fakehost import H200_LOAD

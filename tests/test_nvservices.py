@@ -11,7 +11,6 @@ import pytest
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.bus import pci
-from gpuagent.sources.probe.smi import Row
 from gpuagent.sources.services.nvservices import (
     FABRICMANAGER,
     PERSISTENCED,
@@ -22,6 +21,7 @@ from gpuagent.sources.services.nvservices import (
     persistence_findings,
     persistenced_findings,
 )
+from gpuagent.views import Row
 from tests import fakesysfs
 from tests.replay import CORPUS
 

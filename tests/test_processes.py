@@ -16,7 +16,7 @@ from gpuagent.commands import statustext
 from gpuagent.edges.systemd.unitname import Owner
 from gpuagent.edges.systemd.units import PidResult, UnitProcess, Watch
 from gpuagent.logs import Event
-from gpuagent.report import GpuEntry, State
+from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.processes.owners import Owners, source_words
 from gpuagent.views import Seen
 from tests import replay, test_kernlog

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.sources.bus.pci import PciGpu
 from gpuagent.sources.probe import rules
-from gpuagent.sources.probe.smi import FIELDS, Row, parse
+from gpuagent.sources.probe.smi import FIELDS, parse
+from gpuagent.views import PciGpu, Row
 from tests import replay
 from tests.fakehost import H200_LOAD
 

@@ -10,13 +10,13 @@ from gpuagent.sources.bus.pciaddr import sysfs_slot
 from gpuagent.sources.probe import smi
 from gpuagent.sources.probe.smi import (
     FIELDS,
-    Failure,
     ParseError,
     classify,
     invalid_field,
     parse,
     parse_output,
 )
+from gpuagent.views import Failure
 from tests import replay
 from tests.replay import CORPUS
 

@@ -10,11 +10,11 @@ import pytest
 
 from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
-from gpuagent.sources.bus.pci import PciGpu
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober, ProbeResult
 from gpuagent.sources.probe.samples import Samples
-from gpuagent.sources.probe.smi import FIELDS, Failure, ParseError, parse_output
+from gpuagent.sources.probe.smi import FIELDS, ParseError, parse_output
+from gpuagent.views import Failure, PciGpu
 from tests import replay
 
 H200 = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import csv
 import os
+from dataclasses import replace
 
 import pytest
 
 from gpuagent.configkeys import Override
 from gpuagent.health import ACTIONS, CRITICAL, WARNING, Finding
 from gpuagent.sources.kernel.xid import Xid, assess
-from gpuagent.sources.kernel.xidcatalog import CATALOG, NONE, XidInfo, lookup, override
-from gpuagent.sources.kernel.xidcount import XidCount, XidCounter
+from gpuagent.sources.kernel.xidcatalog import CATALOG, NONE, lookup, override
+from gpuagent.sources.kernel.xidcount import XidCounter, finding
+from gpuagent.views import XidCount, XidInfo
 from tests import xidcorpus
 
 TSV = os.path.join(
@@ -149,15 +151,15 @@ def test_a_warning_ends_after_the_hold_without_a_recurrence() -> None:
     # xid-48-63-94-driver550-dbe-rowremap: Xid 63 "Row Remapper: New row (…) marked for
     # remapping, reset gpu to activate." is a warning.
     c = count(lookup(63), last=1000.0)
-    assert isinstance(c.finding(), Finding)  # no hold given: until the next boot
-    assert c.finding(now=1000.0 + 3599.9, hold=3600.0) == c.finding()
-    assert c.finding(now=1000.0 + 3600.0, hold=3600.0) is None
-    c.last = 5000.0  # it came back
-    assert c.finding(now=4600.0 + 3600.0, hold=3600.0) == c.finding()
-    assert c.finding(now=1e9) == c.finding()
+    assert isinstance(finding(c), Finding)  # no hold given: until the next boot
+    assert finding(c, now=1000.0 + 3599.9, hold=3600.0) == finding(c)
+    assert finding(c, now=1000.0 + 3600.0, hold=3600.0) is None
+    c = replace(c, last=5000.0)  # it came back
+    assert finding(c, now=4600.0 + 3600.0, hold=3600.0) == finding(c)
+    assert finding(c, now=1e9) == finding(c)
 
 
 def test_a_critical_xid_holds_whatever_the_hold() -> None:
     c = count(lookup(48), last=1000.0)
-    assert c.finding(now=1e9, hold=1.0) == c.finding() is not None
-    assert count(lookup(13), last=1000.0).finding(now=1000.0, hold=3600.0) is None
+    assert finding(c, now=1e9, hold=1.0) == finding(c) is not None
+    assert finding(count(lookup(13), last=1000.0), now=1000.0, hold=3600.0) is None

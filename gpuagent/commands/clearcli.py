@@ -68,7 +68,7 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     held = _held(config.salvage(path, required=required)[0].state_file, where)
     if held is not None:
         live = sorted({k for k in held if clears.refusal(k) is not None})
-        ends = [k for k in held if clears.Clear(where, what, "", 0).covers(k)]
+        ends = [k for k in held if clears.covers(what, k)]
         if not ends:
             said = f"; {', '.join(live)} read live: it ends with its cause" if live else ""
             click.echo(f"gpuagent: {where} has no {what} problem to clear{said}", err=True)

@@ -3,24 +3,54 @@
 (thin; no
 logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units`` (debugging).
 
-Imports beyond click, json and tomllib happen inside the commands that need them, so that
+Imports beyond click, json and tomllib happen inside the commands that need them, and the
+commands of other modules are imported when they are asked for (:class:`LazyGroup`), so that
 ``gpuagent status`` starts fast.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 import time
-from typing import NoReturn
+from collections.abc import Mapping
+from typing import Any, NoReturn
 
 import click
 
 from gpuagent import config
-from gpuagent.commands import clearcli, historycli, schedcli, unitscli
 
-__all__ = ["main"]
+__all__ = ["LazyGroup", "main"]
+
+# The commands defined in other modules: name -> "module:attribute".
+_ELSEWHERE = {
+    "clear": "gpuagent.commands.clearcli:clear",
+    "history": "gpuagent.commands.historycli:history",
+    "slurm-check": "gpuagent.commands.schedcli:slurm_check",
+    "units": "gpuagent.commands.unitscli:units",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports the module of a command in ``lazy`` (name ->
+    ``module:attribute``) only when that command is asked for (run, or listed in the help)."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = self.lazy.get(cmd_name)
+        if where is None:
+            return super().get_command(ctx, cmd_name)
+        module, _, name = where.partition(":")
+        command: click.Command = getattr(importlib.import_module(module), name)
+        return command
 
 
 def _load(ctx: click.Context) -> config.Config:
@@ -67,7 +97,12 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 
 # no_args_is_help=False: a bare `gpuagent` is a usage error (exit 2), not a help page (exit 0).
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, no_args_is_help=False)
+@click.group(
+    cls=LazyGroup,
+    lazy=_ELSEWHERE,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=False,
+)
 @click.option(
     "--config",
     "config_path",
@@ -149,6 +184,8 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
     if form == "npd":
+        from gpuagent.commands import schedcli  # noqa: PLC0415
+
         schedcli.npd(ctx)
     as_json = as_json or form == "json"
     from gpuagent import state  # noqa: PLC0415
@@ -215,12 +252,6 @@ def _print(text: str) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, out.fileno())
         os.close(devnull)
-
-
-main.add_command(schedcli.slurm_check)
-main.add_command(clearcli.clear)
-main.add_command(historycli.history)
-main.add_command(unitscli.units)
 
 
 @main.command("check-config")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpuagent.commands.status import ExitCode, clean, judge
 from gpuagent.health import ACTIONS, CRITICAL
-from gpuagent.report import ProblemEntry, State
+from gpuagent.schema import ProblemEntry, State
 
 __all__ = [
     "NPD_WIDTH",

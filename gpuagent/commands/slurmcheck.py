@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from gpuagent import state
 from gpuagent.commands.drain import decide, parse_node
 from gpuagent.commands.status import ExitCode, checked, clean, judge
-from gpuagent.report import State
+from gpuagent.schema import State
 
 __all__ = ["EX_SCONTROL", "EX_UNKNOWN", "TIMEOUT", "check", "node_name", "state_reason"]
 

@@ -2,7 +2,7 @@
 
 The exit status follows the monitoring-plugins convention: 0 ok, 1 warning, 2 critical,
 3 unknown, from the worst problem on the host (see :func:`judge`).  The state is read as the
-agent's report wrote it (:class:`gpuagent.report.State`), once :func:`malformed` has found
+agent's report wrote it (:class:`gpuagent.schema.State`), once :func:`malformed` has found
 nothing wrong with it.
 """
 
@@ -16,8 +16,7 @@ from enum import IntEnum
 from typing import Any, TypeGuard, cast
 
 from gpuagent.health import HEALTH, SEVERITIES, Health, Severity
-from gpuagent.report import ProblemEntry, State
-from gpuagent.views import ProbeState
+from gpuagent.schema import ProbeState, ProblemEntry, State
 
 __all__ = [
     "ExitCode",

@@ -14,7 +14,7 @@ import textwrap
 
 from gpuagent.commands.status import ExitCode, ago, clean, conditions, finite
 from gpuagent.commands.statusrows import clock, count, nvlink_row, process_rows, services_row
-from gpuagent.report import GpuEntry, ProblemEntry, State
+from gpuagent.schema import GpuEntry, ProblemEntry, State
 
 __all__ = ["render"]
 

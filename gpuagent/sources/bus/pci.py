@@ -10,11 +10,11 @@ hot-plug, not an error.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from gpuagent.views import PciGpu
 
 __all__ = [
     "NVIDIA_VENDOR",
-    "PciGpu",
     "Scanner",
     "is_nvidia_gpu",
     "is_nvswitch",
@@ -27,26 +27,6 @@ NVIDIA_VENDOR = 0x10DE
 _GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
 # NVSwitches show up as NVIDIA functions of class "Bridge / other" (0x0680xx).
 _NVSWITCH_CLASS = 0x0680
-
-
-@dataclass(frozen=True)
-class PciGpu:
-    """One NVIDIA GPU function on the PCI bus.
-
-    ``slot`` is the sysfs BDF (``0000:41:00.0``), ``device_id`` and ``pci_class`` are the
-    sysfs hex strings (``0x2335``, ``0x030200``), ``driver`` the bound driver's name
-    (``nvidia``, ``nouveau``, ``vfio-pci``) or ``None`` when unbound.
-    """
-
-    slot: str
-    device_id: str
-    pci_class: str
-    driver: str | None
-
-    @property
-    def probeable(self) -> bool:
-        """Whether nvidia-smi can be asked about it: bound to ``nvidia``, or not bound yet."""
-        return self.driver in (None, "nvidia")
 
 
 def is_nvidia_gpu(vendor: int, pci_class: int) -> bool:

@@ -11,11 +11,11 @@ name).  Anyone may log such text; only an entry journald stamped ``_UID=0`` coun
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gpuagent.sources.bus.pciaddr import parse_device
+from gpuagent.views import Clear
 
-__all__ = ["ALL", "GONE", "LATCHING", "Clear", "fields", "parse", "refusal", "slot_of"]
+__all__ = ["ALL", "GONE", "LATCHING", "covers", "fields", "parse", "refusal", "slot_of"]
 
 # The kinds that hold until the next boot unless an operator clears them.
 LATCHING = ("xid", "init_failed")
@@ -25,19 +25,9 @@ ALL = "all"
 GONE = "gone_from_bus"
 
 
-@dataclass(frozen=True)
-class Clear:
-    """A clear of ``kind`` (or :data:`ALL`) on the GPU in ``slot`` by user ``by`` at ``at``
-    (s since the epoch)."""
-
-    slot: str
-    kind: str
-    by: str
-    at: float
-
-    def covers(self, kind: str) -> bool:
-        """Whether this clear ends a problem of ``kind``."""
-        return (kind in LATCHING and self.kind in (kind, ALL)) or kind == self.kind == GONE
+def covers(cleared: str, kind: str) -> bool:
+    """Whether a clear of ``cleared`` (a kind or :data:`ALL`) ends a problem of ``kind``."""
+    return (kind in LATCHING and cleared in (kind, ALL)) or kind == cleared == GONE
 
 
 def refusal(kind: str) -> str | None:

@@ -27,9 +27,9 @@ from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.kernlog import KernelLog
-from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCount, XidCounter
+from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCounter
 from gpuagent.sources.processes.owners import source_words
-from gpuagent.views import ApiMismatch, BusView, DriverRecords, KernelView, Seen
+from gpuagent.views import ApiMismatch, BusView, Clear, DriverRecords, KernelView, Seen, XidCount
 
 __all__ = ["SLICE", "KernelSource"]
 
@@ -80,7 +80,7 @@ class KernelSource:
         # stamps date them, as at the first poll).
         self._backlog = False
         # Each GPU's last clear by root (`gpuagent clear`), read in order with the records.
-        self.cleared: dict[str, clears.Clear] = {}
+        self.cleared: dict[str, Clear] = {}
         self._forgotten: list[str] = []
         self._trouble: Condition[str] = Condition()
         self._reasons: list[str] = []

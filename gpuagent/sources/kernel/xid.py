@@ -31,13 +31,8 @@ from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import DEVICE, SLOT, parse_device, slot_of
 from gpuagent.sources.kernel import driverrecord
-from gpuagent.sources.kernel.xidcatalog import (
-    NONE,
-    RECOVERY_ACTIONS,
-    XidInfo,
-    lookup,
-    override,
-)
+from gpuagent.sources.kernel.xidcatalog import NONE, RECOVERY_ACTIONS, lookup, override
+from gpuagent.views import XidInfo
 
 __all__ = ["XID_FELL_OFF", "Event", "GpuUuid", "InitFailure", "SXid", "Xid", "assess", "parse"]
 

@@ -8,7 +8,7 @@ actions; the advice is in our own words.  ``severity`` says what a code does to 
   hurt one process, not the GPU, and detail lines of another Xid (171, 172 follow 48);
 * ``warning`` / ``critical``: a problem of kind ``xid`` on the GPU (a warning ends after
   ``xid_warning_hold`` without a recurrence, see
-  :meth:`gpuagent.sources.kernel.xid.XidCount.finding`; a
+  :func:`gpuagent.sources.kernel.xidcount.finding`; a
   critical one holds until the next boot).
 
 Every code of NVIDIA's catalog is here; where gpuagent departs from NVIDIA's immediate
@@ -21,37 +21,21 @@ code against the reference table, ``tests/data/reference/xid-catalog.tsv``).  Xi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gpuagent.configkeys import Override
+from gpuagent.views import XidInfo
 
 __all__ = [
     "CATALOG",
     "NONE",
     "RECOVERY_ACTIONS",
-    "XidInfo",
     "lookup",
     "override",
 ]
 
 # Counted only: the GPU stays healthy.
 NONE = "none"
-
-
-@dataclass(frozen=True)
-class XidInfo:
-    """One Xid code: ``name`` (short), ``severity`` (``none``, ``warning``, ``critical``),
-    ``action`` (one of :data:`gpuagent.health.ACTIONS`) and ``advice`` (one sentence).
-
-    ``why`` is set where gpuagent departs from NVIDIA's catalog (its immediate resolution
-    bucket, or the severity and action the reference table derives from it), and says why.
-    """
-
-    name: str
-    severity: str
-    action: str
-    advice: str
-    why: str = ""
 
 
 def _app(name: str, advice: str, action: str = "restart_app", why: str = "") -> XidInfo:

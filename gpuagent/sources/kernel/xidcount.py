@@ -15,7 +15,8 @@ from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from gpuagent.sources.kernel.xidcatalog import NONE, XidInfo, override
+from gpuagent.sources.kernel.xidcatalog import NONE, override
+from gpuagent.views import SXidCount, XidCount
 
 __all__ = [
     "MAX_CODES",
@@ -23,9 +24,8 @@ __all__ = [
     "Attribute",
     "First",
     "InitCount",
-    "SXidCount",
-    "XidCount",
     "XidCounter",
+    "finding",
 ]
 
 _RANK = {NONE: 0, WARNING: 1, CRITICAL: 2}
@@ -39,64 +39,40 @@ MAX_CODES = 256
 Source = tuple[str, str | None]
 
 
-@dataclass
-class XidCount:
-    """One (GPU, Xid code) of this boot: ``count`` records, the ``first`` and ``last`` one's
-    time (s since the epoch), what it means (``info``: the worst seen; for 154 the latest),
-    the last record's words (``text``) and the process it names (``pid``, ``process``: its
-    ``pid=`` and ``name=``; ``None`` where it names none)."""
+def finding(
+    count: XidCount,
+    now: float | None = None,
+    hold: float | None = None,
+    source: Source | None = None,
+) -> Finding | None:
+    """The GPU's problem of kind ``xid`` that ``count`` makes, or ``None`` (counted only);
+    ``source`` names the process that caused it (its words, its unit).
 
-    code: int
-    count: int
-    first: float
-    last: float
-    info: XidInfo
-    text: str
-    pid: int | None = None
-    process: str | None = None
-
-    def finding(
-        self, now: float | None = None, hold: float | None = None, source: Source | None = None
-    ) -> Finding | None:
-        """The GPU's problem of kind ``xid`` this code makes, or ``None`` (counted only);
-        ``source`` names the process that caused it (its words, its unit).
-
-        A warning no longer holds once ``hold`` seconds (``Config.xid_warning_hold``) have
-        passed since the code's last record without a recurrence: ``now`` is wall time in
-        seconds since the epoch, the clock of :attr:`last`.  Without ``now`` and ``hold`` it
-        holds until the next boot; a critical one always does."""
-        if self.info.severity == NONE:
-            return None
-        if (
-            self.info.severity == WARNING
-            and now is not None
-            and hold is not None
-            and now - self.last >= hold
-        ):
-            return None
-        words, unit = source or ("", None)
-        return Finding(
-            "xid",
-            self.info.severity,
-            self.info.action,
-            f"Xid {self.code} ({self.info.name}){words}: {self.info.advice}",
-            (("xid", self.code),),
-            # A warning that lapsed and came back starts again at its latest record.
-            at=self.first if self.info.severity == CRITICAL else self.last,
-            unit=unit,
-        )
-
-
-@dataclass
-class SXidCount:
-    """One (NVSwitch, SXid code) of this boot: records, first and last time (s since the
-    epoch), and whether any of its lines called it fatal."""
-
-    code: int
-    count: int
-    first: float
-    last: float
-    fatal: bool = False
+    A warning no longer holds once ``hold`` seconds (``Config.xid_warning_hold``) have passed
+    since the code's last record without a recurrence: ``now`` is wall time in seconds since
+    the epoch, the clock of ``count.last``.  Without ``now`` and ``hold`` it holds until the
+    next boot; a critical one always does."""
+    info = count.info
+    if info.severity == NONE:
+        return None
+    if (
+        info.severity == WARNING
+        and now is not None
+        and hold is not None
+        and now - count.last >= hold
+    ):
+        return None
+    words, unit = source or ("", None)
+    return Finding(
+        "xid",
+        info.severity,
+        info.action,
+        f"Xid {count.code} ({info.name}){words}: {info.advice}",
+        (("xid", count.code),),
+        # A warning that lapsed and came back starts again at its latest record.
+        at=count.first if info.severity == CRITICAL else count.last,
+        unit=unit,
+    )
 
 
 @dataclass
@@ -258,13 +234,19 @@ class XidCounter:
             )
             self._new.append(("xid", xid.device, xid.code))
             return
-        old.count += 1
-        old.last = max(old.last, time)
-        old.text = xid.text
-        if xid.origin == "xid":
-            old.pid, old.process = xid.pid, xid.process
-        if xid.code == 154 or _RANK[info.severity] >= _RANK[old.info.severity]:
-            old.info = info
+        if xid.code != 154 and _RANK[info.severity] < _RANK[old.info.severity]:
+            info = old.info
+        named = xid.origin == "xid"
+        self._xids[key] = XidCount(
+            old.code,
+            old.count + 1,
+            old.first,
+            max(old.last, time),
+            info,
+            xid.text,
+            xid.pid if named else old.pid,
+            xid.process if named else old.process,
+        )
 
     def _add_sxid(self, time: float, sxid: SXid, seen: set[tuple[str, str, int]]) -> None:
         slot = sxid.slot or f"nvswitch{sxid.switch}"
@@ -279,9 +261,9 @@ class XidCounter:
             self._sxids[slot, sxid.code] = SXidCount(sxid.code, 1, time, time, fatal)
             self._new.append(("sxid", slot, sxid.code))
             return
-        old.count += 1
-        old.last = max(old.last, time)
-        old.fatal = old.fatal or fatal
+        self._sxids[slot, sxid.code] = SXidCount(
+            old.code, old.count + 1, old.first, max(old.last, time), old.fatal or fatal
+        )
 
     def _add_init(self, time: float, failure: InitFailure) -> None:
         device = device_of(failure.slot)
@@ -361,15 +343,15 @@ class XidCounter:
     ) -> dict[str, list[Finding]]:
         """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code;
         a warning Xid ends ``hold`` s after its last record at wall time ``now``
-        (:meth:`XidCount.finding`); ``attribute`` names the process that caused each."""
+        (:func:`finding`); ``attribute`` names the process that caused each."""
         by_device = self._slotter(slots)
         out: dict[str, list[Finding]] = {}
         for (device, code), count in sorted(self._xids.items()):
             slot = self._slot(device, by_device)
             source = attribute(slot, count) if attribute is not None else None
-            finding = self._site(count).finding(now, hold, source)
-            if finding is not None and self._holds("xid", device, code):
-                out.setdefault(slot, []).append(finding)
+            found = finding(self._site(count), now, hold, source)
+            if found is not None and self._holds("xid", device, code):
+                out.setdefault(slot, []).append(found)
         for device, failure in sorted(self._init.items()):
             if self._holds("init_failed", device, 0):
                 out.setdefault(self._slot(device, by_device), []).append(failure.finding())
@@ -387,12 +369,12 @@ class XidCounter:
                 slot = self._slot(where, by_device)
                 source = attribute(slot, c) if attribute is not None else None
                 words, unit = source or ("", None)
-                finding = c.finding(source=source)
                 message = (
                     f"Xid {code} on GPU {slot}{words}: {c.info.name}; {c.info.advice}"
                     f" (action: {c.info.action})"
                 )
-                out.append(First(slot, kind, code, c.first, message, finding, unit))
+                made = finding(c, source=source)
+                out.append(First(slot, kind, code, c.first, message, made, unit))
             elif kind == "sxid":
                 s = self._sxids[where, code]
                 fatal = "fatal " if s.fatal else ""

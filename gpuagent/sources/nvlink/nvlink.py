@@ -20,7 +20,7 @@ from enum import StrEnum
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.bus.pciaddr import sysfs_slot
-from gpuagent.sources.probe.smi import Row
+from gpuagent.views import Row
 
 __all__ = [
     "COUNTERS_ARGS",

@@ -24,8 +24,7 @@ from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.nvlink.linksup import LinksUp
 from gpuagent.sources.nvlink.nvlink import GpuState, Parsed
 from gpuagent.sources.nvlink.nvlinkread import Reader
-from gpuagent.sources.probe.smi import Row
-from gpuagent.views import NvlinkGpu, NvlinkView
+from gpuagent.views import NvlinkGpu, NvlinkView, Row
 
 __all__ = ["NvlinkSource"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpuagent.report import State
+from gpuagent.schema import State
 
 __all__ = ["families"]
 

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from gpuagent.config import Config
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import EventLog
+from gpuagent.schema import ProbeState
 from gpuagent.sources import Findings, Outcome, Source
 from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
-from gpuagent.views import ProbeState, Tick
+from gpuagent.views import Tick
 
 __all__ = ["Nvlink"]
 

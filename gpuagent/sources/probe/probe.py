@@ -10,14 +10,13 @@ from gpuagent.edges.runner import Outcome, Runner
 from gpuagent.sources.probe.smi import (
     FALLBACKS,
     FIELDS,
-    Failure,
     ParseError,
-    Row,
     classify,
     command,
     invalid_field,
     parse_output,
 )
+from gpuagent.views import Failure, Row
 
 __all__ = ["ProbeResult", "Prober", "lookup"]
 

@@ -18,9 +18,10 @@ from gpuagent.condition import Condition, Edge
 from gpuagent.config import Config
 from gpuagent.edges.backoff import Backoff, cap_ticks
 from gpuagent.logs import Event, EventLog
+from gpuagent.schema import ProbeState
 from gpuagent.sources.probe.probe import Prober, ProbeResult
-from gpuagent.sources.probe.smi import HINTS, Failure, Row
-from gpuagent.views import BusView, Gate, ProbeState, ProbeView, plural
+from gpuagent.sources.probe.smi import HINTS
+from gpuagent.views import BusView, Failure, Gate, ProbeView, Row, plural
 
 __all__ = ["Probing"]
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.sources.bus.pci import PciGpu
-from gpuagent.sources.probe.smi import Row
+from gpuagent.views import PciGpu, Row
 
 __all__ = [
     "BUSY_UTILIZATION",

@@ -13,12 +13,10 @@ from collections.abc import Callable
 
 from gpuagent.health import Finding
 from gpuagent.logs import EventLog
-from gpuagent.sources.bus.pci import PciGpu
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import ProbeResult
-from gpuagent.sources.probe.smi import Row
 from gpuagent.sources.probe.throttle import ThrottleWindow
-from gpuagent.views import Sample, SamplesView
+from gpuagent.views import PciGpu, Row, Sample, SamplesView
 
 __all__ = ["STALE_AFTER_INTERVALS", "Samples"]
 

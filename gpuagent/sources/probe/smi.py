@@ -11,20 +11,18 @@ import math
 import re
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from enum import StrEnum
 
+from gpuagent.schema import Value
 from gpuagent.sources.bus.pciaddr import is_bus_id, sysfs_slot
+from gpuagent.views import Failure, Row
 
 __all__ = [
     "FALLBACKS",
     "FIELDS",
     "HINTS",
     "REQUIRES_RESET",
-    "Failure",
     "Output",
     "ParseError",
-    "Row",
-    "Value",
     "classify",
     "command",
     "invalid_field",
@@ -32,9 +30,6 @@ __all__ = [
     "parse",
     "parse_output",
 ]
-
-Value = int | float | str | None
-Row = dict[str, Value]
 
 # Text fields the health rules read (gpuagent.sources.probe.rules).
 _HEALTH_TEXT = (
@@ -148,22 +143,6 @@ _GPU_ERROR = re.compile(
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<reason>.*\S)\s*$"
 )
 _INFOROM = re.compile(r"^WARNING: infoROM is corrupted at gpu (?P<bus>\S+)\s*$", re.IGNORECASE)
-
-
-class Failure(StrEnum):
-    """Why a probe produced no samples."""
-
-    NOT_FOUND = "not_found"
-    PERMISSION_DENIED = "permission_denied"
-    TIMEOUT = "timeout"
-    DRIVER_NOT_LOADED = "driver_not_loaded"
-    LIBRARY_MISSING = "library_missing"
-    VERSION_MISMATCH = "version_mismatch"
-    NO_DEVICES = "no_devices"
-    GPU_LOST = "gpu_lost"
-    BLOCKED_BY_OS = "blocked_by_os"
-    UNPARSEABLE = "unparseable"
-    OTHER = "other"
 
 
 class ParseError(Exception):

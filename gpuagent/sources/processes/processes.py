@@ -24,10 +24,9 @@ from gpuagent.edges.backoff import Backoff, cap_ticks
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.nvlink import nvlink
-from gpuagent.sources.probe.smi import Row
 from gpuagent.sources.processes import apps, comm
 from gpuagent.sources.processes.owners import Owners, PidLookup
-from gpuagent.views import ProcessesView, ProcessView
+from gpuagent.views import ProcessesView, ProcessView, Row
 
 __all__ = ["ProcessesSource", "every_ticks"]
 

@@ -12,10 +12,11 @@ from dataclasses import replace
 from gpuagent.config import Config
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import EventLog
+from gpuagent.schema import ProbeState
 from gpuagent.sources import Outcome, Source
 from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
-from gpuagent.views import ProbeState, ProcessesView, Tick
+from gpuagent.views import ProcessesView, Tick
 
 __all__ = ["Processes"]
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.sources.probe.smi import Row
+from gpuagent.views import Row
 
 __all__ = [
     "DCGM",

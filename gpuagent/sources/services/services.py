@@ -20,9 +20,8 @@ from gpuagent.edges.systemd.units import Result, Watch
 from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus import pci
-from gpuagent.sources.probe.smi import Row
 from gpuagent.sources.services import nvservices
-from gpuagent.views import ServicesView, UnitView
+from gpuagent.views import Row, ServicesView, UnitView
 
 __all__ = ["Reader", "ServicesSource"]
 
