@@ -134,28 +134,24 @@ class Agent:
         an unexpected error is logged once by the source it came from and held as the
         ``internal`` trouble, while the other sources go on."""
         self.ticks += 1
-        last = self.last
-        tick = replace(
-            last,
-            now=self.wall(),
-            mono=self.monotonic(),
-            config=self.config,
-            previous=replace(last, previous=None),
-        )
+        tick = self.last.next(self.wall(), self.monotonic(), self.config)
         for source in self.sources:
             tick = self._step(source, tick)
             if scanned is not None and source.name == READY_AFTER:
                 scanned(self._report(tick).status)
+        self._judge(tick)
+        self.last = tick
+        return self._report(tick, published)
+
+    def _judge(self, tick: Tick) -> None:
         try:
             self.verdict.judge(
-                self.wall(), tick.bus, self.config.expected_gpus, tick.kernel.cleared
+                self.wall(), tick.bus, tick.config.expected_gpus, tick.kernel.cleared
             )
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)
         else:
             self._bug.passed()
-        self.last = tick
-        return self._report(tick, published)
 
     def _step(self, source: Source, tick: Tick) -> Tick:
         bug = self._bugs.get(source.name) or Bug(self.log, f"in a tick's {source.name} step")

@@ -371,6 +371,12 @@ class Tick:
         """The previous tick, or this one where there is none (the first)."""
         return self.previous or self
 
+    def next(self, now: float, mono: float, config: Config) -> Tick:
+        """The tick after this one, at ``now`` (wall s) and ``mono`` (monotonic s): this
+        one's views until its sources step, this one (one tick back only) as ``previous``."""
+        last = replace(self, previous=None)
+        return replace(last, now=now, mono=mono, config=config, previous=last)
+
     def with_view(self, name: str, view: object) -> Tick:
         """This tick with source ``name``'s ``view`` as its field; raises TypeError for a
         view of another type than the field's (a source's bug)."""
