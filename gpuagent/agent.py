@@ -89,14 +89,20 @@ class Agent:
         self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
         self.driver = DriverState(config, monotonic=monotonic)
         self.verdict = Verdict(log, self.origin.started_at)
+        this_boot = boot()
         self.nvlink = NvlinkSource(
-            config, prober.runner, log, monotonic=monotonic, state_directory=state_directory
+            config,
+            prober.runner,
+            log,
+            monotonic=monotonic,
+            state_directory=state_directory,
+            boot=this_boot,
         )
         # The runner's heartbeat feeds the watchdog: the bus calls of a tick feed it too.
         systemd = units() if units is not None else _system_units(prober.runner.heartbeat)
         self.services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
         self.processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
-        self.known = KnownGpus(state_directory, log, boot())
+        self.known = KnownGpus(state_directory, log, this_boot)
         self.earlier = EarlierBoots(
             config.journal_directory, config.history_days, config.recurrence_boots
         )

@@ -39,6 +39,7 @@ class NvlinkSource:
         *,
         monotonic: Callable[[], float],
         state_directory: str | None = None,
+        boot: str = "",
     ) -> None:
         self.runner = runner
         self.log = log
@@ -48,8 +49,9 @@ class NvlinkSource:
         self.watch = nvlink.Watch(
             config.nvlink_window, config.nvlink_recovery_budget, config.nvlink_replay_budget
         )
-        # $STATE_DIRECTORY: what was up before a restart in this boot is still "up earlier".
-        self.links_up = LinksUp(state_directory, log)
+        # $STATE_DIRECTORY: what was up before a restart in this boot (``boot``, its id) is
+        # still "up earlier".
+        self.links_up = LinksUp(state_directory, log, boot=boot)
         self.watch.remember(self.links_up.links)
         self._view = NvlinkView({})
 
