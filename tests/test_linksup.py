@@ -82,14 +82,35 @@ def test_another_boots_file_is_forgotten(host: Host, tmp_path: str) -> None:
     }
 
 
+def test_the_boot_is_the_one_the_agent_is_given(host: Host, tmp_path: str) -> None:
+    directory = str(tmp_path)
+    nvlink(host)
+    asked: list[str] = []
+
+    def boot() -> str:
+        asked.append("a" * 32)
+        return asked[-1]
+
+    host.make_agent(state_directory=directory, nvlink_interval=10.0, boot=boot)
+    host.tick()
+    assert remembered(directory)["boot_id"] == "a" * 32
+    assert len(asked) == 1  # read once, for the known GPUs and the links alike
+    # Another boot, as the agent is told: what was up in the first is forgotten.
+    nvlink(host, override={slot: {"14": "<inactive>"} for slot in host.slots})
+    host.make_agent(state_directory=directory, nvlink_interval=10.0, boot=lambda: "b" * 32)
+    host.tick()
+    assert kinds(host) == {}
+    assert remembered(directory)["boot_id"] == "b" * 32
+
+
 def test_without_a_state_directory_nothing_is_remembered(tmp_path: str) -> None:
     log, records = recorder()
-    links = LinksUp(None, log, boot=lambda: "b")
+    links = LinksUp(None, log, boot="b")
     links.update({"GPU-1": {0, 1}})
     assert links.links == {"GPU-1": {0, 1}}
     assert os.listdir(tmp_path) == [] and records == []
     # Nor without a boot id: the file could not say which boot it is of.
-    LinksUp(str(tmp_path), log, boot=lambda: "").update({"GPU-1": {0}})
+    LinksUp(str(tmp_path), log, boot="").update({"GPU-1": {0}})
     assert os.listdir(tmp_path) == []
 
 
@@ -99,7 +120,7 @@ def test_a_bad_file_is_one_warning_and_nothing_remembered(tmp_path: str) -> None
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         log, records = recorder()
-        links = LinksUp(str(tmp_path), log, boot=lambda: "b")
+        links = LinksUp(str(tmp_path), log, boot="b")
         assert links.links == {}
         assert [r.levelno for r in records] == [logging.WARNING], text
         message = records[0].getMessage()
@@ -112,7 +133,7 @@ def test_an_unwritable_directory_is_one_warning_and_a_problem(tmp_path: str) -> 
     with open(directory, "w", encoding="utf-8"):
         pass  # even root cannot write below a file
     log, records = recorder()
-    links = LinksUp(directory, log, boot=lambda: "b")
+    links = LinksUp(directory, log, boot="b")
     assert links.error is None
     links.update({"GPU-1": {0}})
     links.update({"GPU-1": {0, 1}})

@@ -19,7 +19,6 @@ from gpuagent.sources.nvlink.nvlink import (
     Link,
     Parsed,
     Watch,
-    every_ticks,
     findings_by_slot,
     parse_counters,
     parse_status,
@@ -293,24 +292,6 @@ def test_a_whole_gpu_line_after_links_and_lines_before_any_header() -> None:
     parsed = parse_status(text)
     assert parsed.unreadable == ("Link 0: 25 GB/s", "Device does not have or support Nvlink")
     assert parsed.gpus[0].state is GpuState.LINKS
-
-
-@pytest.mark.parametrize(
-    ("seconds", "interval", "ticks"),
-    [
-        (60, 10, 6),
-        (61, 10, 7),
-        (10, 10, 1),
-        (5, 10, 1),  # less than a tick (a run --interval override): every tick
-        (0.3, 0.1, 3),
-        (0.7, 0.1, 7),
-        (1.0, 0.3, 4),
-        (600, 0.1, 6000),
-        (86400, 0.1, 864000),
-    ],
-)
-def test_every_ticks(seconds: float, interval: float, ticks: int) -> None:
-    assert every_ticks(seconds, interval) == ticks
 
 
 # --- the rules, on H200 hosts made from the capture (one block per slot) -----------------

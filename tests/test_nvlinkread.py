@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuagent.edges.backoff import Backoff
+from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.sources.nvlink.nvlink import GpuState
 from gpuagent.sources.nvlink.nvlinkread import Reader
@@ -32,8 +32,10 @@ def nvlink(host: FakeHost, **nv: Any) -> None:
 
 
 def reader(host: FakeHost, every: int = 3, timeout: float = 5.0) -> Reader:
+    """A reader every ``every`` ticks of 10 s, backing off after 3 failures, 4 reads at most."""
     runner = Runner(timeout=timeout, kill_grace=0.3)
-    return Reader(runner, every=every, backoff=Backoff(3, 4), sysfs_root=host.root)
+    cadence = Cadence(10.0 * every, 10.0, 3, 40.0 * every)
+    return Reader(runner, cadence=cadence, sysfs_root=host.root)
 
 
 def calls(host: FakeHost) -> list[list[str]]:
@@ -148,8 +150,3 @@ def test_no_binary_or_no_gpu_reads_nothing(host: FakeHost) -> None:
     assert not r.tick(None, host.slots).ran
     assert not r.tick(host.smi, []).ran
     assert host.nvlink_spawns == 0
-
-
-def test_every_must_be_a_tick() -> None:
-    with pytest.raises(ValueError, match="at least 1 tick"):
-        Reader(Runner(timeout=1), every=0, backoff=Backoff(3, 4))

@@ -1,8 +1,9 @@
-"""Tick-counted backoff for the nvidia-smi probe.
+"""Tick-counted backoff for a failing read (through :mod:`gpuagent.edges.cadence`).
 
-Gaps are counted in executed ticks, never read from a clock, so an NTP step, a resume from
-suspend or a slow probe cannot move the next attempt.  ``due()`` must be called exactly once
-per executed tick; a grid point the scheduler skips is not a tick and lengthens that gap.
+Gaps are counted in calls to ``due()``, never read from a clock, so an NTP step, a resume from
+suspend or a slow probe cannot move the next attempt.  The probe calls it once per executed
+tick, a read on a longer period once per period; a grid point the scheduler skips is not a
+tick and lengthens that gap.
 """
 
 from __future__ import annotations
@@ -32,12 +33,18 @@ class Backoff:
     """
 
     def __init__(self, after: int, cap: int) -> None:
+        self.failures = 0
+        self._skip = 0
+        self.configure(after, cap)
+
+    def configure(self, after: int, cap: int) -> None:
+        """Take a new threshold and cap (a reload); a gap under way is cut to the new cap,
+        and the failure count survives."""
         if after < 1 or cap < 2:
             raise ValueError(f"backoff needs after >= 1 and cap >= 2, got {after}, {cap}")
         self.after = after
         self.cap = cap
-        self.failures = 0
-        self._skip = 0
+        self._skip = min(self._skip, cap - 1)
 
     def due(self) -> bool:
         """Return whether this tick probes; counts one tick of the current gap."""
@@ -59,10 +66,6 @@ class Backoff:
         """Record a successful probe: the next tick probes and the count starts over."""
         self.failures = 0
         self._skip = 0
-
-    def clamp(self) -> None:
-        """Shorten the current gap to the cap (after ``cap`` was lowered by a reload)."""
-        self._skip = min(self._skip, self.cap - 1)
 
     def expedite(self) -> None:
         """Make the next ``due()`` true whatever the gap had counted (e.g. the driver returned)."""

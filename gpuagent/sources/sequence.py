@@ -69,7 +69,9 @@ def sources(
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=mono)
     probe = Probe(config, prober, log, which=which, wall=wall, monotonic=mono)
     driver = Driver(config, monotonic=mono)
-    nvlink = Nvlink(config, prober.runner, log, monotonic=mono, state_directory=state_directory)
+    nvlink = Nvlink(
+        config, prober.runner, log, monotonic=mono, state_directory=state_directory, boot=boot
+    )
     services = Services(config, log, reader=systemd, monotonic=mono)
     processes = Processes(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)

@@ -1,8 +1,8 @@
 """The GPUs this host has had, remembered on disk across restarts, upgrades and reboots.
 
 The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
-(``StateDirectory=gpuagent``: ``/var/lib/gpuagent``); a hand run without that variable
-remembers nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
+(:class:`gpuagent.edges.statedir.StateFile`); a hand run without that variable remembers
+nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
 ``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
 it.  Each also notes the boot it was last on the bus in (:mod:`gpuagent.edges.bootid`): one last
 seen in an earlier boot did not come back after the reboot (:attr:`KnownGpus.not_back`).  A
@@ -12,15 +12,11 @@ and the agent goes on with what it sees.
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpuagent import state
-from gpuagent.condition import Condition, Edge
-from gpuagent.edges import safefile
+from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
 
 __all__ = ["FILE", "KnownGpus"]
@@ -41,27 +37,14 @@ class KnownGpus:
     is this boot's id (``""``: unknown, no GPU is said not to have come back)."""
 
     def __init__(self, directory: str | None, log: EventLog, boot: str = "") -> None:
-        self.log = log
         self.boot = boot
-        self.path = os.path.join(directory, FILE) if directory else None
-        self.gpus: dict[str, Entry] = {}
-        self._trouble: Condition[str] = Condition()
-        if self.path is not None and os.path.lexists(self.path):
-            self.gpus = self._read(self.path)
+        self.file = StateFile(directory, FILE, log, limit=MAX_SIZE, otherwise="the GPUs on the bus")
+        self.gpus: dict[str, Entry] = self.file.read(_parsed, "the GPUs this host had") or {}
 
     @property
     def error(self) -> str | None:
         """Why the file cannot be read or written, while it cannot."""
-        return self._trouble.value
-
-    def _read(self, path: str) -> dict[str, Entry]:
-        try:
-            gpus = _parsed(safefile.load_json(path, MAX_SIZE))
-        except (OSError, ValueError, TypeError) as e:
-            self._note(f"{path}: cannot read the GPUs this host had: {state.why(e)}")
-            return {}
-        self._note(None)
-        return gpus
+        return self.file.error
 
     @property
     def not_back(self) -> list[str]:
@@ -108,19 +91,8 @@ class KnownGpus:
             self._write()
 
     def _write(self) -> None:
-        if self.path is None:
-            return
         gpus = [{"pci_slot": s, **g} for s, g in sorted(self.gpus.items())]
-        try:
-            state.write(self.path, {"gpus": gpus})
-        except OSError as e:
-            self._note(f"{self.path}: cannot remember the GPUs this host has: {state.why(e)}")
-            return
-        self._note(None)
-
-    def _note(self, error: str | None) -> None:
-        if self._trouble.update(error) is Edge.STARTED:
-            self.log(logging.WARNING, None, f"{error}; going on with the GPUs on the bus")
+        self.file.write({"gpus": gpus}, "the GPUs this host has")
 
 
 def _parsed(data: Any) -> dict[str, Entry]:

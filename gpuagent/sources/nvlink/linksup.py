@@ -3,24 +3,21 @@
 ``nvlink_down`` says a link is down that was up earlier in this boot: a restart (an upgrade,
 ``systemctl restart``) must not forget that, or a link that went down while the agent was
 away would look as if it had never been up.  The file is ``nvlink.json`` in the directory
-systemd names in ``$STATE_DIRECTORY`` (``/var/lib/gpuagent``), beside ``gpus.json``
-(:mod:`gpuagent.sources.bus.known`); it names the boot (the kernel's ``boot_id``), so that after a
-reboot it says nothing: a link down from the start of a boot is the comparison's to judge
-(fewer links than the other GPUs of its model).  A hand run without ``$STATE_DIRECTORY``
+systemd names in ``$STATE_DIRECTORY`` (:class:`gpuagent.edges.statedir.StateFile`), beside
+``gpus.json`` (:mod:`gpuagent.sources.bus.known`); it names the boot (the kernel's
+``boot_id``, as the agent is given it), so that after a reboot it says nothing: a link down
+from the start of a boot is the comparison's to judge (fewer links than the other GPUs of
+its model).  A hand run without ``$STATE_DIRECTORY``
 remembers nothing.  A file that cannot be read or written is one warning (the state's
 ``problems["nvlink_links"]`` while it lasts), and the agent goes on with what it sees.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from gpuagent import state
-from gpuagent.condition import Condition, Edge
-from gpuagent.edges import bootid, safefile
+from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
 
 __all__ = ["FILE", "LinksUp"]
@@ -30,37 +27,32 @@ FILE = "nvlink.json"
 MAX_SIZE = 1024 * 1024
 # NVLink numbers links from 0; no GPU has nearly this many.
 _MAX_LINK = 1024
+_WHAT = "the NVLink links up this boot"
 
 
 class LinksUp:
     """The links up this boot by GPU key (``nvlink.Gpu.key``), remembered in ``directory``
-    (None or ``""``: not remembered); ``boot`` says which boot this is."""
+    (None or ``""``: not remembered); ``boot`` is this boot's id (``""``: unknown, nothing is
+    remembered, since the file could not say which boot it is of)."""
 
-    def __init__(
-        self, directory: str | None, log: EventLog, *, boot: Callable[[], str] = bootid.current
-    ) -> None:
-        self.log = log
-        self.boot = boot()
-        self.path = os.path.join(directory, FILE) if directory and self.boot else None
-        self.links: dict[str, set[int]] = {}
-        self._trouble: Condition[str] = Condition()
-        if self.path is not None and os.path.lexists(self.path):
-            self.links = self._read(self.path)
+    def __init__(self, directory: str | None, log: EventLog, *, boot: str) -> None:
+        self.boot = boot
+        self.file = StateFile(
+            directory if boot else None,
+            FILE,
+            log,
+            limit=MAX_SIZE,
+            otherwise="the links read from now",
+        )
+        read = self.file.read(_parsed, _WHAT)
+        # Another boot's: a reboot forgets.
+        self.links: dict[str, set[int]] = read[1] if read and read[0] == boot else {}
 
     @property
     def error(self) -> str | None:
         """Why the file cannot be read or written, while it cannot (the state's
         ``problems["nvlink_links"]``)."""
-        return self._trouble.value
-
-    def _read(self, path: str) -> dict[str, set[int]]:
-        try:
-            boot, links = _parsed(safefile.load_json(path, MAX_SIZE))
-        except (OSError, ValueError, TypeError) as e:
-            self._note(f"{path}: cannot read the NVLink links up this boot: {state.why(e)}")
-            return {}
-        # Another boot's: a reboot forgets.
-        return links if boot == self.boot else {}
+        return self.file.error
 
     def update(self, links: Mapping[str, set[int]]) -> None:
         """The links up this boot now (all of them, by GPU key); writes the file when that
@@ -68,23 +60,11 @@ class LinksUp:
         if links == self.links:
             return
         self.links = {k: set(v) for k, v in links.items()}
-        if self.path is None:
-            return
         data = {
             "boot_id": self.boot,
             "links_up": {k: sorted(v) for k, v in sorted(self.links.items())},
         }
-        try:
-            state.write(self.path, data)
-        except OSError as e:
-            why = state.why(e)
-            self._note(f"{self.path}: cannot remember the NVLink links up this boot: {why}")
-            return
-        self._note(None)
-
-    def _note(self, error: str | None) -> None:
-        if self._trouble.update(error) is Edge.STARTED:
-            self.log(logging.WARNING, None, f"{error}; going on with the links read from now")
+        self.file.write(data, _WHAT)
 
 
 def _parsed(data: Any) -> tuple[str, dict[str, set[int]]]:

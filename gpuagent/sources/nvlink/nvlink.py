@@ -11,7 +11,6 @@ Blackwell's may differ).  A line that fits none of these is returned, never gues
 
 from __future__ import annotations
 
-import math
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -30,7 +29,6 @@ __all__ = [
     "Link",
     "Parsed",
     "Watch",
-    "every_ticks",
     "findings_by_slot",
     "parse_counters",
     "parse_status",
@@ -184,12 +182,6 @@ def parse_status(text: str) -> Parsed:
 def parse_counters(text: str) -> Parsed:
     """Parse ``nvidia-smi nvlink --errorcounters``."""
     return _parse(text, counters=True)
-
-
-def every_ticks(seconds: float, interval: float) -> int:
-    """``seconds`` in whole ticks of ``interval``, rounded up, at least 1."""
-    # Rounded first: 0.3 / 0.1 is 2.9999999999999996, and 0.7 / 0.1 must not become 8.
-    return max(1, math.ceil(round(seconds / interval, 9)))
 
 
 def slots_by_key(rows: Iterable[Row]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Reading NVLink with nvidia-smi on its own cadence, through the probe's :class:`Runner`.
 
-Every ``every`` ticks (``nvlink_interval`` in whole ticks) one ``nvidia-smi nvlink --status``
-runs, and ``--errorcounters`` after it when some GPU has links.  A failing read is retried on a
-:class:`Backoff` counted in those reads.  Nothing runs while the nvidia module is not loaded
+Every ``nvlink_interval`` (in whole ticks, by its :class:`~gpuagent.edges.cadence.Cadence`)
+one ``nvidia-smi nvlink --status`` runs, and ``--errorcounters`` after it when some GPU has
+links.  A failing read is retried on the cadence's backoff, counted in those reads.  Nothing
+runs while the nvidia module is not loaded
 (nvidia-smi would load it), while an abandoned child of the runner lives, or once the GPUs on
 the bus are known to have no NVLink: that is learnt from one ``--status`` per set of GPUs.
 """
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuagent.edges import smirun
-from gpuagent.edges.backoff import Backoff
+from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.edges.smirun import Failed
 from gpuagent.sources.bus import pci
@@ -36,11 +37,11 @@ class Read:
 
     ``ran``: it was due and tried.  On success ``status`` (and ``counters`` when some GPU has
     links); on failure a one-line ``failure``.  ``warn`` is true on the failure that starts an
-    outage worth one warning (the backoff's ``after``-th in a row), ``recovered`` on the first
-    success after that.  ``warnings``: lines nvidia-smi printed that could not be read, each
-    said once, by the first of them in an answer.  ``no_nvlink``: the GPUs on the bus have
-    no NVLink (learnt now or before; nothing more runs for this set of GPUs).  ``skipped``:
-    why a due read did not run (``busy``, ``module``).
+    outage worth one warning (the cadence's, at ``backoff_after`` failures in a row),
+    ``recovered`` on the first success after that.  ``warnings``: lines nvidia-smi printed
+    that could not be read, each said once, by the first of them in an answer.
+    ``no_nvlink``: the GPUs on the bus have no NVLink (learnt now or before; nothing more runs
+    for this set of GPUs).  ``skipped``: why a due read did not run (``busy``, ``module``).
     """
 
     ran: bool = False
@@ -58,25 +59,17 @@ class Read:
 class Reader:
     """The NVLink read of each tick: call :meth:`tick` exactly once per executed tick."""
 
-    def __init__(
-        self, runner: Runner, *, every: int, backoff: Backoff, sysfs_root: str = "/sys"
-    ) -> None:
-        if every < 1:
-            raise ValueError(f"every must be at least 1 tick, got {every}")
+    def __init__(self, runner: Runner, *, cadence: Cadence, sysfs_root: str = "/sys") -> None:
         self.runner = runner
-        self.every = every
-        self.backoff = backoff
+        self.cadence = cadence
         self.sysfs_root = sysfs_root
-        self._countdown = 0
         self._no_nvlink: frozenset[str] | None = None
         self._warned: set[tuple[tuple[str, ...], str]] = set()
-        self._outage = False
         self._spawns = 0
 
     def expedite(self) -> None:
         """Read on the next tick, whatever the cadence and the backoff had counted (reload)."""
-        self._countdown = 0
-        self.backoff.expedite()
+        self.cadence.expedite()
 
     def tick(self, binary: str | None, gpus: Iterable[str]) -> Read:
         """This tick's read with nvidia-smi at ``binary`` (None: not found) for the GPUs on
@@ -84,8 +77,7 @@ class Reader:
         gpu_set = frozenset(gpus)
         if self._no_nvlink is not None and self._no_nvlink == gpu_set:
             return Read(no_nvlink=True)
-        if self._countdown > 0:
-            self._countdown -= 1
+        if not self.cadence.due():
             return Read()
         if binary is None or not gpu_set:
             return Read()  # the agent's gates say why; nothing to read with or for
@@ -93,8 +85,7 @@ class Reader:
             return Read(ran=True, skipped="module")
         if self.runner.busy():
             return Read(ran=True, skipped="busy")  # due again on the next tick
-        self._countdown = self.every - 1
-        if not self.backoff.due():
+        if not self.cadence.start():
             return Read()
         return self._read(binary, gpu_set)
 
@@ -112,12 +103,9 @@ class Reader:
                     return Read(ran=True, spawns=self._spawns)
                 counters = parse_counters(text)
         except Failed as e:
-            self.backoff.failure()
-            warn = self.backoff.failures == self.backoff.after
-            self._outage = self._outage or warn
+            warn = self.cadence.failed()
             return Read(ran=True, failure=str(e), warn=warn, spawns=self._spawns)
-        self.backoff.success()
-        recovered, self._outage = self._outage, False
+        recovered = self.cadence.succeeded()
         if status.no_nvlink:
             self._no_nvlink = gpu_set
         return Read(

@@ -1,13 +1,11 @@
 """The NVLink source: each GPU's links and their error counters, on their own cadence.
 
 Owns the reader (:mod:`gpuagent.sources.nvlink.nvlinkread`, through the probe's runner), the
-judgement
-(:class:`gpuagent.sources.nvlink.nvlink.Watch`) and the links up this boot kept on disk across
-restarts
-(:class:`gpuagent.sources.nvlink.linksup.LinksUp`); logs an outage once, its end once, and each
-unreadable
-line once.  Its findings (``nvlink_down``, ``nvlink_errors``) go to the verdict as source
-``nvlink`` after each successful read only: between reads the last ones hold.
+judgement (:class:`gpuagent.sources.nvlink.nvlink.Watch`) and the links up this boot kept on
+disk across restarts (:class:`gpuagent.sources.nvlink.linksup.LinksUp`); logs an outage once,
+its end once, and each unreadable line once.  Its findings (``nvlink_down``,
+``nvlink_errors``) go to the verdict as source ``nvlink`` after each successful read only:
+between reads the last ones hold.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 
 from gpuagent.config import Config
-from gpuagent.edges.backoff import Backoff, cap_ticks
+from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
@@ -27,15 +25,6 @@ from gpuagent.sources.nvlink.nvlinkread import Reader
 from gpuagent.views import NvlinkGpu, NvlinkView, Row
 
 __all__ = ["NvlinkSource"]
-
-
-def _reader(config: Config, runner: Runner) -> Reader:
-    return Reader(
-        runner,
-        every=nvlink.every_ticks(config.nvlink_interval, config.interval),
-        backoff=Backoff(config.backoff_after, cap_ticks(config.nvlink_interval, config.retry_max)),
-        sysfs_root=config.sysfs_root,
-    )
 
 
 class NvlinkSource:
@@ -49,23 +38,25 @@ class NvlinkSource:
         *,
         monotonic: Callable[[], float],
         state_directory: str | None = None,
+        boot: str = "",
     ) -> None:
         self.runner = runner
         self.log = log
         self.monotonic = monotonic
-        self.reader = _reader(config, runner)
+        cadence = Cadence(*_cadence(config))
+        self.reader = Reader(runner, cadence=cadence, sysfs_root=config.sysfs_root)
         self.watch = nvlink.Watch(
             config.nvlink_window, config.nvlink_recovery_budget, config.nvlink_replay_budget
         )
-        # $STATE_DIRECTORY: what was up before a restart in this boot is still "up earlier".
-        self.links_up = LinksUp(state_directory, log)
+        # $STATE_DIRECTORY: what was up before a restart in this boot (``boot``, its id) is
+        # still "up earlier".
+        self.links_up = LinksUp(state_directory, log, boot=boot)
         self.watch.remember(self.links_up.links)
         self._view = NvlinkView({})
 
     def configure(self, config: Config) -> None:
         """A reload: the new cadence and budgets; what the links did this boot stays."""
-        self.reader.every = nvlink.every_ticks(config.nvlink_interval, config.interval)
-        self.reader.backoff.cap = cap_ticks(config.nvlink_interval, config.retry_max)
+        self.reader.cadence.configure(*_cadence(config))
         self.reader.sysfs_root = config.sysfs_root
         self.watch.window = config.nvlink_window
         self.watch.recovery_budget = config.nvlink_recovery_budget
@@ -102,6 +93,11 @@ class NvlinkSource:
         by_key = nvlink.slots_by_key(rows)
         self._view = NvlinkView(_gpus(read.status, read.counters, by_key), read.no_nvlink, spawns)
         return nvlink.findings_by_slot(self.watch.findings(), by_key)
+
+
+def _cadence(config: Config) -> tuple[float, float, int, float]:
+    """The read's period, the tick, the failures before the backoff and the longest gap."""
+    return config.nvlink_interval, config.interval, config.backoff_after, config.retry_max
 
 
 def _gpus(status: Parsed, counters: Parsed | None, slots: dict[str, str]) -> dict[str, NvlinkGpu]:

@@ -34,9 +34,10 @@ class Nvlink(Source):
         *,
         monotonic: Callable[[], float],
         state_directory: str | None = None,
+        boot: str = "",
     ) -> None:
         self.links = NvlinkSource(
-            config, runner, log, monotonic=monotonic, state_directory=state_directory
+            config, runner, log, monotonic=monotonic, state_directory=state_directory, boot=boot
         )
 
     def reset(self, old: Config, new: Config) -> None:

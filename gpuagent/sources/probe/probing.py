@@ -3,9 +3,10 @@ lines an outage makes.
 
 Each tick :meth:`Probing.step` looks at the bus: no GPU nvidia-smi could answer for, no
 nvidia-smi, or the ``nvidia`` module not loaded (never autoloaded) keep the probe off; a
-child stuck in the driver keeps the next one off; otherwise the tick-counted backoff says
-whether this tick probes.  An outage is one warning once the backoff starts and one line when
-it clears; nvidia-smi or the driver going and coming back are one line each.
+child stuck in the driver keeps the next one off; otherwise the probe's
+:class:`~gpuagent.edges.cadence.Cadence` (every tick, and the tick-counted backoff while it
+fails) says whether this tick probes.  An outage is one warning once the backoff starts and
+one line when it clears; nvidia-smi or the driver going and coming back are one line each.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import replace
 
 from gpuagent.condition import Condition, Edge
 from gpuagent.config import Config
-from gpuagent.edges.backoff import Backoff, cap_ticks
+from gpuagent.edges.cadence import Cadence
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources.probe.probe import Prober, ProbeResult
@@ -29,7 +30,7 @@ DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logg
 
 
 class Probing:
-    """Owns the prober, its backoff and every line about nvidia-smi and the driver."""
+    """Owns the prober, its cadence and every line about nvidia-smi and the driver."""
 
     def __init__(
         self,
@@ -45,7 +46,9 @@ class Probing:
         self.which = which
         self.wall = wall
         self.config = config
-        self.backoff = Backoff(config.backoff_after, cap_ticks(config.interval, config.retry_max))
+        self.cadence = Cadence(
+            config.interval, config.interval, config.backoff_after, config.retry_max
+        )
         self.prober.configure(config.probe_timeout)
         self._view = ProbeView(fields=prober.fields)
         # nvidia-smi's path as the last tick's gates found it (None: not looked up, or not
@@ -53,28 +56,27 @@ class Probing:
         self.binary: str | None = None
         self._smi_missing: Condition[bool] = Condition()
         self._unloaded: Condition[bool] = Condition()
-        self._outage: Condition[bool] = Condition()
         self._hinted: Condition[bool] = Condition()
 
     def configure(self, config: Config) -> None:
         """Apply a reloaded config; the outage's failure count and the backoff survive it."""
-        self.backoff.after = config.backoff_after
-        self.backoff.cap = cap_ticks(config.interval, config.retry_max)
-        self.backoff.clamp()
+        self.cadence.configure(
+            config.interval, config.interval, config.backoff_after, config.retry_max
+        )
         self.prober.configure(config.probe_timeout)
         self.config = config
 
     def expedite(self) -> None:
         """Probe on the next tick, whatever the backoff had counted ("look now")."""
-        self.backoff.expedite()
+        self.cadence.expedite()
 
     @property
     def view(self) -> ProbeView:
         """The probe's state for the report."""
         return replace(
             self._view,
-            failures=self.backoff.failures,
-            next_in_ticks=self.backoff.next_in_ticks,
+            failures=self.cadence.failures,
+            next_in_ticks=self.cadence.next_in_ticks,
             fields=self.prober.fields,
         )
 
@@ -87,8 +89,10 @@ class Probing:
         if gate is None and was_gated:
             # Whatever kept the probe off has cleared (a GPU appeared, the driver or
             # nvidia-smi came back): look now, not when the old backoff says.
-            self.backoff.expedite()
-        due = self.backoff.due()
+            self.cadence.expedite()
+        # Counted on every tick, gated or not: a gate that clears looks now anyway, and the
+        # ticks a stuck child holds the probe off count toward the gap.
+        due = self.cadence.due() and self.cadence.start()
         if gate is not None:
             state = ProbeState.IDLE if gate is Gate.NO_GPU else ProbeState.GATED
             self._view = replace(self._view, state=state, gate=gate)
@@ -121,7 +125,7 @@ class Probing:
             )
         elif edge is Edge.ENDED:
             self.log(INFO, Event.NVIDIA_SMI_FOUND, f"nvidia-smi found at {path}")
-            self.backoff.expedite()
+            self.cadence.expedite()
         if path is None:
             return Gate.NVIDIA_SMI_MISSING, None
         edge = self._unloaded.update(None if bus.module_loaded else True)
@@ -139,7 +143,7 @@ class Probing:
             )
         elif edge is Edge.ENDED:
             self.log(INFO, Event.DRIVER_LOADED, "NVIDIA kernel module loaded; probing now")
-            self.backoff.expedite()
+            self.cadence.expedite()
         if not bus.module_loaded and not self.config.load_driver:
             return Gate.DRIVER_NOT_LOADED, path
         return None, path
@@ -178,21 +182,20 @@ class Probing:
 
     def _failed(self, result: ProbeResult) -> None:
         failure = result.failure or Failure.OTHER
-        self.backoff.failure()
+        started = self.cadence.failed()
         state = ProbeState.STUCK if self.prober.busy() else ProbeState.FAILING
         self._view = replace(self._view, state=state, failure=failure, last_error=result.error)
-        n = self.backoff.failures
+        n = self.cadence.failures
         fields = {"failure_class": failure.value, "exit_code": result.exit_code}
         if result.detail:
             self.log(DEBUG, None, f"nvidia-smi output not understood: {result.detail!r}")
-        # ">=", not "==": a reload may move the threshold mid-outage.
-        if n >= self.backoff.after and self._outage.update(True) is Edge.STARTED:
+        if started:
             self.log(
                 WARNING,
                 Event.failing(failure.value),
                 f"nvidia-smi failing ({failure.value}): {result.error}; "
                 f"{HINTS[failure]}; retrying with backoff up to every "
-                f"{self.backoff.cap * self.config.interval:g} s",
+                f"{self.cadence.cap * self.config.interval:g} s",
                 **fields,
             )
         else:
@@ -206,16 +209,11 @@ class Probing:
             )
 
     def _succeeded(self, rows: list[Row], result: ProbeResult) -> None:
-        if self._outage.update(None) is Edge.ENDED:
-            self.log(
-                INFO,
-                Event.RECOVERED,
-                "nvidia-smi is answering again",
-                failures=self.backoff.failures,
-            )
-        elif self.backoff.failures:
-            self.log(DEBUG, None, f"probe succeeded after {self.backoff.failures} failures")
-        self.backoff.success()
+        n = self.cadence.failures
+        if self.cadence.succeeded():
+            self.log(INFO, Event.RECOVERED, "nvidia-smi is answering again", failures=n)
+        elif n:
+            self.log(DEBUG, None, f"probe succeeded after {n} failures")
         self._view = replace(
             self._view,
             state=ProbeState.OK,

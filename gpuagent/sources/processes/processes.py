@@ -2,8 +2,9 @@
 
 After a successful probe, every ``processes_interval`` (in whole ticks; unset: every tick),
 one ``nvidia-smi --query-compute-apps`` runs through the probe's runner (its own process
-group, its timeout); a failing read is retried on a :class:`Backoff` counted in reads, and
-an outage is one warning and its end one line.  Lines that are no process are one warning
+group, its timeout); a failing read is retried on its
+:class:`~gpuagent.edges.cadence.Cadence`'s backoff, counted in reads, and an outage is one
+warning and its end one line.  Lines that are no process are one warning
 while reads keep having them (again after a read without any).  Each process's name comes
 from ``<proc_root>/<pid>/comm`` (:mod:`gpuagent.sources.processes.comm`), its unit from systemd
 (:class:`gpuagent.sources.processes.owners.Owners`), which also names a process whose ``comm`` is
@@ -20,7 +21,7 @@ from logging import INFO, WARNING
 from gpuagent.condition import Condition, Edge
 from gpuagent.config import Config
 from gpuagent.edges import smirun
-from gpuagent.edges.backoff import Backoff, cap_ticks
+from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.nvlink import nvlink
@@ -28,20 +29,16 @@ from gpuagent.sources.processes import apps, comm
 from gpuagent.sources.processes.owners import Owners, PidLookup
 from gpuagent.views import ProcessesView, ProcessView, Row
 
-__all__ = ["ProcessesSource", "every_ticks"]
+__all__ = ["ProcessesSource"]
 
 _LINE_CHARS = 300
 
 
-def every_ticks(config: Config) -> int:
-    """``processes_interval`` in whole ticks (rounded up; unset or below a tick: every tick)."""
-    seconds = config.processes_interval or config.interval
-    return nvlink.every_ticks(max(seconds, config.interval), config.interval)
-
-
-def _backoff(config: Config) -> Backoff:
-    every = max(config.processes_interval or config.interval, config.interval)
-    return Backoff(config.backoff_after, cap_ticks(every, config.retry_max))
+def _cadence(config: Config) -> tuple[float, float, int, float]:
+    """The read's period (``processes_interval``; unset or below a tick: every tick), the
+    tick, the failures before the backoff and the longest gap."""
+    period = max(config.processes_interval or config.interval, config.interval)
+    return period, config.interval, config.backoff_after, config.retry_max
 
 
 class ProcessesSource:
@@ -50,12 +47,9 @@ class ProcessesSource:
     def __init__(self, config: Config, runner: Runner, log: EventLog, *, lookup: PidLookup):
         self.runner = runner
         self.log = log
-        self.every = every_ticks(config)
-        self.backoff = _backoff(config)
+        self.cadence = Cadence(*_cadence(config))
         self.owners = Owners(lookup)
         self.proc_root = config.proc_root
-        self._countdown = 0
-        self._outage = False
         self._unreadable: Condition[str] = Condition()
         self._bus: Condition[str] = Condition()
         self._view = ProcessesView()
@@ -63,14 +57,12 @@ class ProcessesSource:
     def configure(self, config: Config) -> None:
         """A reload: the new cadence and ``proc_root``; what was read and the units known
         stay."""
-        self.every = every_ticks(config)
+        self.cadence.configure(*_cadence(config))
         self.proc_root = config.proc_root
-        self.backoff.cap = _backoff(config).cap
 
     def expedite(self) -> None:
         """Read on the next tick, whatever the cadence and the backoff had counted."""
-        self._countdown = 0
-        self.backoff.expedite()
+        self.cadence.expedite()
 
     @property
     def view(self) -> ProcessesView:
@@ -83,13 +75,11 @@ class ProcessesSource:
     def step(self, binary: str | None, rows: Iterable[Row]) -> None:
         """This tick's read, when due, with nvidia-smi at ``binary``; ``rows`` are the GPUs'
         fresh samples (each GPU's UUID to its slot)."""
-        if self._countdown > 0:
-            self._countdown -= 1
+        if not self.cadence.due():
             return
         if binary is None or self.runner.busy():
             return  # due again on the next tick
-        self._countdown = self.every - 1
-        if not self.backoff.due():
+        if not self.cadence.start():
             return
         spawns = self._view.spawns_total
         try:
@@ -101,22 +91,17 @@ class ProcessesSource:
         if text is None:
             self._view = ProcessesView(self._view.gpus, spawns)
             return  # interrupted: shutting down
-        self.backoff.success()
-        if self._outage:
-            self._outage = False
+        if self.cadence.succeeded():
             self.log(INFO, Event.PROCESSES_READ_RECOVERED, "the GPUs' processes are read again")
         self._read(apps.parse(text), list(rows), spawns)
 
     def _failed(self, reason: str, spawns: int) -> None:
-        self.backoff.failure()
-        gpus = self._view.gpus
-        if self.backoff.failures >= self.backoff.after:
-            gpus = None  # one failure is a blip; an outage is not knowing
-        if self.backoff.failures == self.backoff.after:
-            self._outage = True
+        if self.cadence.failed():
             self.log(
                 WARNING, Event.PROCESSES_READ_FAILED, f"the GPUs' processes not read: {reason}"
             )
+        # One failure is a blip (the last read holds); an outage is not knowing.
+        gpus = None if self.cadence.outage else self._view.gpus
         self._view = ProcessesView(gpus, spawns)
 
     def _read(self, parsed: apps.Parsed, rows: list[Row], spawns: int) -> None:
