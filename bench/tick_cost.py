@@ -43,7 +43,7 @@ from gpuagent.sources.bus.bus import BusScan
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.processes import apps
-from gpuagent.sources.processes.source import Processes
+from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.views import Row
 from tests.fakehost import quiet_journal
 
@@ -118,9 +118,9 @@ def minimal_loop_with_metrics(
 
 def processes(agent: Agent, nvsmi: str, rows: dict[str, Row]) -> None:
     """The processes read of a tick, made due whatever its cadence."""
-    reader = agent.source(Processes).reader
+    reader = agent.source(ProcessesSource)
     reader.expedite()
-    reader.step(nvsmi, rows.values())
+    reader.read(nvsmi, rows.values())
 
 
 def measure(gpus: int, ticks: int) -> dict[str, float]:

@@ -7,7 +7,7 @@ import
 (RSS and ms), the first read of nvidia-fabricmanager, nvidia-persistenced and nvidia-dcgm
 (connect, authenticate, Hello, three units' five properties) and the next reads on the kept
 connection, reading every unit each time.  Then the CPU of a tick's services step
-(``ServicesSource.step``: the read, the findings, the view) three ways: with a reader that
+(``ServicesSource.read``: the read, the findings, the view) three ways: with a reader that
 answers at once (the floor), following systemd's signals as the agent does (nothing
 changed: no call), the tick of its check of what the signals left (one call), and reading
 every unit every time.  Against the system bus; ``--mock``
@@ -70,11 +70,11 @@ def per_step(reader):
     # A tick's services step (the units read, the findings, the view): CPU ms per step.
     source = ServicesSource("/nonexistent", lambda *a, **k: None, reader=reader,
                             monotonic=time.monotonic)
-    source.step({})
-    source.step({})  # the first read's UnitNew signals taken in
+    source.read({})
+    source.read({})  # the first read's UnitNew signals taken in
     c = time.process_time()
     for _ in range(reads):
-        source.step({})
+        source.read({})
     return (time.process_time() - c) * 1000 / max(reads, 1), source
 
 floor_step, _ = per_step(Stub())

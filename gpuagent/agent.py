@@ -111,7 +111,7 @@ class Agent:
     def _standing(self, tick: Tick) -> Tick:
         """``tick`` with the views of the sources whose view is not the tick's now."""
         for s in self.sources:
-            if (view := s.view()) is not None:
+            if (view := s.standing()) is not None:
                 tick = tick.with_view(s.name, view)
         return tick
 

@@ -102,7 +102,7 @@ def test_no_nvlink_spawns_in_1000_ticks_once_learnt(tmp_path: str) -> None:
     cfg = Config(interval=10.0, nvlink_interval=10.0, sysfs_root=root)
     source = NvlinkSource(cfg, Runner(timeout=5), EventLog(), monotonic=lambda: 0.0)
     for _ in range(1000):
-        source.step(smi, slots, [])
+        source.read(smi, slots, [])
     with open(log) as f:
         assert f.read().splitlines() == ["nvlink --status"]
     assert source.view.no_nvlink and source.view.spawns_total == 1

@@ -27,7 +27,7 @@ import pytest
 from gpuagent.edges.systemd import units
 from gpuagent.edges.systemd.units import Unit, Units, Watch
 from gpuagent.sources.services.nvservices import DCGM, FABRICMANAGER, PERSISTENCED, UNITS
-from gpuagent.sources.services.source import Services
+from gpuagent.sources.services.services import ServicesSource
 from tests.mock_systemd import BUS_NAME, MAIN_IFACE, MAIN_OBJ
 from tests.tools import need, tool
 
@@ -609,7 +609,7 @@ def test_the_daemon_lets_go_of_the_bus_at_exit(
     assert daemon.start(install_signals=False) is None
     report = daemon.step()
     assert report.state["services"][FABRICMANAGER]["active_state"] == "active"
-    reader = daemon.agent.source(Services).units.reader
+    reader = daemon.agent.source(ServicesSource).reader
     assert isinstance(reader, Units) and reader.connection.bus is not None
     assert reader.ping == daemon.watchdog.ping_if_due  # its bus calls feed the watchdog
     name = reader.connection.bus.unique_name  # type: ignore[attr-defined]

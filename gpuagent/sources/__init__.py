@@ -47,7 +47,7 @@ class Source(Protocol):
         """This tick's facts; never raises for bad input (the agent guards a bug)."""
         ...
 
-    def view(self) -> object:
+    def standing(self) -> object:
         """The view as it stands between ticks, where it is not the last tick's: before the
         first tick what the source starts from, after a reload what it changed (``None``: the
         last tick's holds)."""

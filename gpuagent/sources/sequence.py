@@ -31,13 +31,13 @@ from gpuagent.sources.bus.had import GpusHad
 from gpuagent.sources.driver.source import Driver
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.source import Kernel
-from gpuagent.sources.nvlink.source import Nvlink
+from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.source import Probe
 from gpuagent.sources.processes.owners import PidLookup
-from gpuagent.sources.processes.source import Processes
+from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.sources.services.services import Reader as UnitsReader
-from gpuagent.sources.services.source import Services
+from gpuagent.sources.services.services import ServicesSource
 
 __all__ = ["READY_AFTER", "Systemd", "sources", "system_units"]
 
@@ -69,11 +69,11 @@ def sources(
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=mono)
     probe = Probe(config, prober, log, which=which, wall=wall, monotonic=mono)
     driver = Driver(config, monotonic=mono)
-    nvlink = Nvlink(
+    nvlink = NvlinkSource(
         config, prober.runner, log, monotonic=mono, state_directory=state_directory, boot=boot
     )
-    services = Services(config, log, reader=systemd, monotonic=mono)
-    processes = Processes(config, prober.runner, log, lookup=systemd)
+    services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=mono)
+    processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
     return (scan, kernel, had, services, probe, driver, nvlink, processes)
 

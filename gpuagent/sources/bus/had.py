@@ -29,7 +29,7 @@ class GpusHad(Source):
         self.known = KnownGpus(directory, log, boot)
         self._stepped = False
 
-    def view(self) -> BusView | None:
+    def standing(self) -> BusView | None:
         """Before the first tick, what the bus had before this agent started (its first
         scan's memory)."""
         if self._stepped:

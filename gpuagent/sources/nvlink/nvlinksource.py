@@ -1,4 +1,5 @@
-"""The NVLink source: each GPU's links and their error counters, on their own cadence.
+"""The NVLink source: each GPU's links and their error counters, on their own cadence; the
+tick's ``nvlink``, read after the probe and only while it answers.
 
 Owns the reader (:mod:`gpuagent.sources.nvlink.nvlinkread`, through the probe's runner), the
 judgement (:class:`gpuagent.sources.nvlink.nvlink.Watch`) and the links up this boot kept on
@@ -6,6 +7,10 @@ disk across restarts (:class:`gpuagent.sources.nvlink.linksup.LinksUp`); logs an
 its end once, and each unreadable line once.  Its findings (``nvlink_down``,
 ``nvlink_errors``) go to the verdict as source ``nvlink`` after each successful read only:
 between reads the last ones hold.
+
+A failing or stuck nvidia-smi gets no more children, nor one that cannot reach a GPU (lost):
+the read would fail for the reason already said, and the last read holds.  Once a gate keeps
+the probe off, what the links said no longer holds (as for nvidia-smi's own findings).
 """
 
 from __future__ import annotations
@@ -18,17 +23,22 @@ from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
+from gpuagent.schema import ProbeState
+from gpuagent.sources import Findings, Outcome, Source
 from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.nvlink.linksup import LinksUp
 from gpuagent.sources.nvlink.nvlink import GpuState, Parsed
 from gpuagent.sources.nvlink.nvlinkread import Reader
-from gpuagent.views import NvlinkGpu, NvlinkView, Row
+from gpuagent.views import NvlinkGpu, NvlinkView, Row, Tick
 
 __all__ = ["NvlinkSource"]
 
 
-class NvlinkSource:
-    """Call :meth:`step` once per tick whose probe gates are open."""
+class NvlinkSource(Source):
+    """Reads through ``runner`` (the probe's); the links up this boot (``boot`` its id) kept
+    in ``state_directory``."""
+
+    name = "nvlink"
 
     def __init__(
         self,
@@ -54,8 +64,9 @@ class NvlinkSource:
         self.watch.remember(self.links_up.links)
         self._view = NvlinkView({})
 
-    def configure(self, config: Config) -> None:
+    def reset(self, old: Config, new: Config) -> None:
         """A reload: the new cadence and budgets; what the links did this boot stays."""
+        config = new
         self.reader.cadence.configure(*_cadence(config))
         self.reader.sysfs_root = config.sysfs_root
         self.watch.window = config.nvlink_window
@@ -69,7 +80,21 @@ class NvlinkSource:
     def view(self) -> NvlinkView:
         return self._view
 
-    def step(
+    def step(self, tick: Tick) -> Outcome:
+        probe = tick.probe
+        found: Findings | None = None
+        if probe.gate is not None:
+            found = {}
+        elif probe.state is ProbeState.OK and not probe.samples.missing:
+            rows = [s.fields for s in probe.samples.samples.values()]
+            found = self.read(probe.binary, [g.slot for g in tick.bus.probeable], rows)
+        return Outcome(
+            self._view,
+            {} if found is None else {"nvlink": found},
+            {"nvlink_links": self.links_up.error},
+        )
+
+    def read(
         self, binary: str | None, slots: Iterable[str], rows: Iterable[Row]
     ) -> dict[str, list[Finding]] | None:
         """This tick's read for the GPUs at ``slots`` with nvidia-smi at ``binary``; ``rows``

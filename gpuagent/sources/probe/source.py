@@ -53,7 +53,7 @@ class Probe(Source):
     def expedite(self) -> None:
         self.probing.expedite()
 
-    def view(self) -> ProbeView:
+    def standing(self) -> ProbeView:
         """After a reload: the new cap and a look now count."""
         return replace(self._view(), samples=self.samples.view)
 

@@ -10,12 +10,15 @@ from ``<proc_root>/<pid>/comm`` (:mod:`gpuagent.sources.processes.comm`), its un
 (:class:`gpuagent.sources.processes.owners.Owners`), which also names a process whose ``comm`` is
 hidden.
 Between reads the last one holds; while the processes cannot be known (the read failing,
-the probe failing or gated) the view says so.
+the probe failing or gated) the view says so.  The tick's ``processes``, read after the probe
+and only while it answers for every GPU (as NVLink); the view also keeps where each process
+was last seen on a GPU, for the next tick's Xids that name one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from logging import INFO, WARNING
 
 from gpuagent.condition import Condition, Edge
@@ -24,10 +27,12 @@ from gpuagent.edges import smirun
 from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
+from gpuagent.schema import ProbeState
+from gpuagent.sources import Outcome, Source
 from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.processes import apps, comm
 from gpuagent.sources.processes.owners import Owners, PidLookup
-from gpuagent.views import ProcessesView, ProcessView, Row
+from gpuagent.views import ProcessesView, ProcessView, Row, Tick
 
 __all__ = ["ProcessesSource"]
 
@@ -41,8 +46,10 @@ def _cadence(config: Config) -> tuple[float, float, int, float]:
     return period, config.interval, config.backoff_after, config.retry_max
 
 
-class ProcessesSource:
-    """Call :meth:`step` on each tick whose probe answered, :meth:`forget` on the others."""
+class ProcessesSource(Source):
+    """Reads through ``runner`` (the probe's); ``lookup`` asks systemd for each unit."""
+
+    name = "processes"
 
     def __init__(self, config: Config, runner: Runner, log: EventLog, *, lookup: PidLookup):
         self.runner = runner
@@ -54,9 +61,10 @@ class ProcessesSource:
         self._bus: Condition[str] = Condition()
         self._view = ProcessesView()
 
-    def configure(self, config: Config) -> None:
+    def reset(self, old: Config, new: Config) -> None:
         """A reload: the new cadence and ``proc_root``; what was read and the units known
         stay."""
+        config = new
         self.cadence.configure(*_cadence(config))
         self.proc_root = config.proc_root
 
@@ -68,11 +76,19 @@ class ProcessesSource:
     def view(self) -> ProcessesView:
         return self._view
 
+    def step(self, tick: Tick) -> Outcome:
+        probe = tick.probe
+        if probe.gate is not None or probe.state is not ProbeState.OK:
+            self.forget()
+        elif not probe.samples.missing:
+            self.read(probe.binary, [s.fields for s in probe.samples.samples.values()])
+        return Outcome(self._view)
+
     def forget(self) -> None:
         """The processes cannot be known now (the probe failing or gated)."""
-        self._view = ProcessesView(None, self._view.spawns_total)
+        self._view = replace(self._view, gpus=None)
 
-    def step(self, binary: str | None, rows: Iterable[Row]) -> None:
+    def read(self, binary: str | None, rows: Iterable[Row]) -> None:
         """This tick's read, when due, with nvidia-smi at ``binary``; ``rows`` are the GPUs'
         fresh samples (each GPU's UUID to its slot)."""
         if not self.cadence.due():
@@ -89,7 +105,7 @@ class ProcessesSource:
             return
         spawns += 1
         if text is None:
-            self._view = ProcessesView(self._view.gpus, spawns)
+            self._view = replace(self._view, spawns_total=spawns)
             return  # interrupted: shutting down
         if self.cadence.succeeded():
             self.log(INFO, Event.PROCESSES_READ_RECOVERED, "the GPUs' processes are read again")
@@ -102,7 +118,7 @@ class ProcessesSource:
             )
         # One failure is a blip (the last read holds); an outage is not knowing.
         gpus = None if self.cadence.outage else self._view.gpus
-        self._view = ProcessesView(gpus, spawns)
+        self._view = replace(self._view, gpus=gpus, spawns_total=spawns)
 
     def _read(self, parsed: apps.Parsed, rows: list[Row], spawns: int) -> None:
         self._said(parsed.unreadable)
@@ -128,7 +144,9 @@ class ProcessesSource:
                     owner.ref if owner else None,
                 )
             )
-        self._view = ProcessesView({k: tuple(v) for k, v in sorted(gpus.items())}, spawns)
+        # Where each process was last seen, for the next tick's Xids: copied once a read.
+        last = self.owners.history()
+        self._view = ProcessesView({k: tuple(v) for k, v in sorted(gpus.items())}, spawns, last)
 
     def _said(self, unreadable: tuple[apps.Unreadable, ...]) -> None:
         """One warning when reads start having lines that are no process, naming the first;

@@ -1,27 +1,32 @@
-"""The services source: NVIDIA's systemd units, read from systemd over D-Bus every tick.
+"""The services source: NVIDIA's systemd units, read from systemd over D-Bus every tick; the
+tick's ``services``, read before the probe (so that nvidia-smi's fabric findings are folded
+under the fabric manager's state: the view's ``host`` findings).
 
 Owns the connection (:class:`gpuagent.edges.systemd.units.Units`), the NVSwitch list and the fabric
 manager's restart watch, and says once that the units are not watched (no system bus
 socket), or once per outage that the bus fails (then ``error`` is the state's
 ``system_bus`` trouble).  Its findings go to the verdict: the host's
 (``fabricmanager_down``, ``fabricmanager_flapping``, ``persistenced_down``) as source
-``services``, each GPU's ``persistence_off`` as ``persistence``; :meth:`fold` marks the
-GPUs' ``fabric`` findings with their cause while the fabric manager is down.
+``services``, each GPU's ``persistence_off`` (judged on the last tick's samples) as
+``persistence``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Protocol
 
 from gpuagent.condition import Condition, Edge
+from gpuagent.config import Config
 from gpuagent.edges.systemd.units import Result, Watch
 from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
+from gpuagent.sources import Outcome, Source
 from gpuagent.sources.bus import pci
 from gpuagent.sources.services import nvservices
-from gpuagent.views import Row, ServicesView, UnitView
+from gpuagent.views import Row, ServicesView, Tick, UnitView
 
 __all__ = ["Reader", "ServicesSource"]
 
@@ -34,8 +39,10 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
-class ServicesSource:
-    """Call :meth:`step` once per tick."""
+class ServicesSource(Source):
+    """NVIDIA's units as ``reader`` (systemd over the system bus) reads them."""
+
+    name = "services"
 
     def __init__(
         self,
@@ -57,16 +64,25 @@ class ServicesSource:
         self._not_watched = False
         self._view = ServicesView({})
 
-    def configure(self, sysfs_root: str) -> None:
-        if sysfs_root != self.sysfs_root:
-            self.sysfs_root = sysfs_root
-            self.nvswitches = pci.nvswitches(sysfs_root)[0]
+    def reset(self, old: Config, new: Config) -> None:
+        if new.sysfs_root != self.sysfs_root:
+            self.sysfs_root = new.sysfs_root
+            self.nvswitches = pci.nvswitches(new.sysfs_root)[0]
+
+    def step(self, tick: Tick) -> Outcome:
+        rows = {slot: s.fields for slot, s in tick.last.probe.samples.samples.items()}
+        persistence = self.read(rows)
+        return Outcome(
+            replace(self._view, host=tuple(self.host)),
+            {"persistence": persistence, "services": {"": self.host}},
+            {"system_bus": self.error},
+        )
 
     @property
     def view(self) -> ServicesView:
         return self._view
 
-    def step(self, rows: Mapping[str, Row]) -> dict[str, list[Finding]]:
+    def read(self, rows: Mapping[str, Row]) -> dict[str, list[Finding]]:
         """Read the units; sets the host's findings and returns each GPU's (by slot; ``rows``
         the GPUs' last samples)."""
         result = self.reader.read(nvservices.UNITS)
@@ -90,10 +106,6 @@ class ServicesSource:
     def close(self) -> None:
         """Close the connection to the system bus (the agent's end)."""
         self.reader.close()
-
-    def fold(self, gpus: Mapping[str, Sequence[Finding]]) -> dict[str, list[Finding]]:
-        """The GPUs' nvidia-smi findings, their ``fabric`` ones marked with the host's cause."""
-        return nvservices.fold_fabric(self.host, gpus)
 
     def _edges(self, result: Result) -> None:
         if result.watch is Watch.NOT_WATCHED and not self._not_watched:
