@@ -33,7 +33,10 @@ from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.source import Kernel
 from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
 from gpuagent.sources.probe.probe import Prober
+from gpuagent.sources.probe.probing import Probing
+from gpuagent.sources.probe.samples import Samples
 from gpuagent.sources.probe.source import Probe
+from gpuagent.sources.probe.throttle import ThrottleWindow
 from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.sources.services.services import Reader as UnitsReader
@@ -67,7 +70,11 @@ def sources(
     # Made in the order their files are read at start (a bad one's line comes in that order).
     scan = BusScan(config.sysfs_root, log)
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=mono)
-    probe = Probe(config, prober, log, which=which, wall=wall, monotonic=mono)
+    window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
+    probe = Probe(
+        Probing(config, prober, log, which=which, wall=wall),
+        Samples(log, monotonic=mono, wall=wall, throttle=window),
+    )
     driver = Driver(config, monotonic=mono)
     nvlink = NvlinkSource(
         config, prober.runner, log, monotonic=mono, state_directory=state_directory, boot=boot

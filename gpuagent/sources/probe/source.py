@@ -8,18 +8,13 @@ ones folded under the fabric manager's state (the services, read before).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import replace
 
 from gpuagent.config import Config
-from gpuagent.logs import EventLog
 from gpuagent.sources import Findings, Outcome, Source
 from gpuagent.sources.kernel.recurrence import recurring
-from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
-from gpuagent.sources.probe.throttle import ThrottleWindow
 from gpuagent.sources.services.nvservices import fold_fabric
 from gpuagent.views import ProbeView, Tick
 
@@ -27,23 +22,13 @@ __all__ = ["Probe"]
 
 
 class Probe(Source):
-    """Probes with ``prober``; ``which`` finds nvidia-smi."""
+    """The gates and the probe (``probing``), then what its answers bring (``samples``)."""
 
     name = "probe"
 
-    def __init__(
-        self,
-        config: Config,
-        prober: Prober,
-        log: EventLog,
-        *,
-        which: Callable[[str], str | None],
-        wall: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.probing = Probing(config, prober, log, which=which, wall=wall)
-        window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
-        self.samples = Samples(log, monotonic=monotonic, wall=wall, throttle=window)
+    def __init__(self, probing: Probing, samples: Samples) -> None:
+        self.probing = probing
+        self.samples = samples
 
     def reset(self, old: Config, new: Config) -> None:
         """The outage's failure count, the backoff and the samples survive a reload."""
