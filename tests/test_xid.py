@@ -6,7 +6,7 @@ import pytest
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from gpuagent.sources.kernel.xidcatalog import CATALOG, RECOVERY_ACTIONS, lookup
+from gpuagent.sources.kernel.xidcatalog import CATALOG, RECOVERY_ACTIONS, Override, lookup
 from gpuagent.sources.kernel.xidcount import XidCounter
 from tests import xidcorpus
 
@@ -274,6 +274,24 @@ def test_slots_come_from_the_scanned_bus() -> None:
     counter.add(3.0, "NVRM: GPU 0000:af:00.2: RmInitAdapter failed! (0x1:0x2:3)")
     counter.add(4.0, "NVRM: Xid (PCI:0000:af:00): 79, GPU has fallen off the bus.")
     assert ("0000:af:00.2", 79) in counter.counts([])
+
+
+def test_the_answers_are_worked_out_once_until_a_record_or_a_table_comes() -> None:
+    counter = XidCounter()
+    counter.add(1.0, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
+    scanned = ["0000:3b:00.0", "0000:5e:00.0"]
+    counts, uuids = counter.counts(scanned), counter.uuids(scanned)
+    # Asked again the same tick (the view, the known GPUs, the earlier boots): the same answer.
+    assert counter.counts(list(scanned)) is counts
+    assert (counter.uuids(scanned), counter.init_failures(scanned)) == ({}, {})
+    assert counter.uuids(scanned) is uuids
+    counter.add(2.0, "NVRM: GPU at PCI:0000:5e:00: GPU-11111111-2222-3333-4444-555555555555")
+    assert counter.uuids(scanned) == {"0000:5e:00.0": "GPU-11111111-2222-3333-4444-555555555555"}
+    counter.add(3.0, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
+    assert counter.counts(scanned)["0000:3b:00.0", 48].count == 2
+    assert set(counter.counts(["0000:3b:00.1"])) == {("0000:3b:00.1", 48)}  # other slots
+    counter.overrides = {48: Override(severity="warning")}  # a reload's table
+    assert counter.counts(["0000:3b:00.1"])["0000:3b:00.1", 48].info.severity == WARNING
 
 
 def test_worst_severity_stays_but_154_follows_the_driver() -> None:
