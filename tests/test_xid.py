@@ -6,7 +6,7 @@ import pytest
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from gpuagent.sources.kernel.xidcatalog import CATALOG, RECOVERY_ACTIONS, Override, lookup
+from gpuagent.sources.kernel.xidcatalog import CATALOG, RECOVERY_ACTIONS, lookup
 from gpuagent.sources.kernel.xidcount import XidCounter
 from tests import xidcorpus
 
@@ -276,7 +276,7 @@ def test_slots_come_from_the_scanned_bus() -> None:
     assert ("0000:af:00.2", 79) in counter.counts([])
 
 
-def test_the_answers_are_worked_out_once_until_a_record_or_a_table_comes() -> None:
+def test_the_answers_are_worked_out_once_until_a_record_comes() -> None:
     counter = XidCounter()
     counter.add(1.0, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
     scanned = ["0000:3b:00.0", "0000:5e:00.0"]
@@ -290,8 +290,7 @@ def test_the_answers_are_worked_out_once_until_a_record_or_a_table_comes() -> No
     counter.add(3.0, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
     assert counter.counts(scanned)["0000:3b:00.0", 48].count == 2
     assert set(counter.counts(["0000:3b:00.1"])) == {("0000:3b:00.1", 48)}  # other slots
-    counter.overrides = {48: Override(severity="warning")}  # a reload's table
-    assert counter.counts(["0000:3b:00.1"])["0000:3b:00.1", 48].info.severity == WARNING
+    # A reload's [xid] table: tests/test_kernel.py::test_the_sites_xid_table_has_the_last_word.
 
 
 def test_worst_severity_stays_but_154_follows_the_driver() -> None:
