@@ -36,14 +36,26 @@ def make_host(root: str, gpus: int, devices: int = 200) -> list[str]:
     return slots
 
 
+# NVLink as an H200 host answers: its 18 links up, and the only counters capture's (an H100's).
+NVLINK_STATUS = "nvlink-status-h200-driver590.48.01-18-links.txt"
+NVLINK_COUNTERS = "nvlink-errorcounters-h100-80gb-hbm3-driverUNKNOWN-placeholder-uuid-TRIMMED.txt"
+
+
 def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> str:
     """A real nvidia-smi stand-in that ``cat``s the H200 capture projected onto the query,
-    and for ``--query-compute-apps`` ``processes`` processes on each GPU (the real capture's
-    sizes, PIDs of their own; no name: the agent reads those from /proc)."""
+    for ``nvlink --status`` and ``--errorcounters`` the NVLink captures projected onto the
+    GPUs, and for ``--query-compute-apps`` ``processes`` processes on each GPU (the real
+    capture's sizes, PIDs of their own; no name: the agent reads those from /proc)."""
     answer = os.path.join(directory, "answer.csv")
     text, _ = replay.answer(replay.load(H200_LOAD), list(FIELDS), "csv,noheader,nounits", slots)
     with open(answer, "w") as f:
         f.write(text)
+    status, counters = (os.path.join(directory, n) for n in ("status.txt", "counters.txt"))
+    with open(status, "w") as f:
+        f.write(replay.nvlink_answer(replay.nvlink_capture(NVLINK_STATUS), slots))
+    with open(counters, "w") as f:
+        capture = replay.nvlink_capture(NVLINK_COUNTERS)
+        f.write(replay.nvlink_answer(capture, slots, counters=True))
     apps = os.path.join(directory, "apps.csv")
     with open(apps, "w") as f:
         for i, slot in enumerate(slots):
@@ -54,6 +66,8 @@ def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> 
     with open(path, "w") as f:
         f.write(
             "#!/bin/sh\n"
+            f'case "$1 $2" in "nvlink --status") exec cat {status} ;; '
+            f'"nvlink --errorcounters") exec cat {counters} ;; esac\n'
             f'case "$1" in --query-compute-apps=*) exec cat {apps} ;; esac\n'
             f"exec cat {answer}\n"
         )

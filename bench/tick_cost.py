@@ -1,21 +1,26 @@
 """The agent's own CPU per tick (process CPU time, children excluded), with a breakdown.
 
-Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs; nvidia-smi is a shell
-script that ``cat``s a real H200 capture projected onto the query (it answers at once, so
-what is measured is the agent's side of the spawn), and two processes per GPU to
-``--query-compute-apps``.  Three floors: the same sysfs reads alone;
-a minimal loop doing those reads, the same two spawns (``subprocess.run``: the probe and the
-processes) and a state write of the raw output; and that loop writing the agent's second
-output too, a Prometheus textfile of every numeric value through prometheus_client, the
-library the agent uses for it.  The last lines are the tick over each loop.  Usage::
+Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs (with GPUs, the
+loaded module's version in sysfs and the NVML library of the same version, as a driver
+leaves them; without, no module); nvidia-smi is a shell script that ``cat``s a real H200
+capture projected onto the query (it answers at once, so what is measured is the agent's
+side of the spawn), the NVLink captures to ``nvlink --status`` and ``--errorcounters``, and
+two processes per GPU to ``--query-compute-apps``.  Three floors: the same sysfs reads alone;
+a minimal loop doing those reads, the same spawns (``subprocess.run``: the probe and the
+processes every tick, the two NVLink reads on the agent's NVLink cadence) and a state write
+of the raw output; and that loop writing the agent's second output too, a Prometheus
+textfile of every numeric value through prometheus_client, the library the agent uses for
+it.  The tick and the floors are measured by turns (a call of each in turn), so that their
+ratios, the last lines, are of the same moments on a shared machine.  Usage::
 
-    /usr/bin/python3 -m bench.tick_cost [--ticks 300]
+    /usr/bin/python3 -m bench.tick_cost [--ticks 300] [--gpus 0,1,8,16]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -23,7 +28,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -33,6 +38,7 @@ from bench.sim import instant_nvidia_smi, make_host
 from gpuagent import state
 from gpuagent.agent import Agent
 from gpuagent.config import Config
+from gpuagent.edges.cadence import every_ticks
 from gpuagent.edges.runner import Runner
 from gpuagent.health import Tracker
 from gpuagent.logs import EventLog
@@ -40,6 +46,7 @@ from gpuagent.notify import Notifier
 from gpuagent.publish import Textfile
 from gpuagent.sources.bus import pci
 from gpuagent.sources.bus.bus import BusScan
+from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.processes import apps
@@ -53,6 +60,18 @@ def cpu_ms(fn: Callable[[], object], n: int) -> float:
     for _ in range(n):
         fn()
     return (time.process_time() - start) / n * 1000
+
+
+def by_turns(fns: dict[str, Callable[[], object]], n: int) -> dict[str, float]:
+    """Each of ``fns``' CPU ms per call, measured by turns (one call of each, ``n`` times):
+    a shared machine's load then weighs on them alike, and their ratios are of one moment."""
+    spent = dict.fromkeys(fns, 0.0)
+    for _ in range(n):
+        for name, fn in fns.items():
+            start = time.process_time()
+            fn()
+            spent[name] += time.process_time() - start
+    return {name: total / n * 1000 for name, total in spent.items()}
 
 
 def _read(path: str) -> bytes:
@@ -72,17 +91,22 @@ def floor(root: str) -> None:
             _read(os.path.join(base, slot, "device"))
 
 
-def minimal_loop(root: str, nvsmi: str, state_file: str) -> str:
-    """The same sysfs reads, the agent's two spawns of nvidia-smi (the probe, the processes)
-    and a state file of their raw lines; returns the probe's output."""
+def minimal_loop(root: str, nvsmi: str, state_file: str, links: bool = False) -> str:
+    """The same sysfs reads, the agent's two spawns of nvidia-smi (the probe, the processes),
+    where ``links`` its two NVLink reads (status, counters), and a state file of their raw
+    lines; returns the probe's output."""
     floor(root)
     out = subprocess.run(
         smi.command(nvsmi, smi.FIELDS), capture_output=True, check=False
     ).stdout.decode()
     procs = subprocess.run([nvsmi, *apps.ARGS], capture_output=True, check=False).stdout
+    raw = {"rows": out.splitlines(), "apps": procs.decode().splitlines()}
+    for args in (nvlink.STATUS_ARGS, nvlink.COUNTERS_ARGS) if links else ():
+        answer = subprocess.run([nvsmi, *args], capture_output=True, check=False).stdout
+        raw[args[1]] = answer.decode().splitlines()
     tmp = state_file + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"rows": out.splitlines(), "apps": procs.decode().splitlines()}, f)
+        json.dump(raw, f)
     os.replace(tmp, state_file)
     return out
 
@@ -109,11 +133,38 @@ class _RawValues(Collector):
 
 
 def minimal_loop_with_metrics(
-    root: str, nvsmi: str, state_file: str, registry: CollectorRegistry, raw: _RawValues
+    root: str,
+    nvsmi: str,
+    state_file: str,
+    registry: CollectorRegistry,
+    raw: _RawValues,
+    *,
+    links: bool = False,
 ) -> None:
     """:func:`minimal_loop`, then the values in a textfile as the agent writes its own."""
-    raw.lines = minimal_loop(root, nvsmi, state_file).splitlines()
+    raw.lines = minimal_loop(root, nvsmi, state_file, links).splitlines()
     write_to_textfile(state_file + ".prom", registry)
+
+
+def nvlink_due(config: Config) -> Iterator[bool]:
+    """Whether each tick in turn reads NVLink, on the agent's cadence (every
+    ``nvlink_interval`` in whole ticks, the first tick's included)."""
+    every = every_ticks(config.nvlink_interval, config.interval)
+    return itertools.cycle([True] + [False] * (every - 1))
+
+
+def installed_driver(root: str, directory: str, version: str) -> str:
+    """The driver of a GPU host: the loaded module's ``version`` in ``root`` (sysfs) and the
+    NVML library of the same version in ``directory``, as the driver installs it; returns
+    the library's link (``Config.nvml_library``)."""
+    with open(os.path.join(root, "module", "nvidia", "version"), "w") as f:
+        f.write(version + "\n")
+    real = os.path.join(directory, f"libnvidia-ml.so.{version}")
+    with open(real, "wb"):
+        pass
+    link = os.path.join(directory, "libnvidia-ml.so.1")
+    os.symlink(real, link)
+    return link
 
 
 def processes(agent: Agent, nvsmi: str, rows: dict[str, Row]) -> None:
@@ -142,6 +193,7 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             state_file=os.path.join(d, "state.json"),
             textfile=os.path.join(d, "gpuagent.prom"),
             journal_directory=quiet_journal(),
+            nvml_library=installed_driver(root, d, "590.48.01") if gpus else "libnvidia-ml.so.1",
         )
         log = EventLog(logger)
         agent = Agent(cfg, Prober(Runner(timeout=8)), log)
@@ -176,8 +228,24 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(raw)
         scan = agent.source(BusScan)
+        # The loops read NVLink on the ticks the agent does, counted from their own first.
+        loop_links, metrics_links = nvlink_due(cfg), nvlink_due(cfg)
+        floors: dict[str, Callable[[], object]] = {
+            "floor (same sysfs reads)": lambda: floor(root),
+            "minimal loop (reads+spawn+state)": lambda: (
+                minimal_loop(root, nvsmi, loop_state, next(loop_links)) if gpus else floor(root)
+            ),
+            "minimal loop + metrics textfile": lambda: (
+                minimal_loop_with_metrics(
+                    root, nvsmi, loop_state, registry, raw, links=next(metrics_links)
+                )
+                if gpus
+                else floor(root)
+            ),
+        }
+        turns = by_turns({"tick": tick, **floors}, ticks)
         figures = {
-            "tick": cpu_ms(tick, ticks),
+            "tick": turns["tick"],
             "pci scan (the tick's, remembering)": cpu_ms(lambda: scan.step(agent.last), ticks),
             "pci scan from cold (detect)": cpu_ms(lambda: pci.scan(root), ticks),
             "probe (spawn+read+parse)": cpu_ms(lambda: prober.probe(nvsmi), ticks) if gpus else 0,
@@ -190,18 +258,7 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
             "state write": cpu_ms(lambda: state.write(cfg.state_file, snap), ticks),
             "metrics write": cpu_ms(lambda: textfile.write(snap), ticks),
             "notify": cpu_ms(notifier.watchdog, ticks),
-            "floor (same sysfs reads)": cpu_ms(lambda: floor(root), ticks),
-            "minimal loop (reads+spawn+state)": cpu_ms(
-                lambda: minimal_loop(root, nvsmi, loop_state) if gpus else floor(root), ticks
-            ),
-            "minimal loop + metrics textfile": cpu_ms(
-                lambda: (
-                    minimal_loop_with_metrics(root, nvsmi, loop_state, registry, raw)
-                    if gpus
-                    else floor(root)
-                ),
-                ticks,
-            ),
+            **{name: turns[name] for name in floors},
         }
         figures["tick / minimal loop"] = (
             figures["tick"] / figures["minimal loop (reads+spawn+state)"]
@@ -216,11 +273,12 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ticks", type=int, default=300)
+    parser.add_argument("--gpus", default="0,1,8,16", help="the hosts' GPU counts, by commas")
     args = parser.parse_args()
-    sizes = [0, 1, 8, 16]
+    sizes = [int(n) for n in args.gpus.split(",")]
     results = {g: measure(g, args.ticks) for g in sizes}
     print(f"{'ms of agent CPU per tick':<36}" + "".join(f"{f'{g} GPUs':>9}" for g in sizes))
-    for key in results[0]:
+    for key in results[sizes[0]]:
         print(f"{key:<36}" + "".join(f"{results[g][key]:>9.3f}" for g in sizes))
     return 0
 

@@ -8,9 +8,13 @@ import os
 import time
 from typing import Any
 
+import pytest
+
 from gpuagent.commands.status import ExitCode, judge
 from gpuagent.logs import Event
 from gpuagent.schema import ProblemEntry
+from gpuagent.sources.driver import driver, driverstate
+from gpuagent.sources.driver.driver import NvmlLibrary
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
 from tests.test_kernlog import NOT_FOUND, REJECTED, append, userspace
@@ -182,6 +186,34 @@ def test_the_same_driver_installed_and_loaded_is_no_problem(host: Host) -> None:
     host.tick(2)
     assert host_problems(host) == []
     assert code(host) == ExitCode.OK
+
+
+def test_the_versions_are_read_only_while_the_bus_has_the_module(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[str] = []
+    library = NvmlLibrary.version
+
+    def loaded_version(root: str) -> str | None:
+        read.append("module")
+        return driver.loaded_version(root)
+
+    def version(self: NvmlLibrary) -> str | None:
+        read.append("library")
+        return library(self)
+
+    monkeypatch.setattr(driverstate, "loaded_version", loaded_version)
+    monkeypatch.setattr(NvmlLibrary, "version", version)
+    host.healthy()
+    fakesysfs.set_module(host.root, False)
+    host.make_agent(nvml_library=installed(host, "595.84"))
+    host.tick(3)
+    assert read == []  # the scan saw no module: no version to compare, nothing pending
+    fakesysfs.set_module(host.root, True)
+    loaded(host, "595.80")
+    host.tick()
+    assert read == ["module", "library"]
+    assert kinds(host) == [("reboot_pending", "warning", "reboot")]
 
 
 def test_nvidia_smi_timing_out_again_and_again_is_a_hung_driver(host: Host) -> None:

@@ -172,3 +172,54 @@ def test_scanner_reports_a_problem_on_every_scan(tmp_path: str) -> None:
     scanner = pci.Scanner(root)
     assert len(scanner.scan()[1]) == 1
     assert len(scanner.scan()[1]) == 1
+
+
+def test_scanner_reads_no_file_while_the_listing_is_the_same(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = str(tmp_path)
+    fakesysfs.gpu_host(root, 2)
+    read: list[str] = []
+    real = pci._read
+
+    def counted(path: str) -> str | None:
+        read.append(os.path.relpath(path, os.path.join(root, "bus/pci/devices")))
+        return real(path)
+
+    monkeypatch.setattr(pci, "_read", counted)
+    scanner = pci.Scanner(root)
+    assert len(scanner.scan()[0]) == 2
+    assert len(read) == 2 * 3 + 2  # each GPU's vendor, class, device; the others' vendor
+    read.clear()
+    gpus, problems = scanner.scan()
+    assert (len(gpus), problems, read) == (2, [], [])  # the listing alone, and the links
+    fakesysfs.add_device(root, "0000:9a:00.0", 0x10DE, 0x2335, 0x030200, "nvidia")
+    assert [g.slot for g in scanner.scan()[0]][-1] == "0000:9a:00.0"
+    assert read == ["0000:9a:00.0/vendor", "0000:9a:00.0/class", "0000:9a:00.0/device"]
+
+
+def test_scanner_follows_an_entry_linked_elsewhere(tmp_path: str) -> None:
+    # sysfs's shape: bus/pci/devices/<slot> is a link into /sys/devices.  A device replaced
+    # in its slot is a new link, even where the old one's target is still there.
+    root = str(tmp_path)
+    devices = os.path.join(root, "devices", "pci0000:17")
+    for name, vendor, cls in (("gpu", "0x10de", "0x030200"), ("nic", "0x15b3", "0x020000")):
+        os.makedirs(os.path.join(devices, name))
+        for f, value in (("vendor", vendor), ("device", "0x2335"), ("class", cls)):
+            with open(os.path.join(devices, name, f), "w") as out:
+                out.write(value + "\n")
+    base = os.path.join(root, "bus", "pci", "devices")
+    os.makedirs(base)
+    entry = os.path.join(base, "0000:18:00.0")
+    os.symlink(os.path.join(devices, "gpu"), entry)
+    scanner = pci.Scanner(root)
+    assert [g.slot for g in scanner.scan()[0]] == ["0000:18:00.0"]
+    os.symlink(os.path.join(devices, "nic"), entry + ".new")
+    os.replace(entry + ".new", entry)
+    assert scanner.scan() == ([], [])
+    # A link whose device is gone is hot-plug under way: skipped, and read again later.
+    os.symlink(os.path.join(devices, "gone"), entry + ".new")
+    os.replace(entry + ".new", entry)
+    assert scanner.scan() == ([], [])
+    os.rename(os.path.join(devices, "gpu"), os.path.join(devices, "gone"))
+    assert [g.device_id for g in scanner.scan()[0]] == ["0x2335"]

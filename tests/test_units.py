@@ -327,6 +327,31 @@ def test_no_socket_at_all_is_not_watched(tmp_path: str) -> None:
     assert reader.unit_for_pid(1).watch is Watch.NOT_WATCHED
 
 
+def test_a_missing_socket_is_stat_ed_not_connected_to_until_it_appears(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jeepney.io import blocking  # noqa: PLC0415
+
+    made: list[str] = []
+    prep = blocking.prep_socket
+
+    def counted(where: str, *args: Any, **kwargs: Any) -> Any:
+        made.append(where)
+        return prep(where, *args, **kwargs)
+
+    monkeypatch.setattr(blocking, "prep_socket", counted)
+    path = os.path.join(tmp_path, "system_bus_socket")
+    reader = Units(lambda: units.system_bus(1.0, f"unix:path={path}"))
+    assert [reader.read().watch for _ in range(3)] == [Watch.NOT_WATCHED] * 3
+    assert made == []  # no socket made, no connect tried
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(path)  # the bus's socket appears (dbus-daemon not listening yet)
+    result = reader.read()
+    assert result.watch is Watch.ERROR
+    assert "refused" in result.error.lower()
+    assert made == [path]
+
+
 def test_the_default_address_follows_the_environment(
     tmp_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -276,6 +276,23 @@ def test_slots_come_from_the_scanned_bus() -> None:
     assert ("0000:af:00.2", 79) in counter.counts([])
 
 
+def test_the_answers_are_worked_out_once_until_a_record_comes() -> None:
+    counter = XidCounter()
+    counter.add(1.0, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
+    scanned = ["0000:3b:00.0", "0000:5e:00.0"]
+    counts, uuids = counter.counts(scanned), counter.uuids(scanned)
+    # Asked again the same tick (the view, the known GPUs, the earlier boots): the same answer.
+    assert counter.counts(list(scanned)) is counts
+    assert (counter.uuids(scanned), counter.init_failures(scanned)) == ({}, {})
+    assert counter.uuids(scanned) is uuids
+    counter.add(2.0, "NVRM: GPU at PCI:0000:5e:00: GPU-11111111-2222-3333-4444-555555555555")
+    assert counter.uuids(scanned) == {"0000:5e:00.0": "GPU-11111111-2222-3333-4444-555555555555"}
+    counter.add(3.0, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
+    assert counter.counts(scanned)["0000:3b:00.0", 48].count == 2
+    assert set(counter.counts(["0000:3b:00.1"])) == {("0000:3b:00.1", 48)}  # other slots
+    # A reload's [xid] table: tests/test_kernel.py::test_the_sites_xid_table_has_the_last_word.
+
+
 def test_worst_severity_stays_but_154_follows_the_driver() -> None:
     counter = XidCounter()
     counter.add(1.0, "NVRM: Xid (PCI:0000:01:00): 145, RLW Nonfatal XC0")

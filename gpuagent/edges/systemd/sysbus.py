@@ -9,6 +9,7 @@ bus failed: ``str()`` is the line) or :class:`DBusError` (an error reply).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 from typing import Any, Protocol, cast
@@ -76,9 +77,15 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
     """Connect to the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` or the standard socket).
 
     Raises ``FileNotFoundError`` when there is no socket, another ``OSError`` or
-    ``TimeoutError`` when the bus fails.
+    ``TimeoutError`` when the bus fails.  Where the address is a path, a missing socket is
+    found by one ``stat`` before any socket is made: a host without D-Bus is asked every
+    tick.
     """
     from jeepney.bus import get_connectable_addresses  # noqa: PLC0415
+
+    where = next(get_connectable_addresses(address or bus_address()))
+    if not where.startswith("\0") and _missing(where):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), where)
     from jeepney.io.blocking import DBusConnection, prep_socket  # noqa: PLC0415
 
     class _Connection(DBusConnection):  # type: ignore[misc]
@@ -91,13 +98,23 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
         def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
             return super().send_and_get_reply(message, timeout=timeout or self._timeout)
 
-    where = next(get_connectable_addresses(address or bus_address()))
     sock = prep_socket(where, timeout=timeout)
     try:
         return cast(Bus, _Connection(sock))
     except BaseException:
         sock.close()
         raise
+
+
+def _missing(path: str) -> bool:
+    """Whether nothing is at ``path`` (any other answer is left for ``connect`` to give)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 class Connection:

@@ -62,26 +62,33 @@ def _hex(text: str | None) -> int | None:
         return None
 
 
-# What a function is, by slot: the directory entry it was read from (inode and change time),
-# and its (device id, class) when it is an NVIDIA GPU, else None.
-_Identity = tuple[tuple[int, int], tuple[str, str] | None]
+# What a function is: its (device id, class) when it is an NVIDIA GPU, else None.
+_Identity = tuple[str, str] | None
 
 
 class Scanner:
     """Scans ``<sysfs_root>/bus/pci/devices`` every tick, remembering what each function is.
 
     A function's vendor and class cannot change while its sysfs entry lives; a device that
-    is removed and another that appears in its slot get a new entry (a new inode or, where a
-    filesystem reuses inode numbers, a new change time), which is read afresh.  So a tick
-    lists the bus and reads only the ``driver`` link of each GPU: on a GPU-less host with 200
-    functions that is half the cost of reading every ``vendor`` file.  Functions whose files
-    could not be read are not remembered, so their problem is seen again on every tick.
+    is removed and another that appears in its slot get a new entry, with a new inode number,
+    which is read afresh.  The number comes with the listing (``d_ino``: no stat), and sysfs
+    never gives it to another entry (kernfs's 64-bit ids carry a generation).  So a tick
+    lists the bus and, while the listing is the last one, reads only the ``driver`` link of
+    each GPU: on a GPU-less host with 200 functions, one ``getdents`` and no file opened.
+    Functions whose files could not be read are not remembered, so their problem is seen
+    again on every tick.
     """
 
     def __init__(self, sysfs_root: str) -> None:
         self.root = sysfs_root
         self.base = os.path.join(sysfs_root, "bus", "pci", "devices")
-        self._known: dict[str, _Identity] = {}
+        # Each function read, by slot: the inode number of the entry it was read from and
+        # what it is.
+        self._known: dict[str, tuple[int, _Identity]] = {}
+        # The last listing (slot -> inode number) while every function in it is known, and
+        # its GPUs (slot, device id, class) in slot order.
+        self._listing: dict[str, int] | None = None
+        self._gpus: list[tuple[str, str, str]] = []
 
     def scan(self) -> tuple[list[PciGpu], list[str]]:
         """The NVIDIA GPUs on the bus, sorted by slot, and one-line problems naming files.
@@ -89,43 +96,41 @@ class Scanner:
         A device gone between listing and reading is skipped silently; a missing PCI
         directory is a problem, not an exception.
         """
-        problems: list[str] = []
         try:
             with os.scandir(self.base) as it:
-                entries = sorted((e.name, _entry_id(e)) for e in it)
+                listing = {e.name: e.inode() for e in it}
         except OSError as e:
             return [], [f"{self.base}: cannot list PCI devices: {e.strerror}"]
-        known: dict[str, _Identity] = {}
-        gpus: list[PciGpu] = []
-        for slot, entry in entries:
-            if entry is None:
-                continue  # gone between listing and looking
+        problems = self._identify(listing) if listing != self._listing else []
+        gpus = [
+            PciGpu(slot, device_id, pci_class, _driver(os.path.join(self.base, slot)))
+            for slot, device_id, pci_class in self._gpus
+        ]
+        return gpus, problems
+
+    def _identify(self, listing: dict[str, int]) -> list[str]:
+        """Learn what the functions of ``listing`` are, reading those not known from the
+        same entry; returns the problems of those that could not be read."""
+        problems: list[str] = []
+        known: dict[str, tuple[int, _Identity]] = {}
+        for slot in sorted(listing):
+            inode = listing[slot]
             cached = self._known.get(slot)
-            if cached is not None and cached[0] == entry:
+            if cached is not None and cached[0] == inode:
                 ident = cached[1]
             else:
-                dev = os.path.join(self.base, slot)
                 try:
-                    ident = _identify(dev)
+                    ident = _identify(os.path.join(self.base, slot))
                 except _Unreadable as e:
                     problems.append(str(e))
                     continue
                 except _Gone:
-                    continue
-            known[slot] = (entry, ident)
-            if ident is not None:
-                device_id, pci_class = ident
-                driver = _driver(os.path.join(self.base, slot))
-                gpus.append(PciGpu(slot, device_id, pci_class, driver))
+                    continue  # gone between listing and reading
+            known[slot] = (inode, ident)
         self._known = known
-        return gpus, problems
-
-
-def _entry_id(entry: os.DirEntry[str]) -> tuple[int, int] | None:
-    try:
-        return entry.inode(), entry.stat(follow_symlinks=False).st_ctime_ns
-    except FileNotFoundError:
-        return None
+        self._listing = listing if len(known) == len(listing) else None
+        self._gpus = [(slot, *ident) for slot, (_, ident) in known.items() if ident is not None]
+        return problems
 
 
 class _Unreadable(Exception):

@@ -303,12 +303,12 @@ class NvmlLibrary:
         """The version in the file name the library resolves to (``595.80``), or ``None``:
         no library found, or a file name without a version (installed outside the
         driver's own scheme)."""
-        # The one found last time first: a tick costs a few stats, not one per directory.
+        # The one found last time first: a tick costs a few stats, not one per directory;
+        # a candidate is resolved only once the file is there (one stat follows its links).
         for path in sorted(self.candidates, key=lambda p: p != self._found):
-            real = os.path.realpath(path)
-            if os.path.isfile(real):
+            if os.path.isfile(path):
                 self._found = path
-                return version_of(real)
+                return version_of(os.path.realpath(path))
         return None
 
 

@@ -65,13 +65,15 @@ class DriverState:
         elif not bus.module_loaded:
             self.hangs.observe(now, timed_out=False, module_loaded=False)
         wanted = bool(bus.probeable)
+        # The module as the bus scan found it: without it there is no loaded version, and
+        # nothing pending (reboot_pending needs one), so neither file is looked at.
+        loaded = loaded_version(self.sysfs_root) if bus.module_loaded else None
+        installed = self.library.version() if loaded is not None else None
         found = [
             self.absence.update(
                 now, loaded=bus.module_loaded, wanted=wanted, reasons=records.reasons
             ),
-            reboot_pending(
-                self.library.version(), loaded_version(self.sysfs_root), records.mismatch
-            ),
+            reboot_pending(installed, loaded, records.mismatch),
             self.hangs.finding(now),
         ]
         host = [f for f in found if f is not None]

@@ -97,6 +97,17 @@ class InitCount:
         )
 
 
+@dataclass(frozen=True)
+class _Answers:
+    """The counter's answers for ``slots`` after record number ``seq``."""
+
+    slots: list[str]
+    seq: int
+    counts: dict[tuple[str, int], XidCount]
+    uuids: dict[str, str]
+    init_failures: dict[str, InitCount]
+
+
 # Who caused a GPU's count (its slot, the count), where its records name a process.
 Attribute = Callable[[str, XidCount], Source | None]
 
@@ -144,7 +155,7 @@ class XidCounter:
         overrides: Mapping[int, Override] | None = None,
         gpu: Callable[[str], bool] = lambda device: False,
     ) -> None:
-        self.overrides: Mapping[int, Override] = dict(overrides or {})
+        self._overrides: Mapping[int, Override] = dict(overrides or {})
         # Whether a device (``0000:3b:00``) is a GPU the agent knows of: those are held
         # whatever the cap (MAX_STRAYS) says; the kernel source sets it as it learns.
         self.gpu = gpu
@@ -166,11 +177,23 @@ class XidCounter:
         self.overflow = 0
         # The slots the queries were last asked with, and their devices (see _slotter).
         self._slotted: tuple[list[str], dict[str, str]] = ([], {})
+        # The per-slot answers for those slots, and the record they were worked out after.
+        self._answered: _Answers | None = None
         # Journal order: every record's number, each (kind, device, code)'s last one, and
         # each (kind, device)'s operator's clear (see clear()).
         self._seq = 0
         self._latest: dict[tuple[str, str, int], int] = {}
         self._cleared: dict[tuple[str, str], int] = {}
+
+    @property
+    def overrides(self) -> Mapping[int, Override]:
+        """The site's ``[xid]`` table the answers follow."""
+        return self._overrides
+
+    @overrides.setter
+    def overrides(self, table: Mapping[int, Override]) -> None:
+        self._overrides = table
+        self._answered = None
 
     def add(self, time: float, message: str) -> None:
         """Count one kernel record logged at ``time`` (s since the epoch)."""
@@ -312,12 +335,29 @@ class XidCounter:
         site = self.overrides.get(count.code)
         return count if site is None else replace(count, info=override(count.info, site))
 
-    def counts(self, slots: list[str]) -> dict[tuple[str, int], XidCount]:
-        """Every (GPU slot, Xid code) seen this boot; ``slots`` are the scanned PCI slots."""
+    def _answers(self, slots: list[str]) -> _Answers:
+        """The per-slot answers for ``slots``: asked several times a tick (the kernel's view,
+        the GPUs' UUIDs for the known GPUs and the earlier boots), worked out once until a
+        record is read or the table changes."""
+        done = self._answered
+        if done is not None and done.seq == self._seq and done.slots == slots:
+            return done
         by_device = self._slotter(slots)
-        return {
-            (self._slot(d, by_device), code): self._site(c) for (d, code), c in self._xids.items()
-        }
+        slot = self._slot
+        done = self._answered = _Answers(
+            list(slots),
+            self._seq,
+            {(slot(d, by_device), code): self._site(c) for (d, code), c in self._xids.items()},
+            {slot(d, by_device): uuid for d, uuid in self._uuids.items()},
+            {slot(d, by_device): c for d, c in self._init.items()},
+        )
+        return done
+
+    def counts(self, slots: list[str]) -> dict[tuple[str, int], XidCount]:
+        """Every (GPU slot, Xid code) seen this boot; ``slots`` are the scanned PCI slots.
+        Read-only (as :meth:`init_failures` and :meth:`uuids`): the same mapping is handed
+        out until the counts change."""
+        return self._answers(slots).counts
 
     def sxid_counts(self) -> dict[tuple[str, int], SXidCount]:
         """Every (NVSwitch slot, SXid code) seen this boot (``nvswitchN`` where no slot)."""
@@ -325,14 +365,12 @@ class XidCounter:
 
     def init_failures(self, slots: list[str]) -> dict[str, InitCount]:
         """``RmInitAdapter failed!`` records this boot, by GPU slot."""
-        by_device = self._slotter(slots)
-        return {self._slot(d, by_device): c for d, c in self._init.items()}
+        return self._answers(slots).init_failures
 
     def uuids(self, slots: list[str]) -> dict[str, str]:
         """GPU UUIDs the driver printed (``GPU-`` and lower-case hex, as nvidia-smi prints
         them), by GPU slot."""
-        by_device = self._slotter(slots)
-        return {self._slot(d, by_device): uuid for d, uuid in self._uuids.items()}
+        return self._answers(slots).uuids
 
     def findings(
         self,
