@@ -70,7 +70,10 @@ _CONTAINERS = (dict, list)
 
 def _read_only(value: Any) -> Any:
     """``value`` (what :func:`build` made: dicts, lists, scalars) copied into containers that
-    refuse every change, at every depth: the same type to mypy and to the JSON writer."""
+    refuse every change, at every depth: the same type to mypy and to the JSON writer.  What
+    is read-only already is shared, not copied."""
+    if isinstance(value, _ReadOnlyDict | _ReadOnlyList):
+        return value
     if isinstance(value, dict):
         return _ReadOnlyDict(
             {k: _read_only(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
@@ -155,7 +158,25 @@ def _sxids(kernel: KernelView) -> list[SXidEntry]:
     ]
 
 
+# Each GPU's links as the state has them, by the read that gave them (its NvlinkGpu, kept so
+# that its id is not reused): NVLink is read one tick in several, its 18 counters a GPU are
+# drawn once a read, not once a tick.
+_NVLINK: dict[int, tuple[NvlinkGpu, NvlinkEntry]] = {}
+_NVLINK_KEPT = 64
+
+
 def _nvlink(gpu: NvlinkGpu) -> NvlinkEntry:
+    kept = _NVLINK.get(id(gpu))
+    if kept is not None and kept[0] is gpu:
+        return kept[1]
+    if len(_NVLINK) >= _NVLINK_KEPT:
+        _NVLINK.clear()
+    entry: NvlinkEntry = _read_only(_nvlink_entry(gpu))
+    _NVLINK[id(gpu)] = (gpu, entry)
+    return entry
+
+
+def _nvlink_entry(gpu: NvlinkGpu) -> NvlinkEntry:
     return {
         "links": gpu.links,
         "active": gpu.links - len(gpu.inactive),
