@@ -300,3 +300,21 @@ def test_probe_shows_what_nvidia_smi_said_instead_of_a_value(tmp_path: str) -> N
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
     row = json.loads(res.stdout)["rows"][0]
     assert (row["temperature.gpu"], row["power.draw"]) == (None, None)
+
+
+def test_probe_says_the_gate_the_agent_would_hold(tmp_path: str) -> None:
+    # nvidia-smi missing and the module unloaded: the agent's first gate is nvidia-smi's.
+    host = fakehost.create(str(tmp_path), 1)
+    fakesysfs.set_module(host.root, False)
+    conf = os.path.join(tmp_path, "probe.toml")
+    with open(conf, "w") as f:
+        f.write(f'sysfs_root = "{host.root}"\nnvidia_smi = "/nonexistent/nvidia-smi"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
+    assert res.exit_code == 1
+    assert res.stderr == "gpuagent: nvidia-smi not found ('/nonexistent/nvidia-smi')\n"
+    # Found, with the module unloaded: the driver's gate.
+    with open(conf, "w") as f:
+        f.write(f'sysfs_root = "{host.root}"\nnvidia_smi = "{host.smi}"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
+    assert res.exit_code == 1
+    assert "the nvidia kernel module is not loaded; not running nvidia-smi" in res.stderr

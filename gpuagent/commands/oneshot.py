@@ -4,6 +4,7 @@ nvidia-smi run), each printing what the agent would see and returning an exit st
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -14,8 +15,25 @@ from gpuagent.commands.status import clean
 from gpuagent.edges.runner import Runner
 from gpuagent.sources.bus import pci
 from gpuagent.sources.probe.probe import Prober, lookup
+from gpuagent.sources.probe.probing import gate
+from gpuagent.views import BusView, Gate, PciGpu
 
 __all__ = ["detect", "probe"]
+
+# What each gate says to whoever ran ``gpuagent probe``.
+_HELD: dict[Gate, Callable[[config.Config, list[PciGpu]], str]] = {
+    # A module that is not loaded is no news on a host without a GPU nvidia-smi could answer for.
+    Gate.NO_GPU: lambda cfg, gpus: (
+        "no NVIDIA GPU on the PCI bus "
+        f"{'is bound to nvidia or unbound' if gpus else 'at all'}; nothing to probe"
+    ),
+    Gate.NVIDIA_SMI_MISSING: lambda cfg, gpus: f"nvidia-smi not found ({cfg.nvidia_smi!r})",
+    # nvidia-smi would load the module mid driver upgrade.
+    Gate.DRIVER_NOT_LOADED: lambda cfg, gpus: (
+        "the nvidia kernel module is not loaded; not running nvidia-smi, which would load it "
+        "(load_driver = true probes anyway)"
+    ),
+}
 
 
 def detect(cfg: config.Config, as_json: bool) -> int:
@@ -40,22 +58,11 @@ def detect(cfg: config.Config, as_json: bool) -> int:
 def probe(cfg: config.Config, as_json: bool) -> int:
     """Run nvidia-smi once and print what the agent parses from it; returns the exit status."""
     gpus, _ = pci.scan(cfg.sysfs_root)
-    if not any(g.probeable for g in gpus):
-        # The agent's own gate; a module that is not loaded is no news on such a host.
-        which = "is bound to nvidia or unbound" if gpus else "at all"
-        click.echo(f"gpuagent: no NVIDIA GPU on the PCI bus {which}; nothing to probe", err=True)
-        return 1
-    if not cfg.load_driver and not pci.module_loaded(cfg.sysfs_root):
-        # The agent's own gate: nvidia-smi would load the module mid driver upgrade.
-        click.echo(
-            "gpuagent: the nvidia kernel module is not loaded; not running nvidia-smi, which "
-            "would load it (load_driver = true probes anyway)",
-            err=True,
-        )
-        return 1
-    binary = lookup(cfg.nvidia_smi)
-    if binary is None:
-        click.echo(f"gpuagent: nvidia-smi not found ({cfg.nvidia_smi!r})", err=True)
+    bus = BusView(tuple(gpus), module_loaded=pci.module_loaded(cfg.sysfs_root))
+    binary = lookup(cfg.nvidia_smi) if bus.probeable else None
+    held = gate(bus, binary, cfg.load_driver)  # the agent's own gates, in its order
+    if held is not None or binary is None:
+        click.echo(f"gpuagent: {_HELD[held or Gate.NVIDIA_SMI_MISSING](cfg, gpus)}", err=True)
         return 1
     result = Prober(Runner(timeout=cfg.probe_timeout)).probe(binary)
     if result.rows is None:

@@ -24,9 +24,23 @@ from gpuagent.sources.probe.probe import Prober, ProbeResult
 from gpuagent.sources.probe.smi import HINTS
 from gpuagent.views import BusView, Failure, Gate, ProbeView, Row, plural
 
-__all__ = ["Probing"]
+__all__ = ["Probing", "gate"]
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+
+
+def gate(bus: BusView, smi: str | None, load_driver: bool) -> Gate | None:
+    """The gate that keeps nvidia-smi from running (pure), in the agent's order: no GPU on
+    ``bus`` it could answer for, nvidia-smi not found (``smi``, its path, ``None``), the
+    nvidia module not loaded (nvidia-smi would load it, unless ``load_driver``); ``None``
+    where none holds."""
+    if not bus.probeable:
+        return Gate.NO_GPU
+    if smi is None:
+        return Gate.NVIDIA_SMI_MISSING
+    if not bus.module_loaded and not load_driver:
+        return Gate.DRIVER_NOT_LOADED
+    return None
 
 
 class Probing:
@@ -127,7 +141,7 @@ class Probing:
             self.log(INFO, Event.NVIDIA_SMI_FOUND, f"nvidia-smi found at {path}")
             self.cadence.expedite()
         if path is None:
-            return Gate.NVIDIA_SMI_MISSING, None
+            return gate(bus, path, self.config.load_driver), None
         edge = self._unloaded.update(None if bus.module_loaded else True)
         if edge is Edge.STARTED:
             action = (
@@ -144,9 +158,7 @@ class Probing:
         elif edge is Edge.ENDED:
             self.log(INFO, Event.DRIVER_LOADED, "NVIDIA kernel module loaded; probing now")
             self.cadence.expedite()
-        if not bus.module_loaded and not self.config.load_driver:
-            return Gate.DRIVER_NOT_LOADED, path
-        return None, path
+        return gate(bus, path, self.config.load_driver), path
 
     # The probe's outcome ---------------------------------------------------------------------
 
