@@ -1,10 +1,9 @@
 """What reading the earlier boots costs (recurrence, issue 18): each tick's slice (target
 <= 10 ms, :data:`gpuagent.sources.kernel.earlier.SLICE`) and the CPU per 100,000 kernel records
-(target
-<= 2 s), beside floors measured in the same run: opening the journal (what any slice that
-opens it pays) and the bare reader stepping over every entry the read matches; and the
-RSS of a process as the agent is, this boot's records read and then the earlier boots
-(target <= 32 MiB on Debian 13), beside the same process before the earlier boots.
+(target <= 2 s), beside floors measured in the same run: opening the journal (what any slice that
+opens it pays) and the bare reader stepping over every entry the read matches; and the RSS of a
+process as the agent is, this boot's records read and then the earlier boots (target <= 32 MiB on
+Debian 13), beside the same process before the earlier boots.
 
 The journal is a real one made with ``../shared/tools/make-test-journal`` (needs
 ``systemd-journal-remote``): three earlier boots of kernel records (one in 100 an Xid or

@@ -3,16 +3,14 @@ and a tick's services step against the same step's floor.
 
 Each run is a fresh ``/usr/bin/python3``; its floor is that interpreter after importing
 ``gpuagent.edges.systemd.units``, which imports jeepney only when it first reads.  Then jeepney's
-import
-(RSS and ms), the first read of nvidia-fabricmanager, nvidia-persistenced and nvidia-dcgm
+import (RSS and ms), the first read of nvidia-fabricmanager, nvidia-persistenced and nvidia-dcgm
 (connect, authenticate, Hello, three units' five properties) and the next reads on the kept
 connection, reading every unit each time.  Then the CPU of a tick's services step
-(``ServicesSource.read``: the read, the findings, the view) three ways: with a reader that
-answers at once (the floor), following systemd's signals as the agent does (nothing
-changed: no call), the tick of its check of what the signals left (one call), and reading
-every unit every time.  Against the system bus; ``--mock``
-starts a private dbus-daemon with the tests' python-dbusmock systemd instead (slower to
-answer than systemd itself).  Usage::
+(``ServicesSource.read``: the read, the findings, the view) three ways: with a reader that answers
+at once (the floor), following systemd's signals as the agent does (nothing changed: no call), the
+tick of its check of what the signals left (one call), and reading every unit every time.  Against
+the system bus; ``--mock`` starts a private dbus-daemon with the tests' python-dbusmock systemd
+instead (slower to answer than systemd itself).  Usage::
 
     /usr/bin/python3 -m bench.units_cost [--runs 5] [--reads 20] [--mock]
 """

@@ -281,9 +281,8 @@ class ProcessView:
     """One compute process on a GPU: ``pid``, ``name`` and ``used_memory_mib`` as nvidia-smi
     gives them (``--query-compute-apps`` fields ``pid``, ``process_name``, ``used_memory``,
     MiB; ``None``: it cannot tell); ``unit`` the systemd unit it is in (``None``: none known),
-    ``kind`` and ``ref`` what the unit's name says (:mod:`gpuagent.edges.systemd.unitname`;
-    ``kind`` is
-    ``None`` when systemd could not be asked)."""
+    ``kind`` and ``ref`` what the unit's name says (:mod:`gpuagent.edges.systemd.unitname`; ``kind``
+    is ``None`` when systemd could not be asked)."""
 
     pid: int
     name: str | None

@@ -1,7 +1,6 @@
 """A python-dbusmock template of the part of systemd's org.freedesktop.systemd1 that
 gpuagent.edges.systemd.units reads: Subscribe, GetUnit, LoadUnit, GetUnitByPID, GetUnitProcesses,
-and
-units with the Unit and Service interfaces' LoadState, ActiveState, SubState, Id, Result and
+and units with the Unit and Service interfaces' LoadState, ActiveState, SubState, Id, Result and
 NRestarts, and the signals that say a unit changed.
 
 As systemd does: GetUnit fails with NoSuchUnit for a unit that is not loaded now, LoadUnit

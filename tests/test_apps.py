@@ -1,6 +1,5 @@
 """gpuagent.sources.processes.apps: --query-compute-apps parsed, over every capture of the corpus
-and the
-values nvidia-smi gives instead of a number; no cell a process can shape."""
+and the values nvidia-smi gives instead of a number; no cell a process can shape."""
 
 from __future__ import annotations
 

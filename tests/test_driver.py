@@ -1,6 +1,5 @@
-"""gpuagent.sources.driver.driver: why the nvidia module is absent, and whether a reboot is
-pending, from the
-real kernel lines of tests/data/corpus/host and the reports each test names."""
+"""gpuagent.sources.driver.driver: why the nvidia module is absent, and whether a reboot is pending,
+from the real kernel lines of tests/data/corpus/host and the reports each test names."""
 
 from __future__ import annotations
 

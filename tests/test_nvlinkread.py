@@ -1,6 +1,5 @@
 """gpuagent.sources.nvlink.nvlinkread: the NVLink reads' cadence, spawns, failures and warnings,
-with the
-fake nvidia-smi answering from the corpus's nvlink captures and the probe's Runner."""
+with the fake nvidia-smi answering from the corpus's nvlink captures and the probe's Runner."""
 
 from __future__ import annotations
 

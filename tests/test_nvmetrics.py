@@ -1,6 +1,5 @@
 """The NVLink and services series (gpuagent.sources.nvlink.nvmetrics) and their status rows, from
-states the
-report writes."""
+states the report writes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """gpuagent.sources.services.nvservices: the fabric manager and persistence rules, on hosts with
-NVSwitches
-(HGX H100, Azure ND A100 v4) and without (a GB200 NVL compute tray), from real lspci
+NVSwitches (HGX H100, Azure ND A100 v4) and without (a GB200 NVL compute tray), from real lspci
 listings (data/corpus/pci)."""
 
 from __future__ import annotations

@@ -326,9 +326,8 @@ def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -
 @dataclass
 class _Uint32Units(FakeUnits):
     """systemd's stand-in, asked as :class:`gpuagent.edges.systemd.units.Units` asks:
-    ``GetUnitByPID``
-    marshalled by jeepney, whose ``u`` takes 0..4294967295 only (else ``struct.error``);
-    ``asked`` the PIDs."""
+    ``GetUnitByPID`` marshalled by jeepney, whose ``u`` takes 0..4294967295 only (else
+    ``struct.error``); ``asked`` the PIDs."""
 
     asked: list[int] = field(default_factory=list)
 

@@ -1,6 +1,5 @@
 """gpuagent.edges.systemd.units against a real dbus-daemon: a private bus with systemd's Manager
-mocked by
-python-dbusmock (tests/mock_systemd.py), sockets that fail, and no socket at all.
+mocked by python-dbusmock (tests/mock_systemd.py), sockets that fail, and no socket at all.
 
 tests/system/test_units_deb.py reads real units through the real systemd in a booted
 Debian 12 and 13, as the packaged service's user.

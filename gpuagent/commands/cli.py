@@ -1,7 +1,7 @@
 """Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config``, ``slurm-check``
 (:mod:`gpuagent.commands.schedcli`), ``clear`` (:mod:`gpuagent.commands.clearcli`), ``history``
-(thin; no
-logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units`` (debugging).
+(thin; no logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units``
+(debugging).
 
 Imports beyond click, json and tomllib happen inside the commands that need them, and the
 commands of other modules are imported when they are asked for (:class:`LazyGroup`), so that

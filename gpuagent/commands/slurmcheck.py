@@ -2,8 +2,7 @@
 
 It reads the agent's state (never runs nvidia-smi, never waits on the agent), asks
 ``scontrol`` for the node and runs the one update :func:`gpuagent.commands.drain.decide` names.
-Each
-``scontrol`` is killed after ``timeout`` seconds, so that the check ends within slurmd's 60 s
+Each ``scontrol`` is killed after ``timeout`` seconds, so that the check ends within slurmd's 60 s
 even when slurmctld does not answer.
 """
 

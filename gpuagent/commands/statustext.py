@@ -60,8 +60,7 @@ def render(
 ) -> str:
     """Human text in the spirit of ``systemctl status``: header, probe line, conditions, one
     row a GPU.  ``st`` must have passed :func:`gpuagent.commands.status.malformed`; ``width`` 0 is
-    the
-    terminal's (``$COLUMNS``, else 80)."""
+    the terminal's (``$COLUMNS``, else 80)."""
     width = width or shutil.get_terminal_size((80, 24)).columns
     dot = "\u25cb" if code == ExitCode.UNKNOWN else "\u25cf"
     exit_info = st["exit"]

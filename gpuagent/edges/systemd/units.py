@@ -12,13 +12,12 @@ is a fact (``LoadState`` ``not-found``), not an error.  The outcome of a read is
 Read by read, it follows systemd's signals instead of asking again (``full_every`` s, by
 default): the first read on a connection calls ``Subscribe()`` and adds the bus's match
 rules for each unit (:mod:`gpuagent.edges.systemd.unitsignals`) before it reads them all; a later
-read
-takes in, without waiting, the signals that came since, and asks again only about the units
-they name, so a read when nothing changed makes no call.  After a ``daemon-reload``, after
-systemd's name changed owner and on every new connection it reads them all again; every
-``full_every`` s one call (``ListUnitsByPatterns``) checks the states the signals left, and a
-unit that differs is read again (a safety net for a signal lost); ``full_every`` None, or a bus
-that refuses the subscription, reads them all every time.
+read takes in, without waiting, the signals that came since, and asks again only about the units
+they name, so a read when nothing changed makes no call.  After a ``daemon-reload``, after systemd's
+name changed owner and on every new connection it reads them all again; every ``full_every`` s one
+call (``ListUnitsByPatterns``) checks the states the signals left, and a unit that differs is read
+again (a safety net for a signal lost); ``full_every`` None, or a bus that refuses the subscription,
+reads them all every time.
 
 Only systemd's signals count: their sender is systemd's unique name (asked of the bus, and
 followed); anyone else's are dropped as they come in.  What is held of them is bounded
@@ -27,12 +26,11 @@ lost), and so is what one read takes in from the connection (:data:`_MESSAGES_MA
 anyone's: a flood leaves the rest to the next read).
 
 jeepney is pure Python and blocking here (:mod:`gpuagent.edges.systemd.sysbus`); every call has a
-timeout,
-the connection's own ``Hello`` included, and taking the signals in never waits; ``ping`` (the
-watchdog's) is called before each call and between the messages taken in, so a systemd slow
-to answer (each call up to the timeout) never starves the watchdog.  Works with jeepney 0.8
-(Debian 12) and 0.9 (Debian 13): only the API the two share is used (no ``unwrap=``, no
-``router``; ``filter`` and ``recv_messages``).
+timeout, the connection's own ``Hello`` included, and taking the signals in never waits; ``ping``
+(the watchdog's) is called before each call and between the messages taken in, so a systemd slow to
+answer (each call up to the timeout) never starves the watchdog.  Works with jeepney 0.8 (Debian 12)
+and 0.9 (Debian 13): only the API the two share is used (no ``unwrap=``, no ``router``; ``filter``
+and ``recv_messages``).
 """
 
 from __future__ import annotations

@@ -71,8 +71,7 @@ REASONS: dict[str, str] = {
 # The kernel's own records that say why, one pattern per reason, each matched at the record's
 # start: the kernel's words there are its own, while a later line may be a user's
 # (gpuagent.sources.kernel.driverrecord).  The kernel's are single-line records; the driver's must
-# be its
-# whole record.
+# be its whole record.
 _KERNEL_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # kernel/module/signing.c, with module.sig_enforce or Secure Boot: "Loading of module
     # with unavailable key is rejected" (also "of unsigned module", "of module with
@@ -113,8 +112,7 @@ _DRIVER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 # The module loaders' words (their records are told apart by the fields journald sets, see
 # gpuagent.sources.kernel.kernlog.LOADERS), anywhere in a record: a modprobe error comes wrapped in
-# its
-# caller's words.
+# its caller's words.
 _LOADER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # modprobe's EKEYREJECTED: "Key was rejected by service".
     (KEY_REJECTED, re.compile(r"\bkey was rejected by service\b", re.IGNORECASE)),
@@ -146,9 +144,9 @@ def absence_reason(message: str) -> str | None:
 
 def loader_reason(message: str) -> str | None:
     """The reason (:data:`REASONS`) one module loader's record
-    (:data:`gpuagent.sources.kernel.kernlog.LOADERS`:
-    root's ``modprobe`` or ``systemd-modules-load``) gives for the nvidia module not being
-    loaded ("Module nvidia not found", "Key was rejected by service"), or ``None``."""
+    (:data:`gpuagent.sources.kernel.kernlog.LOADERS`: root's ``modprobe`` or
+    ``systemd-modules-load``) gives for the nvidia module not being loaded ("Module nvidia not
+    found", "Key was rejected by service"), or ``None``."""
     for reason, pattern in _LOADER_REASONS:
         if pattern.search(message):
             return reason
@@ -212,9 +210,8 @@ _API_MISMATCH = re.compile(
 def api_mismatch(message: str) -> ApiMismatch | None:
     """The client's and the kernel module's versions in one kernel record's ``MESSAGE`` (all
     its lines, as the journal keeps a multi-line printk), or ``None``: the record must be the
-    driver's whole (:func:`gpuagent.sources.kernel.driverrecord.lines`), the mismatch its start,
-    and both
-    versions of the driver's shape."""
+    driver's whole (:func:`gpuagent.sources.kernel.driverrecord.lines`), the mismatch its start, and
+    both versions of the driver's shape."""
     m = _API_MISMATCH.match(message) if driverrecord.lines(message) else None
     if m is None:
         return None

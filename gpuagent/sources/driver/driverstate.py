@@ -5,8 +5,8 @@ Each tick :meth:`DriverState.findings` takes the bus as scanned, the probe's vie
 the kernel's records of the tick said about the driver (:class:`DriverRecords`, gathered by
 :class:`~gpuagent.sources.kernel.kernel.KernelSource`), and returns:
 
-* ``no_driver_module`` (:class:`gpuagent.sources.driver.driver.ModuleAbsence`): GPUs have waited
-for the
+* ``no_driver_module`` (:class:`gpuagent.sources.driver.driver.ModuleAbsence`): GPUs have waited for
+the
   nvidia module for longer than ``driver_absent_grace``, with the reasons the journal gave;
 * ``reboot_pending`` (:func:`gpuagent.sources.driver.driver.reboot_pending`): the installed NVML
 library is

@@ -3,8 +3,7 @@
 At start the agent reads the kernel's records, its own problem lines and root's clears of the
 boots before this one, within ``history_days``, a slice a tick (at most :data:`SLICE` s of
 reading), into a :class:`~gpuagent.sources.kernel.recurrence.Recurrence`; it stops at this boot's
-first
-entry.  Until the read is done nothing is escalated and the state's ``history`` says so; a
+first entry.  Until the read is done nothing is escalated and the state's ``history`` says so; a
 journal without earlier boots (a volatile one) is ``this boot only``, a fact, not an error.
 """
 

@@ -268,8 +268,7 @@ class KernelSource:
     def driver_records(self) -> DriverRecords:
         """What the records read since the last call said about the driver (for
         :class:`~gpuagent.sources.driver.driverstate.DriverState`): the absence reasons, and the
-        boot's
-        latest API-mismatch record."""
+        boot's latest API-mismatch record."""
         reasons, self._reasons = self._reasons, []
         return DriverRecords(tuple(reasons), self._mismatch)
 

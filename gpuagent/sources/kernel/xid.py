@@ -2,8 +2,7 @@
 
 :func:`parse` turns one kernel record's whole ``MESSAGE`` into its event, read at the start of
 a record the driver wrote whole (:mod:`gpuagent.sources.kernel.driverrecord`: every line with the
-driver's
-prefix); the same words inside another subsystem's record (a tmpfs mount option any user
+driver's prefix); the same words inside another subsystem's record (a tmpfs mount option any user
 chooses) or on a later line of the driver's (a client's string) are no event:
 
 * ``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, <words>``: an Xid.  ``PCI:`` is optional,
@@ -150,9 +149,8 @@ def _small(text: str | None) -> int | None:
 def parse(message: str) -> list[Event]:
     """The event one kernel record's ``MESSAGE`` reports (``[]`` or one event): read from the
     record's first line, and only where the driver wrote the whole record
-    (:func:`gpuagent.sources.kernel.driverrecord.lines`); text inside another subsystem's record,
-    or on a
-    later line of the driver's, is no event."""
+    (:func:`gpuagent.sources.kernel.driverrecord.lines`); text inside another subsystem's record, or
+    on a later line of the driver's, is no event."""
     lines = driverrecord.lines(message)
     if not lines:
         return []

@@ -248,8 +248,7 @@ def lookup(code: int) -> XidInfo:
 
 def override(info: XidInfo, site: Override | None) -> XidInfo:
     """``info`` (from :func:`lookup` or :func:`gpuagent.sources.kernel.xid.assess`) with what the
-    site's
-    ``[xid]`` entry ``site`` sets; ``info`` itself without one.  ``severity = "none"`` counts
+    site's ``[xid]`` entry ``site`` sets; ``info`` itself without one.  ``severity = "none"`` counts
     the code without a problem."""
     if site is None or (site.severity is None and site.action is None):
         return info

@@ -2,8 +2,7 @@
 ``RmInitAdapter failed!`` per GPU (pure).
 
 Records are parsed by :mod:`gpuagent.sources.kernel.xid`; :class:`XidCounter` is fed every kernel
-record of
-the boot in order and answers by the PCI slots the agent scanned.
+record of the boot in order and answers by the PCI slots the agent scanned.
 """
 
 from __future__ import annotations
@@ -142,8 +141,7 @@ class XidCounter:
 
     ``overrides`` is the site's ``[xid]`` table (``Config.xid``): it has the last word on each
     code's severity and action (:func:`gpuagent.sources.kernel.xid.assess`), in every answer; a
-    reload may
-    replace it, and the boot's counts are then answered with the new table.
+    reload may replace it, and the boot's counts are then answered with the new table.
 
     A flood is bounded: at most :data:`MAX_STRAYS` devices that are not ``gpu`` and
     :data:`MAX_CODES` codes a device are held; a record naming something new past them is

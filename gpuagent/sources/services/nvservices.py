@@ -1,8 +1,7 @@
 """NVIDIA's host services, judged: the fabric manager and the persistence daemon (pure).
 
-Facts in (the units' states from :mod:`gpuagent.edges.systemd.units`, the NVSwitches on the PCI
-bus, the
-probe's rows), :class:`~gpuagent.health.Finding` out:
+Facts in (the units' states from :mod:`gpuagent.edges.systemd.units`, the NVSwitches on the PCI bus,
+the probe's rows), :class:`~gpuagent.health.Finding` out:
 
 - ``fabricmanager_down`` (host, critical, ``restart_service``): NVSwitches on this host's PCI
   bus and ``nvidia-fabricmanager.service`` not active, or not installed.  A GB200-class
