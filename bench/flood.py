@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from gpuagent.logs import EventLog
-from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.views import BusView
 
 from .journal import MAKE, boot_id
@@ -38,7 +38,7 @@ def make_journal(directory: str, entries: int) -> str:
 
 def boot_read(journal: str) -> tuple[float, int]:
     """Seconds to read the boot to its end, and how many slices it took."""
-    source = KernelSource(journal, EventLog(logging.getLogger("bench.flood")))
+    source = KernelRecords(journal, EventLog(logging.getLogger("bench.flood")))
     start = time.perf_counter()
     source.poll(BusView())
     slices = 1

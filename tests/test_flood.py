@@ -18,7 +18,7 @@ from gpuagent.daemon import Daemon
 from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier
 from gpuagent.sources.kernel import kernel
-from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.source import Kernel
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS
@@ -56,7 +56,7 @@ class Ticking:
         return self.now
 
 
-def read_all(source: KernelSource) -> None:
+def read_all(source: KernelRecords) -> None:
     """Read the boot to its end, a slice at a time, within a deadline."""
     end = time.monotonic() + 120
     while source.reading:
@@ -65,7 +65,7 @@ def read_all(source: KernelSource) -> None:
 
 
 def boot_read_time(journal: str) -> float:
-    source = KernelSource(journal, EventLog(logging.getLogger("test.flood.quiet")))
+    source = KernelRecords(journal, EventLog(logging.getLogger("test.flood.quiet")))
     t0 = time.perf_counter()
     source.poll(BusView())
     read_all(source)

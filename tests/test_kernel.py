@@ -14,7 +14,7 @@ from gpuagent.commands import status, statustext
 from gpuagent.configkeys import Override
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import GpuEntry, State
-from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.views import BusView, PciGpu
 from tests import fakesysfs, test_kernlog
@@ -295,7 +295,7 @@ class _Records(KernelLog):
 def test_a_recurrence_logged_after_the_clock_went_back_restarts_the_hold() -> None:
     mono, wall = Clock(0.0), Clock(1_700_000_000.0)
     journal = _Records("")
-    kernel = KernelSource(
+    kernel = KernelRecords(
         "", EventLog(), open_log=lambda _: journal, hold=60.0, wall=wall, monotonic=mono
     )
     gpu = PciGpu("0000:2a:00.0", "0x2901", "0x030200", "nvidia")

@@ -3,7 +3,7 @@ the driver hung.  All three are host-level problems (slot ``""``).
 
 Each tick :meth:`DriverState.findings` takes the bus as scanned, the probe's view and what
 the kernel's records of the tick said about the driver (:class:`DriverRecords`, gathered by
-:class:`~gpuagent.sources.kernel.kernel.KernelSource`), and returns:
+:class:`~gpuagent.sources.kernel.kernel.KernelRecords`), and returns:
 
 * ``no_driver_module`` (:class:`gpuagent.sources.driver.driver.ModuleAbsence`): GPUs have waited for
 the

@@ -3,7 +3,7 @@
 Glue between the journal (:class:`~gpuagent.sources.kernel.kernlog.KernelLog`), the counter
 (:class:`~gpuagent.sources.kernel.xidcount.XidCounter`) and the agent: each tick, whatever the
 probe's gates
-say, :meth:`KernelSource.poll` takes what the journal has that is new and returns each GPU's
+say, :meth:`KernelRecords.poll` takes what the journal has that is new and returns each GPU's
 problems of kind ``xid`` and ``init_failed`` for the health tracker, and gathers what the
 kernel's records and the module loaders' (modprobe, systemd-modules-load: only why the
 module is absent) say about the driver.  It logs what the health model does not: a journal
@@ -31,7 +31,7 @@ from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCounter
 from gpuagent.sources.processes.owners import source_words
 from gpuagent.views import ApiMismatch, BusView, Clear, DriverRecords, KernelView, Seen, XidCount
 
-__all__ = ["SLICE", "KernelSource"]
+__all__ = ["SLICE", "KernelRecords"]
 
 # Xids' sources named so far this boot, by (GPU, code, PID): more is a flood, named afresh.
 _MAX_SOURCES = 4096
@@ -44,7 +44,7 @@ _STRAY_LINES = 8
 _STRAY_FINDINGS = 5
 
 
-class KernelSource:
+class KernelRecords:
     """This boot's kernel records from the journal in ``directory`` (``""``: the system
     journal), counted.  ``open_log`` makes the :class:`KernelLog` (injectable for tests);
     ``overrides`` is the site's ``[xid]`` table, ``hold`` (s) how long a warning Xid holds

@@ -1,6 +1,6 @@
 """The kernel's records as a source: the tick's ``kernel``.
 
-Two stages, in this order each tick: this boot's records (:class:`KernelSource`: Xids, SXids,
+Two stages, in this order each tick: this boot's records (:class:`KernelRecords`: Xids, SXids,
 the driver's records, root's clears), whatever the probe's gates say, then the earlier boots
 (:class:`EarlierBoots`, read a slice a tick at start), which escalate the Xids that recur.
 The view carries what later sources take from the records: the GPUs root said left for good,
@@ -19,7 +19,7 @@ from gpuagent.logs import EventLog
 from gpuagent.sources import Outcome, Source
 from gpuagent.sources.bus import pci
 from gpuagent.sources.kernel.earlier import EarlierBoots
-from gpuagent.sources.kernel.kernel import KernelSource
+from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.views import Tick
 
@@ -40,7 +40,7 @@ class Kernel(Source):
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.records = KernelSource(
+        self.records = KernelRecords(
             config.journal_directory,
             log,
             open_log=open_log,
