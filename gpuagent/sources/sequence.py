@@ -66,20 +66,19 @@ def sources(
     boot: str,
 ) -> tuple[Source, ...]:
     """Every source, in the tick's order, on the agent's injected edges."""
-    mono = monotonic
     # Made in the order their files are read at start (a bad one's line comes in that order).
     scan = BusScan(config.sysfs_root, log)
-    kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=mono)
+    kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic)
     window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
     probe = Probe(
         Probing(config, prober, log, which=which, wall=wall),
-        Samples(log, monotonic=mono, wall=wall, throttle=window),
+        Samples(log, monotonic=monotonic, wall=wall, throttle=window),
     )
-    driver = Driver(config, monotonic=mono)
+    driver = Driver(config, monotonic=monotonic)
     nvlink = NvlinkSource(
-        config, prober.runner, log, monotonic=mono, state_directory=state_directory, boot=boot
+        config, prober.runner, log, monotonic=monotonic, state_directory=state_directory, boot=boot
     )
-    services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=mono)
+    services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
     return (scan, kernel, had, services, probe, driver, nvlink, processes)
