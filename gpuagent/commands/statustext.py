@@ -10,7 +10,6 @@ that index now.  Lines other than the table's are wrapped to ``width`` (``$COLUM
 from __future__ import annotations
 
 import shutil
-import textwrap
 
 from gpuagent.commands.status import ExitCode, ago, clean, conditions, finite
 from gpuagent.commands.statusrows import clock, count, nvlink_row, process_rows, services_row
@@ -109,6 +108,9 @@ def render(
 def _wrap(text: str, width: int) -> list[str]:
     if len(text) <= width:
         return [text]
+    # Imported only for a line too long for the terminal: its regexes are 3 ms of a start.
+    import textwrap  # noqa: PLC0415
+
     indent = " " * (len(text) - len(text.lstrip(" ")))
     return textwrap.wrap(text, width, subsequent_indent=indent + "  ", break_on_hyphens=False) or [
         text
