@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from gpuagent.health import Finding
 
 if TYPE_CHECKING:
-    # Annotations only: every module of sources/ imports this package first.
+    # Annotations only: importing any module of sources/ runs this package first.
     from gpuagent.config import Config
     from gpuagent.views import Tick
 
