@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gpuagent.schema import ProblemEntry, State
+
 __all__ = [
     "ACTIONS",
     "CRITICAL",
@@ -24,8 +26,12 @@ __all__ = [
     "Finding",
     "Health",
     "Problem",
+    "Rank",
     "Severity",
     "Tracker",
+    "rank",
+    "ranked",
+    "state_rank",
     "worst",
 ]
 
@@ -51,39 +57,57 @@ WARNING, CRITICAL = Severity.WARNING, Severity.CRITICAL
 OK, UNKNOWN = Health.OK, Health.UNKNOWN
 SEVERITIES = tuple(Severity)
 HEALTH = tuple(Health)
-# What an operator should do about a problem, mildest first.
+# What an operator should do about a problem, mildest first: of several problems, the one
+# whose action takes most is the worst (an RMA covers a reboot, a reboot a reset …).
 ACTIONS = (
     "none",
     "restart_app",
-    "reset_gpu",
-    "reboot",
-    "drain_p2p",
-    "drain_and_reset",
-    "drain_and_rma",
-    "check_host",
     # A service the GPUs depend on (nvidia-fabricmanager, nvidia-persistenced) is down:
     # restart it (systemctl restart UNIT), and see its journal for why it stopped.
     "restart_service",
+    "drain_p2p",
+    "check_host",
+    "reset_gpu",
+    "drain_and_reset",
+    "reboot",
+    "drain_and_rma",
 )
+_TAKES = {a: i for i, a in enumerate(ACTIONS)}
+# The order of problems, worst first, as :func:`rank` gives it.
+Rank = tuple[bool, bool, int, bool, str, str]
 
-# Which action applies when a GPU has several problems: the one that takes most (an RMA
-# covers a reboot, a reboot a reset …).
-_WEIGHT = {
-    a: i
-    for i, a in enumerate(
-        (
-            "none",
-            "restart_app",
-            "restart_service",
-            "drain_p2p",
-            "check_host",
-            "reset_gpu",
-            "drain_and_reset",
-            "reboot",
-            "drain_and_rma",
-        )
+
+def rank(severity: str, action: str, slot: str, kind: str, *, caused: bool = False) -> Rank:
+    """The one order of problems, for every surface (the state's lists, the problem the
+    status line names for each slot, ``status``, the metrics, Slurm, NHC,
+    node-problem-detector): a sort key, the worst smallest.
+
+    Critical before warning; then a problem with a ``cause`` (a GPU's fabric while the
+    fabric manager is down) after the others, for its cause is what to act on; then the
+    action that takes most (:data:`ACTIONS` from its end; one this version does not know,
+    from a newer agent's state, before all: it may take more); then the slot, the host's
+    (``""``) before the GPUs', those by PCI slot; then the kind."""
+    return (
+        severity != CRITICAL,
+        caused,
+        -_TAKES.get(action, len(ACTIONS)),
+        slot != "",
+        slot,
+        kind,
     )
-}
+
+
+def state_rank(slot: str, p: ProblemEntry) -> Rank:
+    """:func:`rank` of a problem as the state holds it, on ``slot`` (``""``: the host)."""
+    return rank(p["severity"], p["action"], slot, p["kind"], caused=bool(p.get("cause")))
+
+
+def ranked(st: State) -> list[tuple[str, ProblemEntry]]:
+    """Every problem of the state ``st``, the host's (slot ``""``) and each GPU's, as
+    ``(slot, problem)``, worst first (:func:`rank`): the first is the worst of all."""
+    found = [("", p) for p in st["host_problems"]]
+    found += [(g["pci_slot"], p) for g in st["gpus"] for p in g["problems"]]
+    return sorted(found, key=lambda item: state_rank(*item))
 
 
 @dataclass(frozen=True)
@@ -122,6 +146,12 @@ class Finding:
         return self.kind if code is None else f"Xid {code}"
 
     @property
+    def caused(self) -> bool:
+        """Folded under a host's problem, its ``cause`` (a GPU's fabric while the fabric
+        manager is down): that problem is the one to act on."""
+        return any(k == "cause" for k, _ in self.extra)
+
+    @property
     def key(self) -> tuple[str, tuple[tuple[str, int | str], ...]]:
         """What identifies this problem from one tick to the next."""
         return self.kind, self.extra
@@ -143,6 +173,12 @@ class Problem:
     slot: str
     finding: Finding
     since: float
+
+    @property
+    def rank(self) -> Rank:
+        """Where it sorts among problems, worst first (:func:`rank`)."""
+        f = self.finding
+        return rank(f.severity, f.action, self.slot, f.kind, caused=f.caused)
 
 
 class Tracker:
@@ -197,19 +233,14 @@ class Tracker:
         return sorted(started, key=_slot_order), sorted(ended, key=_slot_order)
 
     def problems(self, slot: str) -> list[Problem]:
-        """The problems holding on ``slot``, worst first (critical first, then the action
-        that takes most), then by kind: the first one's action is the one that applies."""
+        """The problems holding on ``slot``, worst first (:func:`rank`): the first one's
+        action is the one that applies."""
         mine = [p for (s, _), p in self._open.items() if s == slot]
-        return sorted(mine, key=_worst_first)
+        return sorted(mine, key=lambda p: p.rank)
 
     def slots(self) -> set[str]:
         """Every slot with a problem (``""`` for the host)."""
         return {s for s, _ in self._open}
-
-
-def _worst_first(p: Problem) -> tuple[bool, int, str]:
-    f = p.finding
-    return f.severity != CRITICAL, -_WEIGHT[f.action], f.kind
 
 
 def _slot_order(p: Problem) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuagent.health import state_rank
 from gpuagent.schema import GpuEntry, ProbeState, ProblemEntry, State
 from gpuagent.sources.nvlink import nvmetrics
 from gpuagent.sources.processes import procmetrics
@@ -190,7 +191,7 @@ def _worst(state: State) -> GaugeMetricFamily:
         # down) is that cause's to page for, not its GPU's.
         own = [p for p in problems if not p.get("cause")]
         if own:
-            p = own[0]
+            p = min(own, key=lambda p: state_rank(slot, p))
             family.add_metric([slot, uuid, p["kind"], p["severity"], p["action"], p["message"]], 1)
     return family
 

@@ -28,10 +28,6 @@ _EVENTS = {
 }
 
 
-def _caused(p: Problem) -> bool:
-    return any(key == "cause" for key, _ in p.finding.extra)
-
-
 class Verdict:
     """Problems per GPU and the host, from every source; logs through ``log``.  A problem
     whose fault happened before ``started`` (wall s: this agent's start; a restart, an
@@ -76,12 +72,12 @@ class Verdict:
         started, ended = self.tracker.settle(now, exempt)
         # A problem with a cause (a GPU's fabric under fabricmanager_down) is the cause's to
         # say: no line of its own, nor for its uncaused self ending or starting beside it.
-        quiet = {(p.slot, p.finding.kind) for p in [*started, *ended] if _caused(p)}
+        quiet = {(p.slot, p.finding.kind) for p in [*started, *ended] if p.finding.caused}
         for p in started:
             if (p.slot, p.finding.kind) not in quiet:
                 self._log(p, "start")
         for p in self.tracker.restated:
-            if not _caused(p):
+            if not p.finding.caused:
                 self._log(p, "restated")
         for p in ended:
             if (p.slot, p.finding.kind) not in quiet:

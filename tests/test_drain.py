@@ -379,19 +379,10 @@ echo "rc $?"
 """
 
 
-@pytest.mark.parametrize(
-    ("made", "said"),
-    [
-        (lambda: sick(at=time.time()), f"die 1: {REASON}\nrc 1\n"),
-        (lambda: sick(severity="warning", at=time.time()), "rc 0\n"),
-        (lambda: healthy(time.time()), "rc 0\n"),
-        (lambda: healthy(time.time() - 600), None),
-    ],
-    ids=["critical", "warning", "healthy", "stale"],
-)
-def test_nhc_check(tmp_path: str, made: Callable[[], State], said: str | None) -> None:
-    conf = write_state(str(tmp_path), made())
-    command = os.path.join(str(tmp_path), "gpuagent")
+def nhc(tmp: str, st: State) -> subprocess.CompletedProcess[str]:
+    """NHC's check (with the stand-in ``die``) run over ``st``, through the real CLI."""
+    conf = write_state(tmp, st)
+    command = os.path.join(tmp, "gpuagent")
     with open(command, "w") as f:
         f.write(
             f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m gpuagent --config {conf} "$@"\n'
@@ -407,6 +398,21 @@ def test_nhc_check(tmp_path: str, made: Callable[[], State], said: str | None) -
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.mark.parametrize(
+    ("made", "said"),
+    [
+        (lambda: sick(at=time.time()), f"die 1: {REASON}\nrc 1\n"),
+        (lambda: sick(severity="warning", at=time.time()), "rc 0\n"),
+        (lambda: healthy(time.time()), "rc 0\n"),
+        (lambda: healthy(time.time() - 600), None),
+    ],
+    ids=["critical", "warning", "healthy", "stale"],
+)
+def test_nhc_check(tmp_path: str, made: Callable[[], State], said: str | None) -> None:
+    proc = nhc(str(tmp_path), made())
     if said is None:
         assert proc.stdout.startswith(
             "log: check_gpuagent: nothing checked: gpuagent has not updated"

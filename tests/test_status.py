@@ -465,7 +465,8 @@ def test_render_shows_each_gpus_health_and_problems() -> None:
     st = base(samples={SLOT: states.sample(fields)}, problems={"": [count], SLOT: [lost]})
     code, reason = judge(st, NOW)
     assert code == ExitCode.CRITICAL
-    assert reason == "host gpu_count: check_host; 0000:18:00.0 lost: reboot"
+    # Worst first: a reboot takes more than a look at the host.
+    assert reason == "0000:18:00.0 lost: reboot; host gpu_count: check_host"
     lines = render(st, NOW, code, reason, width=120).splitlines()
     assert (
         "    host: check_host: critical gpu_count: 7 NVIDIA GPUs on the PCI bus where "

@@ -4,8 +4,7 @@ Slurm (``gpuagent slurm-check``), NHC (``check_gpuagent``) and node-problem-dete
 (``gpuagent status --format=npd``) ask the same question of the state file: is there a
 critical problem on this host, and which is the worst?  The answer is here, with no I/O:
 
-* :func:`worst` picks the worst problem (critical before warning, then the strongest action,
-  then slot and kind);
+* :func:`worst` picks the worst problem, in the one order of :func:`gpuagent.health.rank`;
 * :func:`decide` turns it and the node's Slurm state (:func:`parse_node`, from ``scontrol show
   node -o``) into the one ``scontrol update`` to run, if any: drain on a critical problem with
   reason ``gpuagent: <slot> <kind> <action>``, resume only a node whose reason starts with
@@ -20,8 +19,8 @@ import re
 from dataclasses import dataclass
 
 from gpuagent.commands.status import ExitCode, clean, judge
-from gpuagent.health import ACTIONS, CRITICAL
-from gpuagent.schema import ProblemEntry, State
+from gpuagent.health import CRITICAL, ranked
+from gpuagent.schema import State
 
 __all__ = [
     "NPD_WIDTH",
@@ -61,19 +60,13 @@ class Worst:
 
 
 def worst(st: State) -> Worst | None:
-    """The worst problem in ``st`` (a GPU's or the host's), or None when there is none."""
-    found: list[tuple[str, ProblemEntry]] = [("host", p) for p in st["host_problems"]]
-    found += [(g["pci_slot"], p) for g in st["gpus"] for p in g["problems"]]
+    """The worst problem in ``st`` (a GPU's or the host's, :func:`gpuagent.health.ranked`),
+    or None when there is none."""
+    found = ranked(st)
     if not found:
         return None
-
-    def rank(item: tuple[str, ProblemEntry]) -> tuple[bool, int, str, str]:
-        slot, p = item
-        action = ACTIONS.index(p["action"]) if p["action"] in ACTIONS else len(ACTIONS)
-        return p["severity"] != CRITICAL, -action, slot, p["kind"]
-
-    slot, p = min(found, key=rank)
-    return Worst(p["severity"], clean(slot), clean(p["kind"]), clean(p["action"]))
+    slot, p = found[0]
+    return Worst(p["severity"], clean(slot or "host"), clean(p["kind"]), clean(p["action"]))
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any, TypeGuard, cast
 
-from gpuagent.health import HEALTH, SEVERITIES, Health, Severity
-from gpuagent.schema import ProbeState, ProblemEntry, State
+from gpuagent.health import HEALTH, SEVERITIES, Health, Severity, ranked
+from gpuagent.schema import ProbeState, State
 
 __all__ = [
     "ExitCode",
@@ -171,7 +171,8 @@ def judge(st: State, now: float) -> tuple[ExitCode, str]:
     problems (critical 2, warning 1) and the host's conditions: nvidia-smi failing or stuck
     with GPUs on the bus, or a GPU bound to nvidia that nvidia-smi does not report, is
     critical; the probe gated with GPUs on the bus, stale samples or the agent's own trouble
-    (state file, metrics, sysfs) is a warning.  The reason names the worst conditions.
+    (state file, metrics, sysfs) is a warning.  The reason names the conditions of the exit
+    status, the problems first, worst first (:func:`gpuagent.health.rank`).
     """
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
@@ -190,11 +191,10 @@ def judge(st: State, now: float) -> tuple[ExitCode, str]:
 
 
 def _conditions(st: State) -> list[tuple[ExitCode, str]]:
-    found: list[tuple[ExitCode, str]] = []
-    owners: list[tuple[str, list[ProblemEntry]]] = [("host", st["host_problems"])]
-    for owner, problems in owners + [(g["pci_slot"], g["problems"]) for g in st["gpus"]]:
-        for p in problems:
-            found.append((_CODE[Severity(p["severity"])], f"{owner} {p['kind']}: {p['action']}"))
+    found = [
+        (_CODE[Severity(p["severity"])], f"{slot or 'host'} {p['kind']}: {p['action']}")
+        for slot, p in ranked(st)
+    ]
     return found + conditions(st)
 
 

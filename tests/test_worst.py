@@ -1,0 +1,144 @@
+"""One order of "the worst" (:func:`gpuagent.health.rank`) on every surface: over a table of
+states, the state's own lists, the status line, ``status``, the metrics' worst problem,
+``slurm-check`` (its reason and its decision), ``status --format=npd`` and NHC's check all
+name the same problem.  The first two rows are issue 24's: each surface once chose its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from gpuagent import metrics
+from gpuagent.commands import drain
+from gpuagent.commands.status import judge
+from gpuagent.health import CRITICAL, WARNING, Finding, Problem, Tracker, rank
+from gpuagent.schema import State
+from tests import states
+from tests.test_drain import nhc, node
+
+A, B, C = "0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"
+HOST = ""
+
+
+def xid(code: int, action: str, severity: str = CRITICAL) -> Finding:
+    return Finding("xid", severity, action, f"Xid {code}", (("xid", code),))
+
+
+FM_DOWN = Finding("fabricmanager_down", CRITICAL, "restart_service", "no fabric manager")
+GPU_COUNT = Finding("gpu_count", CRITICAL, "check_host", "7 GPUs where expected_gpus is 8")
+FABRIC = Finding("fabric", CRITICAL, "check_host", "fabric not ready")
+FOLDED = Finding("fabric", CRITICAL, "check_host", "fabric", (("cause", "fabricmanager_down"),))
+GONE = Finding("gone_from_bus", CRITICAL, "reboot", "no longer on the PCI bus")
+LOST = Finding("lost", CRITICAL, "reboot", "GPU is lost")
+REMAP = Finding("row_remap_failed", CRITICAL, "drain_and_rma", "row remapping failed")
+INFOROM = Finding("inforom", WARNING, "drain_and_rma", "infoROM checksum invalid")
+HOT = Finding("throttled", WARNING, "none", "thermal slowdown")
+PERSISTENCE = Finding("persistence_off", WARNING, "restart_service", "persistence mode off")
+
+# (what it shows, the findings by slot, the worst: its slot and kind)
+TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
+    (
+        "a reboot beats the host's restart_service and check_host",
+        {HOST: [FM_DOWN, GPU_COUNT], A: [xid(79, "reboot")]},
+        (A, "xid"),
+    ),
+    (
+        "a reboot beats a drain_and_reset",
+        {A: [xid(48, "drain_and_reset")], B: [xid(79, "reboot")]},
+        (B, "xid"),
+    ),
+    (
+        "critical before warning, whatever the action",
+        {HOST: [FM_DOWN], A: [INFOROM]},
+        (HOST, "fabricmanager_down"),
+    ),
+    ("drain_and_rma beats a reboot", {A: [LOST], B: [REMAP]}, (B, "row_remap_failed")),
+    ("the host before the GPUs", {HOST: [GPU_COUNT], A: [FABRIC]}, (HOST, "gpu_count")),
+    ("then by PCI slot", {C: [LOST], A: [LOST], B: [LOST]}, (A, "lost")),
+    ("then by kind", {A: [xid(79, "reboot"), GONE]}, (A, "gone_from_bus")),
+    (
+        "a folded problem after its cause",
+        {HOST: [FM_DOWN], A: [FOLDED]},
+        (HOST, "fabricmanager_down"),
+    ),
+    (
+        "warnings alone: the action that takes most",
+        {A: [HOT], B: [PERSISTENCE]},
+        (B, "persistence_off"),
+    ),
+]
+IDS = [row[0] for row in TABLE]
+
+
+def held(found: Mapping[str, Sequence[Finding]], now: float) -> dict[str, list[Problem]]:
+    """The problems as the agent's tracker holds them, each slot's worst first."""
+    tracker = Tracker()
+    tracker.report("test", found)
+    tracker.settle(now)
+    return {slot: tracker.problems(slot) for slot in sorted(tracker.slots())}
+
+
+def made(found: Mapping[str, Sequence[Finding]], now: float) -> State:
+    bus = [states.nvidia(slot) for slot in sorted(found) if slot]
+    return states.state(now=now, bus=bus, problems=held(found, now))
+
+
+def worst_series(st: State) -> dict[str, str]:
+    """``gpuagent_gpu_worst_problem``'s kind, by slot (``""``: the host)."""
+    (family,) = [f for f in metrics.families(st) if f.name == "gpuagent_gpu_worst_problem"]
+    return {s.labels["pci_slot"]: s.labels["kind"] for s in family.samples}
+
+
+@pytest.mark.parametrize(("name", "found", "expected"), TABLE, ids=IDS)
+def test_every_surface_names_the_same_worst(
+    name: str, found: dict[str, list[Finding]], expected: tuple[str, str]
+) -> None:
+    now = time.time()
+    st = made(found, now)
+    slot, kind = expected
+    (f,) = [f for f in found[slot] if f.kind == kind]
+    where = slot or "host"
+    # The state's own list of the worst's slot leads with it.
+    owner = st["host_problems"] if slot == HOST else states.gpu(st, slot)["problems"]
+    assert owner[0]["kind"] == kind
+    # The status line names each slot's worst (its order of slots is its own).
+    assert f"{where} {f.name}" in st["status"]
+    # status: its reason leads with it.
+    assert judge(st, now)[1].startswith(f"{where} {kind}: {f.action}")
+    assert worst_series(st)[slot] == kind
+    bad = drain.worst(st)
+    assert bad == drain.Worst(f.severity, where, kind, f.action)
+    said = f"gpuagent: {where} {kind} {f.action}" if f.severity == CRITICAL else ""
+    assert drain.reason(st, "", now) == (True, said)
+    update = drain.decide(node(), st, "", now).update
+    assert update == (("update", "NodeName=n1", "State=DRAIN", f"Reason={said}") if said else ())
+    assert drain.npd(st, "", now) == (1, f"{f.severity}: {where} {kind}: {f.action}")
+
+
+@pytest.mark.parametrize(("name", "found", "expected"), TABLE[:3], ids=IDS[:3])
+def test_nhc_names_the_same_worst(
+    tmp_path: str, name: str, found: dict[str, list[Finding]], expected: tuple[str, str]
+) -> None:
+    slot, kind = expected
+    (f,) = [f for f in found[slot] if f.kind == kind]
+    proc = nhc(str(tmp_path), made(found, time.time()))
+    assert proc.stdout == f"die 1: gpuagent: {slot or 'host'} {kind} {f.action}\nrc 1\n"
+
+
+def test_the_order_of_actions() -> None:
+    order = [
+        "drain_and_rma",
+        "reboot",
+        "drain_and_reset",
+        "reset_gpu",
+        "check_host",
+        "drain_p2p",
+        "restart_service",
+        "restart_app",
+        "none",
+    ]
+    assert sorted(order, key=lambda a: rank(CRITICAL, a, A, "x")) == order
+    # One this version does not know (a newer agent's) may take more than any.
+    assert rank(CRITICAL, "replace_tray", A, "x") < rank(CRITICAL, "drain_and_rma", A, "x")
