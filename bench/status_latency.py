@@ -1,5 +1,8 @@
 """``gpuagent status`` start-up latency against ``python3 -c pass`` (ratio of medians).
 
+A second floor is the libraries the command cannot do without, imported alone: click (the
+CLI), tomllib (the config file) and json (the state file).
+
 Both run with Debian's /usr/bin/python3, byte-compiled as the package installs them, against a
 state file of an 8-GPU host.  The commands take turns, one run each a round, so that a change
 of load on the box weighs on all of them alike.  Usage::
@@ -61,12 +64,13 @@ def main() -> int:
                 "if __name__ == '__main__':\n    sys.exit(main())\n"
             )
         os.chmod(script, 0o755)
-        base, human, as_json, click = medians_ms(
+        base, human, as_json, click, libraries = medians_ms(
             [
                 [PYTHON, "-c", "pass"],
                 [script, "status"],
                 [script, "status", "--json"],
                 [PYTHON, "-c", "import click"],
+                [PYTHON, "-c", "import click, json, tomllib"],
             ],
             args.runs,
             env,
@@ -75,6 +79,7 @@ def main() -> int:
     for name, ms in (
         ("python3 -c pass", base),
         ("python3 -c 'import click'", click),
+        ("... 'import click, json, tomllib'", libraries),
         ("gpuagent status", human),
         ("gpuagent status --json", as_json),
     ):

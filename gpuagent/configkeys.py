@@ -10,8 +10,7 @@ whose message is one line starting with ``where`` and saying what was expected.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuagent.health import ACTIONS, SEVERITIES
 
@@ -43,8 +42,9 @@ class ConfigError(Exception):
     """A configuration file that cannot be used; ``str()`` is the one-line reason."""
 
 
-@dataclass(frozen=True)
-class Key:
+# Key and Override are NamedTuples: a frozen dataclass execs its generated methods at import,
+# a third of a millisecond each at every command's start (``gpuagent status`` included).
+class Key(NamedTuple):
     """One configuration key: its ``name``, the ``check`` of the value a file gives it (from
     :mod:`gpuagent.configkeys`), its ``default`` and one line of ``doc``."""
 
@@ -54,8 +54,7 @@ class Key:
     doc: str
 
 
-@dataclass(frozen=True)
-class Override:
+class Override(NamedTuple):
     """One code's entry in a site's ``[xid]`` table: the ``severity`` (one of
     :data:`OVERRIDE_SEVERITIES`) and the ``action`` (one of :data:`gpuagent.health.ACTIONS`)
     it gets instead of the catalog's, ``None`` where the table leaves it as it is."""

@@ -9,7 +9,8 @@ that index now.  Lines other than the table's are wrapped to ``width`` (``$COLUM
 
 from __future__ import annotations
 
-import shutil
+import os
+import sys
 
 from gpuagent.commands.status import ExitCode, ago, clean, conditions, finite
 from gpuagent.commands.statusrows import clock, count, nvlink_row, process_rows, services_row
@@ -54,13 +55,29 @@ def _cell(text: str, width: int) -> str:
     return f"{text[: abs(width)]:<{-width}}" if width < 0 else f"{text:>{width}}"
 
 
+def _columns() -> int:
+    """The terminal's width as :func:`shutil.get_terminal_size` finds it: ``$COLUMNS``, else
+    stdout's terminal, else 80 (shutil's import, through bz2 and lzma, was a millisecond of
+    ``gpuagent status``)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns > 0 or sys.__stdout__ is None:
+        return columns if columns > 0 else 80
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (ValueError, OSError):
+        return 80
+
+
 def render(
     st: State, now: float, code: int, reason: str, *, wide: bool = False, width: int = 0
 ) -> str:
     """Human text in the spirit of ``systemctl status``: header, probe line, conditions, one
     row a GPU.  ``st`` must have passed :func:`gpuagent.commands.status.malformed`; ``width`` 0 is
     the terminal's (``$COLUMNS``, else 80)."""
-    width = width or shutil.get_terminal_size((80, 24)).columns
+    width = width or _columns()
     dot = "\u25cb" if code == ExitCode.UNKNOWN else "\u25cf"
     exit_info = st["exit"]
     if exit_info is None:
