@@ -3,19 +3,22 @@ scontrol, ``status --format=npd`` and NHC's ``check_gpuagent`` with a stand-in `
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from click.testing import CliRunner
 
-from gpuagent.commands import drain, slurmcheck
+from gpuagent.commands import drain, drainrecord, slurmcheck
 from gpuagent.commands.cli import main
 from gpuagent.commands.drain import Node, decide, npd, parse_node, worst
+from gpuagent.edges import safefile
+from gpuagent.health import Finding, Problem
 from gpuagent.schema import ProbeState, State
 from gpuagent.views import Failure, ProbeView
 from tests import states
@@ -30,6 +33,14 @@ IDLE = (
     "State=IDLE ThreadsPerCore=1 Partitions=debug  ExtSensorsTemp=n/s"
 )
 REASON = "gpuagent: 0000:18:00.0 recovery_action reset_gpu"
+
+
+@pytest.fixture(autouse=True)
+def record(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """slurm-check's record of its drains, in the test's own directory (never /var/lib)."""
+    path = os.path.join(str(tmp_path), "lib", "slurm-drains.json")
+    monkeypatch.setattr(drainrecord, "PATH", path)
+    return path
 
 
 def shown(state: str = "IDLE", reason: str | None = None) -> str:
@@ -261,23 +272,28 @@ def test_slurm_check_drains_resumes_and_leaves_an_admin_s_drain(slurm: Slurm) ->
     slurm.show("IDLE+DRAIN", REASON)
     assert check(conf, env=env) == (0, f"gpuagent slurm-check: n1: drained: {REASON}\n", "")
     assert slurm.calls() == ["show node n1 -o"]
+    write_state(slurm.dir, healthy(time.time()))
+    code, out, _ = check(conf, env=env)
+    assert code == 0 and "n1: resuming: no critical GPU problem" in out
+    assert slurm.calls() == ["show node n1 -o", "update NodeName=n1 State=RESUME"]
+    slurm.show()
+    assert check(conf, env=env) == (0, "gpuagent slurm-check: n1: no critical GPU problem\n", "")
+    assert slurm.calls() == []  # nothing of gpuagent's to resume: slurmctld is not asked
+    write_state(slurm.dir, sick(at=time.time()))
     slurm.show("IDLE+DRAIN", "admin: bad fan")
     code, out, _ = check(conf, env=env)
     assert (code, slurm.calls()) == (0, ["show node n1 -o"])
     assert "left as drained by another: admin: bad fan" in out
     write_state(slurm.dir, healthy(time.time()))
     assert check(conf, env=env)[0] == 0
-    assert slurm.calls() == ["show node n1 -o"]  # still the admin's
-    slurm.show("IDLE+DRAIN", REASON)
-    code, out, _ = check(conf, env=env)
-    assert code == 0 and "n1: resuming: no critical GPU problem" in out
-    assert slurm.calls() == ["show node n1 -o", "update NodeName=n1 State=RESUME"]
+    assert slurm.calls() == []  # the admin's drain: never gpuagent's to resume
 
 
 def test_the_node_is_slurmd_s_name_else_the_short_host_name(
     slurm: Slurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    conf = write_state(slurm.dir, healthy(time.time()))
+    conf = write_state(slurm.dir, sick(at=time.time()))
+    slurm.show("IDLE+DRAIN", REASON)
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     monkeypatch.setattr("socket.gethostname", lambda: "gpu17.cluster.example")
     assert slurmcheck.node_name({}) == "gpu17"
@@ -428,3 +444,244 @@ def test_the_slurm_wrapper_runs_slurm_check() -> None:
     assert text.startswith("#!/bin/sh\n")
     assert 'exec /usr/bin/gpuagent slurm-check "$@"\n' in text
     assert os.access(os.path.join(REPO, "packaging", "slurm", "gpuagent-slurm-check"), os.X_OK)
+
+
+def xid_problem(kind: str, code: object, slot: str = SLOT) -> State:
+    """A critical problem of ``kind`` on ``slot`` carrying the Xid ``code`` in the state."""
+    finding = Finding(kind, "critical", "reboot", "m", extra=(("xid", code),))  # type: ignore[arg-type]
+    return states.state(now=time.time() - 1, problems={slot: [Problem(slot, finding, NOW - 60)]})
+
+
+def test_an_xid_s_drain_reason_names_its_code() -> None:
+    xid79 = worst(xid_problem("xid", 79))
+    assert xid79 is not None and xid79.reason == f"gpuagent: {SLOT} xid reboot (Xid 79)"
+    # Only an Xid's code: any other kind keeps the plain shape.
+    other = worst(xid_problem("recovery_action", 79))
+    assert other is not None and other.reason == f"gpuagent: {SLOT} recovery_action reboot"
+    # An Xid whose code the state lacks (the host's stray addresses) keeps the plain shape too.
+    assert worst(sick(kind="xid")).reason == f"gpuagent: {SLOT} xid reset_gpu"  # type: ignore[union-attr]
+    reason = f"gpuagent: {SLOT} xid reboot (Xid 79)"
+    d = decide(
+        node("IDLE+DRAIN", f"gpuagent: {SLOT} xid reboot"), xid_problem("xid", 79), "", time.time()
+    )
+    assert d.update == ("update", "NodeName=n1", "State=DRAIN", f"Reason={reason}")
+    assert drain.reason(xid_problem("xid", 79), "", time.time()) == (True, reason)
+
+
+class Scontrol:
+    """An injected scontrol: shows the node ``shows``, fails an update when ``fails``, and
+    keeps each call with what the record said when it came."""
+
+    def __init__(self, record: str, shows: str = shown(), fails: bool = False) -> None:
+        self.record = record
+        self.shows = shows
+        self.fails = fails
+        self.calls: list[str] = []
+        self.recorded: list[dict[str, str] | None] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> str:
+        assert timeout == slurmcheck.TIMEOUT
+        self.calls.append(" ".join(argv[1:]))
+        self.recorded.append(drainrecord.read(self.record)[0])
+        if argv[1] == "show":
+            return self.shows
+        if self.fails:
+            raise slurmcheck.ScontrolError("scontrol update: exit 1: slurm_update error")
+        return ""
+
+
+def never(argv: Sequence[str], timeout: float) -> str:
+    pytest.fail(f"slurmctld asked: {' '.join(argv)}")
+
+
+def run_check(
+    tmp_path: str, st: State, run: slurmcheck.Scontrol, record: str
+) -> slurmcheck.Checked:
+    write_state(tmp_path, st)
+    path = os.path.join(tmp_path, "state.json")
+    return slurmcheck.check(path, "n1", record=record, run=run)
+
+
+def recorded(record: str) -> dict[str, str] | None:
+    drained, why = drainrecord.read(record)
+    assert why == ""
+    return drained
+
+
+def test_no_critical_problem_and_no_drain_recorded_asks_nothing(tmp_path: str, record: str) -> None:
+    assert drainrecord.write(record, {"n9": "gpuagent: 0000:2a:00.0 xid reboot"}) == ""
+    healthy_now = slurmcheck.Checked(0, "n1: no critical GPU problem")
+    assert run_check(tmp_path, healthy(time.time()), never, record) == healthy_now
+    warned = sick(severity="warning", at=time.time())
+    assert run_check(tmp_path, warned, never, record) == healthy_now
+    assert recorded(record) == {"n9": "gpuagent: 0000:2a:00.0 xid reboot"}
+
+
+def test_without_a_record_it_asks_once_and_records_no_drain(tmp_path: str, record: str) -> None:
+    asked = Scontrol(record)
+    done = run_check(tmp_path, healthy(time.time()), asked, record)
+    assert (done, asked.calls) == (
+        slurmcheck.Checked(0, "n1: no critical GPU problem"),
+        ["show node n1 -o"],
+    )
+    assert recorded(record) == {}
+    assert run_check(tmp_path, healthy(time.time()), never, record).code == 0
+
+
+def test_a_drain_is_recorded_before_it_is_made_and_forgotten_after_the_resume(
+    tmp_path: str, record: str
+) -> None:
+    drainrecord.write(record, {"n9": "admin's node"})
+    asked = Scontrol(record)
+    done = run_check(tmp_path, sick(at=time.time()), asked, record)
+    assert done == slurmcheck.Checked(0, f"n1: draining: {REASON}")
+    assert asked.calls == ["show node n1 -o", f"update NodeName=n1 State=DRAIN Reason={REASON}"]
+    assert asked.recorded[1] == {"n9": "admin's node", "n1": REASON}
+    asked = Scontrol(record, shown("IDLE+DRAIN", REASON))
+    done = run_check(tmp_path, healthy(time.time()), asked, record)
+    assert asked.calls == ["show node n1 -o", "update NodeName=n1 State=RESUME"]
+    assert asked.recorded[1] == {"n9": "admin's node", "n1": REASON}  # until the resume is done
+    assert recorded(record) == {"n9": "admin's node"}
+
+
+def test_a_drain_made_before_the_record_is_recorded(tmp_path: str, record: str) -> None:
+    asked = Scontrol(record, shown("IDLE+DRAIN", REASON))
+    done = run_check(tmp_path, sick(at=time.time()), asked, record)
+    assert (done.code, asked.calls) == (0, ["show node n1 -o"])
+    assert recorded(record) == {"n1": REASON}
+
+
+def test_a_failed_update_keeps_the_record(tmp_path: str, record: str) -> None:
+    asked = Scontrol(record, fails=True)
+    done = run_check(tmp_path, sick(at=time.time()), asked, record)
+    assert done.code == slurmcheck.EX_SCONTROL and "slurm_update error" in done.says
+    assert recorded(record) == {"n1": REASON}  # the next check asks again
+    asked = Scontrol(record, shown("IDLE+DRAIN", REASON), fails=True)
+    done = run_check(tmp_path, healthy(time.time()), asked, record)
+    assert done.code == slurmcheck.EX_SCONTROL
+    assert recorded(record) == {"n1": REASON}
+
+
+@pytest.mark.parametrize(
+    ("held", "says"),
+    [
+        (None, "n1: no critical GPU problem"),
+        ("admin: bad fan", "n1: no critical GPU problem; drained by another, left so"),
+    ],
+    ids=["resumed", "drained again by the admin"],
+)
+def test_an_administrator_s_resume_drops_the_record(
+    tmp_path: str, record: str, held: str | None, says: str
+) -> None:
+    drainrecord.write(record, {"n1": REASON})
+    asked = Scontrol(record, shown("IDLE" if held is None else "IDLE+DRAIN", held))
+    done = run_check(tmp_path, healthy(time.time()), asked, record)
+    assert (done, asked.calls) == (slurmcheck.Checked(0, says), ["show node n1 -o"])
+    assert recorded(record) == {}
+    assert run_check(tmp_path, healthy(time.time()), never, record).code == 0
+
+
+def test_an_admin_s_drain_is_never_recorded(tmp_path: str, record: str) -> None:
+    asked = Scontrol(record, shown("IDLE+DRAIN", "admin: bad fan"))
+    done = run_check(tmp_path, sick(at=time.time()), asked, record)
+    assert (done.code, asked.calls) == (0, ["show node n1 -o"])
+    assert recorded(record) == {}
+
+
+def damage(record: str, how: str) -> None:
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    if how == "fifo":
+        os.mkfifo(record)
+    elif how == "symlink":
+        target = os.path.join(os.path.dirname(record), "elsewhere.json")
+        with open(target, "w") as f:
+            f.write('{"drained": {}}')
+        os.symlink(target, record)
+    else:
+        with open(record, "wb") as f:
+            f.write(how.encode("latin-1"))
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ('{"drained": {', "Expecting"),
+        ("[]", 'not a record of drains: no "drained" object of node names'),
+        ('{"drained": {"n1": 5}}', 'not a record of drains: no "drained" object of node names'),
+        ("\xff", "codec can't decode"),
+        ("fifo", "cannot read the record of its drains: not a regular file"),
+        ("symlink", "cannot read the record of its drains: a symbolic link (not followed)"),
+    ],
+    ids=["truncated", "a list", "a number", "not utf-8", "fifo", "symlink"],
+)
+def test_a_damaged_record_says_so_in_one_line_and_asks(
+    tmp_path: str, record: str, how: str, why: str
+) -> None:
+    damage(record, how)
+    asked = Scontrol(record)
+    done = run_check(tmp_path, healthy(time.time()), asked, record)
+    assert (done.code, done.says, asked.calls) == (
+        0,
+        "n1: no critical GPU problem",
+        ["show node n1 -o"],
+    )
+    assert done.warning.startswith(f"{record}: ") and done.warning.endswith("; asking slurmctld")
+    assert why in done.warning and "\n" not in done.warning
+    assert recorded(record) == {}  # rewritten: the next check asks nothing
+    assert not os.path.islink(record)
+
+
+def test_a_record_that_cannot_be_written_is_removed(
+    tmp_path: str, record: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drainrecord.write(record, {})
+
+    write_atomic = safefile.write_atomic
+
+    def full(path: str, data: bytes, mode: int = 0o644) -> None:
+        if path == record:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        write_atomic(path, data, mode)
+
+    monkeypatch.setattr(safefile, "write_atomic", full)
+    asked = Scontrol(record)
+    done = run_check(tmp_path, sick(at=time.time()), asked, record)
+    assert done.code == 0 and asked.calls[1].startswith("update NodeName=n1 State=DRAIN")
+    assert done.warning == f"{record}: cannot record its drains: No space left on device"
+    assert not os.path.lexists(record)  # the next check asks slurmctld
+    asked = Scontrol(record, shown("IDLE+DRAIN", REASON))
+    assert run_check(tmp_path, healthy(time.time()), asked, record).code == 0
+    assert asked.calls == ["show node n1 -o", "update NodeName=n1 State=RESUME"]
+
+
+def test_the_fast_check_runs_no_scontrol_even_a_hanging_one(slurm: Slurm, record: str) -> None:
+    conf = write_state(slurm.dir, healthy(time.time()))
+    drainrecord.write(record, {})
+    env = {**os.environ, "PYTHONPATH": REPO, "SLURMD_NODENAME": "n1", "FAKE_SCONTROL_HANG": "1"}
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", FAST_CHECK, record, conf],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    took = time.monotonic() - start
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0,
+        "gpuagent slurm-check: n1: no critical GPU problem\n",
+        "",
+    )
+    assert slurm.calls() == []
+    assert took < slurmcheck.TIMEOUT / 2, took  # a hanging scontrol would have taken 20 s
+
+
+# slurm-check as slurmd runs it, its record moved to argv[1].
+FAST_CHECK = """\
+import sys
+from gpuagent.commands import drainrecord
+from gpuagent.commands.cli import main
+drainrecord.PATH = sys.argv[1]
+main(["--config", sys.argv[2], "slurm-check"])
+"""

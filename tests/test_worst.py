@@ -91,6 +91,18 @@ def worst_series(st: State) -> dict[str, str]:
     return {s.labels["pci_slot"]: s.labels["kind"] for s in family.samples}
 
 
+def xid_of(f: Finding) -> int | None:
+    code = dict(f.extra).get("xid")
+    return code if f.kind == "xid" and isinstance(code, int) else None
+
+
+def reason_of(where: str, f: Finding) -> str:
+    """The drain reason slurm-check and NHC give for ``f`` on ``where``."""
+    said = f"gpuagent: {where} {f.kind} {f.action}"
+    code = xid_of(f)
+    return said if code is None else f"{said} (Xid {code})"
+
+
 @pytest.mark.parametrize(("name", "found", "expected"), TABLE, ids=IDS)
 def test_every_surface_names_the_same_worst(
     name: str, found: dict[str, list[Finding]], expected: tuple[str, str]
@@ -109,8 +121,8 @@ def test_every_surface_names_the_same_worst(
     assert judge(st, now)[1].startswith(f"{where} {kind}: {f.action}")
     assert worst_series(st)[slot] == kind
     bad = drain.worst(st)
-    assert bad == drain.Worst(f.severity, where, kind, f.action)
-    said = f"gpuagent: {where} {kind} {f.action}" if f.severity == CRITICAL else ""
+    assert bad == drain.Worst(f.severity, where, kind, f.action, xid_of(f))
+    said = reason_of(where, f) if f.severity == CRITICAL else ""
     assert drain.reason(st, "", now) == (True, said)
     update = drain.decide(node(), st, "", now).update
     assert update == (("update", "NodeName=n1", "State=DRAIN", f"Reason={said}") if said else ())
@@ -124,7 +136,7 @@ def test_nhc_names_the_same_worst(
     slot, kind = expected
     (f,) = [f for f in found[slot] if f.kind == kind]
     proc = nhc(str(tmp_path), made(found, time.time()))
-    assert proc.stdout == f"die 1: gpuagent: {slot or 'host'} {kind} {f.action}\nrc 1\n"
+    assert proc.stdout == f"die 1: {reason_of(slot or 'host', f)}\nrc 1\n"
 
 
 def test_the_order_of_actions() -> None:

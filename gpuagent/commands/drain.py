@@ -7,9 +7,9 @@ critical problem on this host, and which is the worst?  The answer is here, with
 * :func:`worst` picks the worst problem, in the one order of :func:`gpuagent.health.rank`;
 * :func:`decide` turns it and the node's Slurm state (:func:`parse_node`, from ``scontrol show
   node -o``) into the one ``scontrol update`` to run, if any: drain on a critical problem with
-  reason ``gpuagent: <slot> <kind> <action>``, resume only a node whose reason starts with
-  ``gpuagent:``, leave every other drain alone, and touch nothing when the state cannot be
-  trusted (missing, stale, the agent stopped);
+  reason ``gpuagent: <slot> <kind> <action>`` (then ``(Xid N)`` for an Xid), resume only a
+  node whose reason starts with ``gpuagent:``, leave every other drain alone, and touch
+  nothing when the state cannot be trusted (missing, stale, the agent stopped);
 * :func:`npd` is node-problem-detector's exit status and line.
 """
 
@@ -28,6 +28,7 @@ __all__ = [
     "Decision",
     "Node",
     "Worst",
+    "critical",
     "decide",
     "npd",
     "parse_node",
@@ -46,17 +47,21 @@ _NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
 
 @dataclass(frozen=True)
 class Worst:
-    """The worst problem on the host: its GPU's ``slot`` (``host`` for the host's own)."""
+    """The worst problem on the host: its GPU's ``slot`` (``host`` for the host's own) and,
+    for kind ``xid``, the Xid code where the state has it."""
 
     severity: str
     slot: str
     kind: str
     action: str
+    xid: int | None = None
 
     @property
     def reason(self) -> str:
-        """The drain reason: ``gpuagent: <slot> <kind> <action>``."""
-        return f"{PREFIX} {self.slot} {self.kind} {self.action}"
+        """The drain reason: ``gpuagent: <slot> <kind> <action>``, then ``(Xid N)`` for an
+        Xid (``gpuagent: 0000:3a:00.0 xid reboot (Xid 79)``)."""
+        said = f"{PREFIX} {self.slot} {self.kind} {self.action}"
+        return said if self.xid is None else f"{said} (Xid {self.xid})"
 
 
 def worst(st: State) -> Worst | None:
@@ -66,7 +71,15 @@ def worst(st: State) -> Worst | None:
     if not found:
         return None
     slot, p = found[0]
-    return Worst(p["severity"], clean(slot or "host"), clean(p["kind"]), clean(p["action"]))
+    code = p.get("xid")
+    xid = code if p["kind"] == "xid" and type(code) is int else None
+    return Worst(p["severity"], clean(slot or "host"), clean(p["kind"]), clean(p["action"]), xid)
+
+
+def critical(st: State) -> Worst | None:
+    """The worst problem in ``st`` if it is critical (what drains the node), else None."""
+    bad = worst(st)
+    return bad if bad is not None and bad.severity == CRITICAL else None
 
 
 @dataclass(frozen=True)
@@ -105,12 +118,15 @@ def parse_node(text: str) -> Node | None:
 
 @dataclass(frozen=True)
 class Decision:
-    """The ``scontrol`` arguments to run (``()``: nothing to do), what to say about it, and
-    whether the state was ``known`` (False: missing or stale, nothing was decided)."""
+    """The ``scontrol`` arguments to run (``()``: nothing to do), what to say about it,
+    whether the state was ``known`` (False: missing or stale, nothing was decided), and the
+    reason of gpuagent's drain the node is ``held`` in once the update is done (``""``: none,
+    no drain or another's)."""
 
     update: tuple[str, ...]
     says: str
     known: bool = True
+    held: str = ""
 
 
 def decide(node: Node, st: State | None, why: str, now: float) -> Decision:
@@ -128,17 +144,18 @@ def decide(node: Node, st: State | None, why: str, now: float) -> Decision:
             st = None
     if st is None:
         return Decision((), f"{node.name}: nothing changed: {clean(why)}", known=False)
-    bad = worst(st)
+    bad = critical(st)
     node_arg = f"NodeName={node.name}"
-    if bad is not None and bad.severity == CRITICAL:
+    if bad is not None:
         if node.drained and not node.ours:
             held = node.reason or "no reason"
             return Decision((), f"{node.name}: {bad.reason}; left as drained by another: {held}")
         if node.drained and node.reason == bad.reason:
-            return Decision((), f"{node.name}: drained: {bad.reason}")
+            return Decision((), f"{node.name}: drained: {bad.reason}", held=bad.reason)
         return Decision(
             ("update", node_arg, "State=DRAIN", f"Reason={bad.reason}"),
             f"{node.name}: draining: {bad.reason}",
+            held=bad.reason,
         )
     if node.drained and node.ours:
         return Decision(
@@ -156,8 +173,8 @@ def reason(st: State | None, why: str, now: float) -> tuple[bool, str]:
     if st is not None:
         code, why = judge(st, now)
         if code != ExitCode.UNKNOWN:
-            bad = worst(st)
-            return True, bad.reason if bad is not None and bad.severity == CRITICAL else ""
+            bad = critical(st)
+            return True, bad.reason if bad is not None else ""
     return False, clean(why)
 
 

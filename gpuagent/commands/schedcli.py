@@ -47,8 +47,10 @@ def _state_file(ctx: click.Context) -> str:
 @click.pass_context
 def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_only: bool) -> None:
     """Drain this Slurm node on a critical GPU problem, resume it when gpuagent drained it and
-    none holds; exit 1 if the state is missing or stale (nothing changed), 2 if scontrol failed."""
-    from gpuagent.commands import slurmcheck  # noqa: PLC0415
+    none holds (asking slurmctld nothing while neither can be: no critical problem, no drain of
+    its own recorded); exit 1 if the state is missing or stale (nothing changed), 2 if scontrol
+    failed."""
+    from gpuagent.commands import drainrecord, slurmcheck  # noqa: PLC0415
 
     path = _state_file(ctx)
     if reason_only:
@@ -63,9 +65,11 @@ def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_onl
             click.echo(said)
         return
     name = node or slurmcheck.node_name(os.environ)
-    code, says = slurmcheck.check(path, name, timeout=timeout)
-    click.echo(f"gpuagent slurm-check: {says}", err=code != 0)
-    sys.exit(code)
+    done = slurmcheck.check(path, name, timeout=timeout, record=drainrecord.PATH)
+    if done.warning:
+        click.echo(f"gpuagent slurm-check: warning: {done.warning}", err=True)
+    click.echo(f"gpuagent slurm-check: {done.says}", err=done.code != 0)
+    sys.exit(done.code)
 
 
 def npd(ctx: click.Context) -> None:

@@ -3,7 +3,9 @@
 It reads the agent's state (never runs nvidia-smi, never waits on the agent), asks
 ``scontrol`` for the node and runs the one update :func:`gpuagent.commands.drain.decide` names.
 Each ``scontrol`` is killed after ``timeout`` seconds, so that the check ends within slurmd's 60 s
-even when slurmctld does not answer.
+even when slurmctld does not answer.  With no critical problem and no drain of its own in its
+record (:mod:`gpuagent.commands.drainrecord`) it asks nothing: slurmd runs the check before it
+registers, when ``scontrol`` may hang, and a healthy node's check must not delay that.
 """
 
 from __future__ import annotations
@@ -13,14 +15,27 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from gpuagent import state
-from gpuagent.commands.drain import decide, parse_node
+from gpuagent.commands import drainrecord
+from gpuagent.commands.drain import critical, decide, parse_node
 from gpuagent.commands.status import ExitCode, checked, clean, judge
 from gpuagent.schema import State
 
-__all__ = ["EX_SCONTROL", "EX_UNKNOWN", "TIMEOUT", "check", "node_name", "state_reason"]
+__all__ = [
+    "EX_SCONTROL",
+    "EX_UNKNOWN",
+    "TIMEOUT",
+    "Checked",
+    "Scontrol",
+    "ScontrolError",
+    "check",
+    "node_name",
+    "run_scontrol",
+    "state_reason",
+]
 
 # Exit statuses beside 0 (done, whatever it did): slurmd logs a non-zero one with the output.
 EX_UNKNOWN = 1  # the state cannot be trusted: nothing changed
@@ -50,7 +65,12 @@ class ScontrolError(Exception):
     """scontrol failed, or did not answer in time."""
 
 
-def _scontrol(argv: Sequence[str], timeout: float) -> str:
+# Runs scontrol's argv within the timeout (s) and returns its output, or raises ScontrolError.
+Scontrol = Callable[[Sequence[str], float], str]
+
+
+def run_scontrol(argv: Sequence[str], timeout: float) -> str:
+    """scontrol's output for ``argv``, killed (its whole session) after ``timeout`` s."""
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -74,25 +94,61 @@ def _scontrol(argv: Sequence[str], timeout: float) -> str:
     return out
 
 
+@dataclass(frozen=True)
+class Checked:
+    """The check's exit status, its line, and a ``warning`` line before it (``""``: none)."""
+
+    code: int
+    says: str
+    warning: str = ""
+
+
 def check(
-    state_file: str, node: str, scontrol: str = "scontrol", timeout: float = TIMEOUT
-) -> tuple[int, str]:
-    """Drain or resume ``node`` from the state in ``state_file``; the exit status and a line."""
+    state_file: str,
+    node: str,
+    scontrol: str = "scontrol",
+    timeout: float = TIMEOUT,
+    *,
+    record: str = drainrecord.PATH,
+    run: Scontrol = run_scontrol,
+) -> Checked:
+    """Drain or resume ``node`` from the state in ``state_file``, asking slurmctld (through
+    ``run``) only when a critical problem holds or the ``record`` of gpuagent's drains does not
+    rule out one of ``node``."""
     st, why = state_reason(state_file)
     if st is not None:
         code, judged = judge(st, time.time())
         if code == ExitCode.UNKNOWN:
             st, why = None, judged  # no need to ask slurmctld
     if st is None:
-        return EX_UNKNOWN, f"{node}: nothing changed: {clean(why)}"
+        return Checked(EX_UNKNOWN, f"{node}: nothing changed: {clean(why)}")
+    drained, damaged = drainrecord.read(record)
+    warning = f"{damaged}; asking slurmctld" if damaged else ""
+    if critical(st) is None and drained is not None and node not in drained:
+        return Checked(0, f"{node}: no critical GPU problem")
+    kept = dict(drained or {})
     try:
-        shown = _scontrol([scontrol, "show", "node", node, "-o"], timeout)
+        shown = run([scontrol, "show", "node", node, "-o"], timeout)
         found = parse_node(shown)
         if found is None:
-            return EX_SCONTROL, f"{node}: scontrol show node: no such node in {shown.strip()!r}"
+            said = f"{node}: scontrol show node: no such node in {shown.strip()!r}"
+            return Checked(EX_SCONTROL, said, warning)
         decision = decide(found, st, why, time.time())
+        kept.pop(node, None)
+        if decision.held:
+            kept[node] = decision.held
+        # A drain is recorded before it is made, and forgotten only once the resume is done: a
+        # record naming a drain not made costs a question, one missing a drain would keep it.
+        failed = _remember(record, drained, kept) if decision.held else ""
         if decision.update:
-            _scontrol([scontrol, *decision.update], timeout)
+            run([scontrol, *decision.update], timeout)
+        if not decision.held:
+            failed = _remember(record, drained, kept)
     except ScontrolError as e:
-        return EX_SCONTROL, f"{node}: {e}"
-    return (0 if decision.known else EX_UNKNOWN), decision.says
+        return Checked(EX_SCONTROL, f"{node}: {e}", warning)
+    warning = "; ".join(w for w in (warning, failed) if w)
+    return Checked(0 if decision.known else EX_UNKNOWN, decision.says, warning)
+
+
+def _remember(record: str, was: Mapping[str, str] | None, now: Mapping[str, str]) -> str:
+    return drainrecord.write(record, now) if was != now else ""

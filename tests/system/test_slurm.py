@@ -3,7 +3,10 @@ with slurmctld and slurmd, the .deb goes in, slurmd's HealthCheckProgram becomes
 /usr/sbin/gpuagent-slurm-check, and the agent watches a fake host (as in test_deb) whose GPU
 turns critical: the node drains with gpuagent's reason, resumes once the problem clears, or,
 for an Xid (which holds until the next boot), once root runs ``gpuagent clear``; an
-administrator's drain is left alone, and the check ends in time with slurmctld gone.
+administrator's drain is left alone; a healthy node's check asks slurmctld nothing, so a
+``systemctl restart slurmd`` registers at once even while scontrol would hang (as Slurm
+24.11's does before slurmd registers, mej/nhc#159); and the check ends in time with slurmctld
+gone.
 """
 
 from __future__ import annotations
@@ -28,9 +31,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SLURM_LAB = os.path.join(os.path.dirname(REPO), "shared", "tools", "slurm-lab")
 WRAPPER = "/usr/sbin/gpuagent-slurm-check"
 SLURM_CONF = "/etc/slurm/slurm.conf"
-# The wrapper run through one that counts slurmd's health checks, to wait on them.
+# The wrapper run through one that counts slurmd's health checks, to wait on them, with a
+# scontrol first on its PATH that logs each call and hangs while HANG exists.
 COUNTED = "/usr/local/sbin/counted-slurm-check"
 CHECKS = "/run/gpuagent-test-checks"
+SHIM = "/usr/local/lib/gpuagent-test/scontrol"
+ASKED = "/run/gpuagent-test-scontrol"
+HANG = "/run/gpuagent-test-hang"
+RECORD = "/var/lib/gpuagent/slurm-drains.json"
+# A slurmd restart must register well within the 20 s a hanging scontrol would cost.
+REGISTERED_WITHIN = 8.0
 
 
 @pytest.fixture
@@ -87,6 +97,7 @@ def test_slurm_drains_and_resumes_only_its_own(tmp_path: str, lab: Container) ->
         drained_by_us(c)
         cleared_by_root(c, tmp_path)
         admin_drain(c)
+        restart_registers_at_once(c)
         slurmctld_gone(c)
     except BaseException:
         print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
@@ -118,7 +129,7 @@ def cleared_by_root(c: Container, work: str) -> None:
     sick = fakesysfs.gpu_slots(8)[2]
     fell = f"NVRM: Xid (PCI:{sick[:-2]}): 79, pid='<unknown>', name=<unknown>, GPU has fallen"
     place_journal(c, work, f"{fell} off the bus.\n", name="slurm-xid")
-    reason = f"gpuagent: {sick} xid reboot"
+    reason = f"gpuagent: {sick} xid reboot (Xid 79)"
     wait_for("the Xid's drain", lambda: s.reason() == reason, 40)
     assert "DRAIN" in s.state()
     said = c.out("gpuagent", "clear", sick, "xid")
@@ -130,8 +141,15 @@ def cleared_by_root(c: Container, work: str) -> None:
 def count_checks(c: Container) -> None:
     """slurmd's HealthCheckProgram becomes the wrapper run through one that counts."""
     s = Slurm(c)
-    c.write(COUNTED, f'#!/bin/sh\necho >>{CHECKS}\nexec {WRAPPER} "$@"\n')
-    c.run("chmod", "755", COUNTED)
+    c.write(
+        SHIM,
+        f'#!/bin/sh\necho "$*" >>{ASKED}\n[ -e {HANG} ] && sleep 60\nexec /usr/bin/scontrol "$@"\n',
+    )
+    c.write(
+        COUNTED,
+        f'#!/bin/sh\necho >>{CHECKS}\nPATH={os.path.dirname(SHIM)}:$PATH exec {WRAPPER} "$@"\n',
+    )
+    c.run("chmod", "755", COUNTED, SHIM)
     c.run("sed", "-i", f"s|^HealthCheckProgram=.*|HealthCheckProgram={COUNTED}|", SLURM_CONF)
     c.run("systemctl", "restart", "slurmctld", "slurmd")
     wait_for("the node idle", lambda: s.state() == "IDLE", 60)
@@ -172,9 +190,88 @@ def admin_drain(c: Container) -> None:
     c.run("scontrol", "update", f"NodeName={c.name}", "State=RESUME")
 
 
+# Inside the container: restart slurmd, then wait (with a deadline) until slurmctld shows the
+# node registered by the new slurmd (a new SlurmdStartTime) and responding; print the seconds.
+RESTART = """\
+import re, subprocess, sys, time
+node, deadline = sys.argv[1], float(sys.argv[2])
+def show():
+    out = subprocess.run(["/usr/bin/scontrol", "show", "node", node, "-o"],
+                         capture_output=True, text=True, timeout=10).stdout
+    started = re.search(r"SlurmdStartTime=(\\S+)", out)
+    state = re.search(r"State=(\\S+)", out)
+    return (started.group(1) if started else ""), (state.group(1) if state else "")
+before, _ = show()
+start = time.monotonic()
+subprocess.run(["systemctl", "restart", "slurmd"], check=True, timeout=60)
+while True:
+    started, state = show()
+    took = time.monotonic() - start
+    if started not in ("", before) and "*" not in state and "NOT_RESPONDING" not in state:
+        print(f"{took:.2f} {state}")
+        break
+    if took > deadline:
+        sys.exit(f"not registered after {took:.2f} s: SlurmdStartTime={started} State={state}")
+    time.sleep(0.1)
+"""
+
+# Inside the container: run the wrapper as slurmd would, print its exit status and seconds.
+TIMED = """\
+import subprocess, sys, time
+start = time.monotonic()
+proc = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=90)
+print(proc.returncode, f"{time.monotonic() - start:.2f}")
+print(proc.stdout + proc.stderr, end="")
+"""
+
+
+def timed_check(c: Container) -> tuple[int, float, str]:
+    """The wrapper run by hand: its exit status, the seconds it took and what it printed."""
+    out = c.out("python3", "-c", TIMED, "env", f"SLURMD_NODENAME={c.name}", WRAPPER)
+    first, _, said = out.partition("\n")
+    code, took = first.split()
+    return int(code), float(took), said
+
+
+def restart_registers_at_once(c: Container) -> None:
+    """No critical problem and no drain of gpuagent's: slurmd's health check asks slurmctld
+    nothing, so a restart registers at once even while scontrol hangs."""
+    s = Slurm(c)
+    assert "DRAIN" not in s.state()
+    assert json.loads(c.out("cat", RECORD)) == {"drained": {}}
+    # The agent's restart leaves root's record as it is in the directory systemd gave the agent.
+    c.run("systemctl", "restart", "gpuagent")
+    wait_for("the agent back", lambda: c.run("gpuagent", "status", check=False).returncode == 0, 30)
+    owners = c.out("stat", "-c", "%U %a", os.path.dirname(RECORD), RECORD).splitlines()
+    assert owners == ["gpuagent 755", "root 644"], owners
+    c.run("sh", "-c", f"rm -f {ASKED}; touch {HANG}")
+    log = int(c.out("stat", "-c", "%s", "/var/log/slurm/slurmd.log"))
+    ran = checks(c)
+    try:
+        took, state = c.out("python3", "-c", RESTART, c.name, str(REGISTERED_WITHIN)).split()
+        print(f"slurmd restarted and registered in {took} s ({state})")
+        wait_checks(c, 1)
+    finally:
+        c.run("rm", "-f", HANG)
+    assert checks(c) > ran
+    assert c.run("cat", ASKED, check=False).stdout == ""  # scontrol never asked
+    since = c.out("tail", "-c", f"+{log + 1}", "/var/log/slurm/slurmd.log")
+    assert "health_check failed" not in since, since
+    assert float(took) < REGISTERED_WITHIN
+
+
 def slurmctld_gone(c: Container) -> None:
-    """slurmctld stopped: the check still ends within slurmd's 60 s, and says why."""
+    """slurmctld stopped: a healthy node's check still exits 0 at once; one that must drain
+    ends within slurmd's 60 s, and says why."""
     c.run("systemctl", "stop", "slurmctld")
+    code, took, said = timed_check(c)
+    print(f"the healthy check with slurmctld gone: exit {code} in {took:.2f} s")
+    assert (code, said) == (0, f"gpuagent slurm-check: {c.name}: no critical GPU problem")
+    assert took < 5, took
+    scenario(c, fakesysfs.gpu_slots(8)[3])
+    wait_for(
+        "the critical problem", lambda: c.run("gpuagent", "status", check=False).returncode == 2, 20
+    )
     start = time.monotonic()
     proc = c.run("env", f"SLURMD_NODENAME={c.name}", WRAPPER, check=False, timeout=90)
     took = time.monotonic() - start
