@@ -64,8 +64,10 @@ def sources(
     kernel_log: Callable[[str], KernelLog],
     state_directory: str | None,
     boot: str,
+    absent_for: float | None = None,
 ) -> tuple[Source, ...]:
-    """Every source, in the tick's order, on the agent's injected edges."""
+    """Every source, in the tick's order, on the agent's injected edges; ``absent_for`` is
+    how long (s) ``no_driver_module`` had held before a restart (None: it did not)."""
     # Made in the order their files are read at start (a bad one's line comes in that order).
     scan = BusScan(config.sysfs_root, log)
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic)
@@ -74,7 +76,7 @@ def sources(
         Probing(config, prober, log, which=which, wall=wall),
         Samples(log, monotonic=monotonic, wall=wall, throttle=window),
     )
-    driver = Driver(config, monotonic=monotonic)
+    driver = Driver(config, monotonic=monotonic, absent_for=absent_for)
     nvlink = NvlinkSource(
         config, prober.runner, log, monotonic=monotonic, state_directory=state_directory, boot=boot
     )

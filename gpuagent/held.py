@@ -1,0 +1,164 @@
+"""The problems that hold, remembered across the agent's restarts in this boot.
+
+A restart or an upgrade must restate what holds, not page for it again: the file is
+``problems.json`` in the directory systemd names in ``$STATE_DIRECTORY``
+(:class:`gpuagent.edges.statedir.StateFile`), beside ``gpus.json`` and ``nvlink.json``.  It
+keeps each open problem (host and GPU, live and latching) with the source that reports it and
+its first-seen time (``since``), and names the boot (the kernel's ``boot_id``): after a reboot
+it says nothing, since a reboot is the operator's repair and a fault seen again then is news.
+It is written when the set of open problems, their severity, action or ``since`` change, never
+on a quiet tick.  A hand run without ``$STATE_DIRECTORY`` remembers nothing.  A file that
+cannot be read or written is one warning (the state's ``problems["open_problems"]`` while it
+lasts), and the agent starts afresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuagent.edges.statedir import StateFile
+from gpuagent.health import Finding
+from gpuagent.logs import EventLog
+
+__all__ = ["FILE", "Held", "HeldProblems", "by_source"]
+
+FILE = "problems.json"
+# A few hundred bytes a problem: more than this is not the agent's.
+MAX_SIZE = 1024 * 1024
+_WHAT = "the problems that hold"
+
+
+@dataclass(frozen=True)
+class Held:
+    """One open problem as remembered: the verdict source that reports it (``smi``, ``pci``,
+    ``xid`` …), its slot (``""``: the host), its finding and its first-seen time (``since``,
+    s since the epoch)."""
+
+    source: str
+    slot: str
+    finding: Finding
+    since: float
+
+    @property
+    def key(self) -> tuple[str, str, tuple[str, tuple[tuple[str, int | str], ...]]]:
+        """What identifies it (its source, slot and :attr:`Finding.key`)."""
+        return self.source, self.slot, self.finding.key
+
+    def _said(self) -> tuple[object, ...]:
+        # What a write is for: not a new wording of the same problem (another throttle reason).
+        f = self.finding
+        return self.key, f.severity, f.action, self.since
+
+
+class HeldProblems:
+    """The problems remembered in ``directory`` (None or ``""``: none are); ``boot`` is this
+    boot's id (``""``: unknown, nothing is remembered, since the file could not say which boot
+    it is of).  :attr:`held` is what the agent before this one left, this boot."""
+
+    def __init__(self, directory: str | None, log: EventLog, *, boot: str) -> None:
+        self.boot = boot
+        self.file = StateFile(
+            directory if boot else None,
+            FILE,
+            log,
+            limit=MAX_SIZE,
+            otherwise="the problems seen from now",
+        )
+        read = self.file.read(_parsed, _WHAT)
+        # Another boot's: a reboot forgets.
+        self.held: tuple[Held, ...] = read[1] if read and read[0] == boot else ()
+        self._said = sorted(h._said() for h in self.held)
+
+    @property
+    def error(self) -> str | None:
+        """Why the file cannot be read or written, while it cannot (the state's
+        ``problems["open_problems"]``)."""
+        return self.file.error
+
+    def held_for(self, slot: str, kind: str, now: float) -> float | None:
+        """How long (s) the problem ``kind`` on ``slot`` had held at wall time ``now``, as
+        remembered; None when it is not."""
+        for h in self.held:
+            if h.slot == slot and h.finding.kind == kind:
+                return max(now - h.since, 0.0)
+        return None
+
+    def update(self, held: Iterable[Held]) -> None:
+        """The problems open now (all of them); writes the file when that changes what it
+        holds (see :class:`Held`)."""
+        held = sorted(held, key=lambda h: h._said())
+        said = [h._said() for h in held]
+        if said == self._said:
+            return
+        self._said = said
+        data = {"boot_id": self.boot, "problems": [_entry(h) for h in held]}
+        self.file.write(data, _WHAT)
+
+
+def _entry(h: Held) -> dict[str, object]:
+    f = h.finding
+    return {
+        "source": h.source,
+        "pci_slot": h.slot,
+        "kind": f.kind,
+        "severity": f.severity,
+        "action": f.action,
+        "message": f.message,
+        "extra": [list(pair) for pair in f.extra],
+        "unit": f.unit,
+        "since": h.since,
+    }
+
+
+def _parsed(data: Any) -> tuple[str, tuple[Held, ...]]:
+    """The boot and problems of the file's JSON ``{"boot_id": str, "problems": [entry,
+    ...]}`` (each entry as :func:`_entry` writes it); raises TypeError (or ValueError, from
+    :class:`Finding` for a severity or action it does not know) naming what is not so."""
+    if not isinstance(data, dict) or not isinstance(data.get("boot_id"), str):
+        raise TypeError("expected an object with a boot_id string")
+    entries = data.get("problems")
+    if not isinstance(entries, list):
+        raise TypeError("problems: expected a list")
+    return data["boot_id"], tuple(_held(e, i) for i, e in enumerate(entries))
+
+
+def _held(e: Any, i: int) -> Held:
+    where = f"problems[{i}]"
+    if not isinstance(e, dict):
+        raise TypeError(f"{where}: expected an object")
+    texts = [e.get(k) for k in ("source", "pci_slot", "kind", "severity", "action", "message")]
+    if not all(isinstance(t, str) for t in texts):
+        raise TypeError(f"{where}: expected strings for its source, slot, kind and words")
+    since, unit = e.get("since"), e.get("unit")
+    if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
+        raise TypeError(f"{where}.since: expected a time in seconds")
+    if unit is not None and not isinstance(unit, str):
+        raise TypeError(f"{where}.unit: expected a string or null")
+    source, slot, kind, severity, action, message = (str(t) for t in texts)
+    finding = Finding(kind, severity, action, message, _extra(e.get("extra"), where), unit=unit)
+    return Held(source, slot, finding, float(since))
+
+
+def _extra(pairs: Any, where: str) -> tuple[tuple[str, int | str], ...]:
+    ok = isinstance(pairs, list) and all(
+        isinstance(p, list)
+        and len(p) == 2
+        and isinstance(p[0], str)
+        and isinstance(p[1], int | str)
+        and not isinstance(p[1], bool)
+        for p in pairs
+    )
+    if not ok:
+        raise TypeError(f"{where}.extra: expected a list of [name, number or string] pairs")
+    return tuple((str(k), v) for k, v in pairs)
+
+
+def by_source(held: Iterable[Held]) -> dict[str, dict[str, list[Finding]]]:
+    """``held`` as each source's findings by slot, each dated (``at``) by its ``since``."""
+    out: dict[str, dict[str, list[Finding]]] = {}
+    for h in held:
+        out.setdefault(h.source, {}).setdefault(h.slot, []).append(replace(h.finding, at=h.since))
+    return out
