@@ -73,6 +73,7 @@ class Agent:
             state_directory=state_directory,
             boot=this_boot,
             absent_for=self.held.held_for("", "no_driver_module", wall()),
+            told=self.held.told,
         )
         self.verdict = Verdict(log, self.origin.started_at, self.held.held)
         self.last = self._standing(Tick(wall(), monotonic(), config))
@@ -157,7 +158,7 @@ class Agent:
             self._bug.caught(e)
         else:
             self._bug.passed()
-            self.held.update(self.verdict.held())
+            self.held.update(self.verdict.held(), tick.kernel.told)
             self._trouble["open_problems"] = self.held.error
 
     def _step(self, source: Source, tick: Tick) -> Tick:

@@ -4,12 +4,13 @@ A restart or an upgrade must restate what holds, not page for it again: the file
 ``problems.json`` in the directory systemd names in ``$STATE_DIRECTORY``
 (:class:`gpuagent.edges.statedir.StateFile`), beside ``gpus.json`` and ``nvlink.json``.  It
 keeps each open problem (host and GPU, live and latching) with the source that reports it and
-its first-seen time (``since``), and names the boot (the kernel's ``boot_id``): after a reboot
+its first-seen time (``since``), the lines of counted Xids and SXids logged (a boot's records
+read again are no new ones), and names the boot (the kernel's ``boot_id``): after a reboot
 it says nothing, since a reboot is the operator's repair and a fault seen again then is news.
-It is written when the set of open problems, their severity, action or ``since`` change, never
-on a quiet tick.  A hand run without ``$STATE_DIRECTORY`` remembers nothing.  A file that
-cannot be read or written is one warning (the state's ``problems["open_problems"]`` while it
-lasts), and the agent starts afresh.
+It is written when the set of open problems, their severity, action or ``since`` change, or a
+counted Xid's line is logged, never on a quiet tick.  A hand run without ``$STATE_DIRECTORY``
+remembers nothing.  A file that cannot be read or written is one warning (the state's
+``problems["open_problems"]`` while it lasts), and the agent starts afresh.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ FILE = "problems.json"
 # A few hundred bytes a problem: more than this is not the agent's.
 MAX_SIZE = 1024 * 1024
 _WHAT = "the problems that hold"
+# A counted Xid's or SXid's line logged: (slot, ``xid`` or ``sxid``, code).
+Told = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,13 @@ class HeldProblems:
         )
         read = self.file.read(_parsed, _WHAT)
         # Another boot's: a reboot forgets.
-        self.held: tuple[Held, ...] = read[1] if read and read[0] == boot else ()
-        self._said = sorted(h._said() for h in self.held)
+        mine = read if read and read[0] == boot else None
+        self.held: tuple[Held, ...] = mine[1] if mine else ()
+        self.told: frozenset[Told] = mine[2] if mine else frozenset()
+        # What the file says; None: it could not be read, so the first update replaces it.
+        self._said: tuple[list[tuple[object, ...]], frozenset[Told]] | None = (
+            None if self.file.error else (sorted(h._said() for h in self.held), self.told)
+        )
 
     @property
     def error(self) -> str | None:
@@ -86,15 +94,20 @@ class HeldProblems:
                 return max(now - h.since, 0.0)
         return None
 
-    def update(self, held: Iterable[Held]) -> None:
-        """The problems open now (all of them); writes the file when that changes what it
+    def update(self, held: Iterable[Held], told: frozenset[Told]) -> None:
+        """The problems open now (all of them) and the counted Xids' lines logged this boot
+        (:attr:`gpuagent.views.KernelView.told`); writes the file when that changes what it
         holds (see :class:`Held`)."""
         held = sorted(held, key=lambda h: h._said())
-        said = [h._said() for h in held]
+        said = ([h._said() for h in held], told)
         if said == self._said:
             return
         self._said = said
-        data = {"boot_id": self.boot, "problems": [_entry(h) for h in held]}
+        data = {
+            "boot_id": self.boot,
+            "problems": [_entry(h) for h in held],
+            "told": [list(t) for t in sorted(told)],
+        }
         self.file.write(data, _WHAT)
 
 
@@ -113,16 +126,30 @@ def _entry(h: Held) -> dict[str, object]:
     }
 
 
-def _parsed(data: Any) -> tuple[str, tuple[Held, ...]]:
-    """The boot and problems of the file's JSON ``{"boot_id": str, "problems": [entry,
-    ...]}`` (each entry as :func:`_entry` writes it); raises TypeError (or ValueError, from
-    :class:`Finding` for a severity or action it does not know) naming what is not so."""
+def _parsed(data: Any) -> tuple[str, tuple[Held, ...], frozenset[Told]]:
+    """The boot, problems and lines told of the file's JSON ``{"boot_id": str, "problems":
+    [entry, ...], "told": [[slot, kind, code], ...]}`` (each entry as :func:`_entry` writes
+    it); raises TypeError (or ValueError, from :class:`Finding` for a severity or action it
+    does not know) naming what is not so."""
     if not isinstance(data, dict) or not isinstance(data.get("boot_id"), str):
         raise TypeError("expected an object with a boot_id string")
-    entries = data.get("problems")
+    entries, told = data.get("problems"), data.get("told")
     if not isinstance(entries, list):
         raise TypeError("problems: expected a list")
-    return data["boot_id"], tuple(_held(e, i) for i, e in enumerate(entries))
+    if not isinstance(told, list) or not all(_told(t) for t in told):
+        raise TypeError("told: expected a list of [slot, kind, code]")
+    held = tuple(_held(e, i) for i, e in enumerate(entries))
+    return data["boot_id"], held, frozenset((t[0], t[1], t[2]) for t in told)
+
+
+def _told(t: Any) -> bool:
+    return (
+        isinstance(t, list)
+        and len(t) == 3
+        and isinstance(t[0], str)
+        and t[1] in ("xid", "sxid")
+        and type(t[2]) is int
+    )
 
 
 def _held(e: Any, i: int) -> Held:
