@@ -30,6 +30,7 @@ FILE = "problems.json"
 # A few hundred bytes a problem: more than this is not the agent's.
 MAX_SIZE = 1024 * 1024
 _WHAT = "the problems that hold"
+_OTHERWISE = "the problems seen from now"
 # A counted Xid's or SXid's line logged: (slot, ``xid`` or ``sxid``, code).
 Told = tuple[str, str, int]
 
@@ -63,18 +64,12 @@ class HeldProblems:
 
     def __init__(self, directory: str | None, log: EventLog, *, boot: str) -> None:
         self.boot = boot
-        self.file = StateFile(
-            directory if boot else None,
-            FILE,
-            log,
-            limit=MAX_SIZE,
-            otherwise="the problems seen from now",
-        )
-        read = self.file.read(_parsed, _WHAT)
-        # Another boot's: a reboot forgets.
-        mine = read if read and read[0] == boot else None
-        self.held: tuple[Held, ...] = mine[1] if mine else ()
-        self.told: frozenset[Told] = mine[2] if mine else frozenset()
+        # An unknown boot: nothing is remembered, since the file could not say whose it is.
+        where = directory if boot else None
+        self.file = StateFile(where, FILE, log, limit=MAX_SIZE, otherwise=_OTHERWISE)
+        mine = self.file.read_boot(_parsed, _WHAT, boot)
+        self.held: tuple[Held, ...] = mine[0] if mine else ()
+        self.told: frozenset[Told] = mine[1] if mine else frozenset()
         # What the file says; None: it could not be read, so the first update replaces it.
         self._said: tuple[list[tuple[object, ...]], frozenset[Told]] | None = (
             None if self.file.error else (sorted(h._said() for h in self.held), self.told)
@@ -126,7 +121,7 @@ def _entry(h: Held) -> dict[str, object]:
     }
 
 
-def _parsed(data: Any) -> tuple[str, tuple[Held, ...], frozenset[Told]]:
+def _parsed(data: Any) -> tuple[str, tuple[tuple[Held, ...], frozenset[Told]]]:
     """The boot, problems and lines told of the file's JSON ``{"boot_id": str, "problems":
     [entry, ...], "told": [[slot, kind, code], ...]}`` (each entry as :func:`_entry` writes
     it); raises TypeError (or ValueError, from :class:`Finding` for a severity or action it
@@ -139,7 +134,7 @@ def _parsed(data: Any) -> tuple[str, tuple[Held, ...], frozenset[Told]]:
     if not isinstance(told, list) or not all(_told(t) for t in told):
         raise TypeError("told: expected a list of [slot, kind, code]")
     held = tuple(_held(e, i) for i, e in enumerate(entries))
-    return data["boot_id"], held, frozenset((t[0], t[1], t[2]) for t in told)
+    return data["boot_id"], (held, frozenset((t[0], t[1], t[2]) for t in told))
 
 
 def _told(t: Any) -> bool:
