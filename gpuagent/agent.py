@@ -20,6 +20,7 @@ from gpuagent import __version__, report
 from gpuagent.condition import Bug
 from gpuagent.config import Config
 from gpuagent.edges import bootid
+from gpuagent.held import HeldProblems
 from gpuagent.logs import EventLog
 from gpuagent.sources import Source
 from gpuagent.sources.kernel.kernlog import KernelLog
@@ -57,6 +58,9 @@ class Agent:
         self.ticks = 0
         # The runner's heartbeat feeds the watchdog: the bus calls of a tick feed it too.
         systemd = units() if units is not None else system_units(prober.runner.heartbeat)
+        this_boot = boot()
+        # What the agent before this one left open this boot: restated, never paged again.
+        self.held = HeldProblems(state_directory, log, boot=this_boot)
         self.sources: tuple[Source, ...] = sources(
             config,
             prober,
@@ -67,9 +71,11 @@ class Agent:
             which=which,
             kernel_log=kernel_log,
             state_directory=state_directory,
-            boot=boot(),
+            boot=this_boot,
+            absent_for=self.held.held_for("", "no_driver_module", wall()),
+            told=self.held.told,
         )
-        self.verdict = Verdict(log, self.origin.started_at)
+        self.verdict = Verdict(log, self.origin.started_at, self.held.held)
         self.last = self._standing(Tick(wall(), monotonic(), config))
         self.log = log
         self._bugs: dict[str, Bug] = {}
@@ -152,6 +158,8 @@ class Agent:
             self._bug.caught(e)
         else:
             self._bug.passed()
+            self.held.update(self.verdict.held(), tick.kernel.told)
+            self._trouble["open_problems"] = self.held.error
 
     def _step(self, source: Source, tick: Tick) -> Tick:
         bug = self._bugs.get(source.name) or Bug(self.log, f"in a tick's {source.name} step")
@@ -163,8 +171,11 @@ class Agent:
             bug.caught(e)
             return tick
         bug.passed()
+        # A source that could not look whole (a boot's records read in part, a journal or
+        # bus it cannot read) does not end what it found before the restart.
+        complete = not source.backlog and not any(outcome.trouble.values())
         for kind, found in outcome.findings.items():
-            self.verdict.report(kind, found)
+            self.verdict.report(kind, found, complete=complete)
         self._trouble.update(outcome.trouble)
         return stepped
 

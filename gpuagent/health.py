@@ -242,6 +242,14 @@ class Tracker:
         """Every slot with a problem (``""`` for the host)."""
         return {s for s, _ in self._open}
 
+    def reporter(self, p: Problem) -> str | None:
+        """The source whose findings hold ``p`` (the first to report it, as :meth:`settle`
+        takes it), or None."""
+        for source, findings in self._sources.items():
+            if any(f.key == p.finding.key for f in findings.get(p.slot, ())):
+                return source
+        return None
+
 
 def _slot_order(p: Problem) -> tuple[str, str]:
     return p.slot, p.finding.kind

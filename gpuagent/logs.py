@@ -92,6 +92,8 @@ class Event(Enum):
     PROBLEM_PERSISTENCED_DOWN = "c6917e13111f4d199d0c5cef868afe41"
     PROBLEM_PERSISTENCE_OFF = "5318e12b841749d2bd3236606526fe7b"
     PROBLEM_CLEARED = "ab7e7a89442b441ba8b34cd8d0a968d0"
+    # A problem that held before a restart, restated by the agent after it: no new start.
+    STILL_HOLDS = "7570bcdcefa74a158fd45d65000eb219"
     # Sent by `gpuagent clear` (root), read back by the agent with the kernel's records.
     OPERATOR_CLEAR = "9c49e6436dd14aaea07c537ddc3d294c"
 

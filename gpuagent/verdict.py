@@ -3,7 +3,10 @@
 Sources report with :meth:`Verdict.report` (``smi`` from the probe, ``xid`` from the kernel
 log); :meth:`Verdict.judge` adds the PCI bus's and the host's findings, settles them and logs
 each problem's start (warning, error when critical), a change of its severity or action, and
-its end (info), each with the event of its kind.
+its end (info), each with the event of its kind.  The problems the agent before a restart left
+open (:mod:`gpuagent.held`) hold from the first tick with their first ``since``, restated at
+info with an event of their own (``still_holds``: no new start), until their source has had a
+complete look of its own.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from gpuagent.health import CRITICAL, Finding, Problem, Tracker
+from gpuagent.held import Held, by_source
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.probe import rules
@@ -28,16 +33,33 @@ _EVENTS = {
 }
 
 
+# The findings a source reported before the restart hold under this name until it has had a
+# complete look of its own.
+_BEFORE = "before the restart: "
+Key = tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]]
+
+
 class Verdict:
     """Problems per GPU and the host, from every source; logs through ``log``.  A problem
     whose fault happened before ``started`` (wall s: this agent's start; a restart, an
-    upgrade) is no new fault: its start is restated at info, ``still …, since 07:30:39``."""
+    upgrade) is no new fault: its start is restated at info, ``still …, since 07:30:39``.
+    ``held`` are the problems the agent before this one left open this boot: restated so at
+    the first :meth:`judge`, ``seen before the restart``, with the event ``still_holds``."""
 
-    def __init__(self, log: EventLog, started: float = 0.0) -> None:
+    def __init__(self, log: EventLog, started: float = 0.0, held: Iterable[Held] = ()) -> None:
         self.log = log
         self.started = started
         self.tracker = Tracker()
         self._cleared: Mapping[str, Clear] = {}
+        # Each remembered problem's first-seen time by its source, until that source's first
+        # complete look; the problems the first judge restates as seen before the restart.
+        self._before: dict[str, dict[Key, float]] = {}
+        for source, found in by_source(held).items():
+            self.tracker.report(_BEFORE + source, found)
+            self._before[source] = {
+                (slot, f.key): f.at for slot, fs in found.items() for f in fs if f.at is not None
+            }
+        self._restating = {k for before in self._before.values() for k in before}
 
     def judge(
         self,
@@ -63,10 +85,10 @@ class Verdict:
             )
             for slot, wrong in rules.wrong_driver_findings(gpus).items():
                 found.setdefault(slot, []).extend(wrong)
-            self.tracker.report("pci", found)
+            self.report("pci", found)
         missing = bus.seen - {g.slot for g in gpus}
         count = rules.count_findings(len(gpus), expected_gpus, missing)
-        self.tracker.report("host", {"": count})
+        self.report("host", {"": count})
         # Passthrough (vfio-pci …) is on purpose; a display driver holding the GPU is not.
         exempt = [g.slot for g in gpus if rules.deliberate(g)]
         started, ended = self.tracker.settle(now, exempt)
@@ -82,6 +104,7 @@ class Verdict:
         for p in ended:
             if (p.slot, p.finding.kind) not in quiet:
                 self._log(p, "end")
+        self._restating = set()
 
     def _log(self, p: Problem, what: str) -> None:
         f = p.finding
@@ -107,16 +130,47 @@ class Verdict:
         event = _EVENTS.get(f.kind) or Event.problem(f.kind)
         # One shape for every problem, Xids included: GPU <slot>: <severity> <kind>: <text>.
         text = f"{where}: {f.severity} {f.kind}: {f.message}; action: {f.action}"
-        if what == "start" and p.since < self.started:
+        again = what == "start" and (p.slot, f.key) in self._restating
+        if again or (what == "start" and p.since < self.started):
             level, text = logging.INFO, f"{where}: still {text[len(where) + 2 :]}"
             text += f"; since {time.strftime('%H:%M:%S', time.localtime(p.since))}"
+            if again:
+                event, text = Event.STILL_HOLDS, f"{text}, seen before the restart"
         self.log(level, event, text, **fields)
 
-    def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
+    def report(
+        self, source: str, findings: Mapping[str, Iterable[Finding]], *, complete: bool = True
+    ) -> None:
         """Replace everything ``source`` (``smi``, ``xid``, ``nvlink``, ``services``,
-        ``persistence``) found with ``findings`` (by slot)."""
+        ``persistence``) found with ``findings`` (by slot); ``complete``: the source had a
+        whole look (not a boot's records read in part), so what it found before the restart
+        and does not find now ends, and what it finds again keeps its first ``since``."""
+        before = self._before.pop(source, None) if complete else None
+        if before is not None:
+            self.tracker.report(_BEFORE + source, {})
+            findings = {
+                slot: [_dated(f, before.get((slot, f.key))) for f in fs]
+                for slot, fs in findings.items()
+            }
         self.tracker.report(source, findings)
+
+    def held(self) -> list[Held]:
+        """The problems open now, each with the source that reports it (what
+        :class:`gpuagent.held.HeldProblems` remembers)."""
+        out: list[Held] = []
+        for slot in sorted(self.tracker.slots()):
+            for p in self.tracker.problems(slot):
+                source = (self.tracker.reporter(p) or "").removeprefix(_BEFORE)
+                out.append(Held(source, slot, p.finding, p.since))
+        return out
 
     def problems(self) -> dict[str, list[Problem]]:
         """The problems holding, worst first, by slot (``""``: the host); only slots with one."""
         return {slot: self.tracker.problems(slot) for slot in sorted(self.tracker.slots())}
+
+
+def _dated(f: Finding, first: float | None) -> Finding:
+    """``f`` dated no later than ``first``, its first-seen time before the restart."""
+    if first is None:
+        return f
+    return replace(f, at=first if f.at is None else min(f.at, first))

@@ -244,7 +244,9 @@ class Clear:
 class KernelView:
     """This boot's kernel records as counted: Xids by (GPU slot, code), SXids by (NVSwitch
     slot or ``nvswitchN``, code), the GPU UUIDs the driver printed, by slot, and each GPU's
-    last operator's clear (root's ``gpuagent clear``), by slot."""
+    last operator's clear (root's ``gpuagent clear``), by slot.  ``told``: the lines of
+    counted Xids and SXids logged this boot, as (slot, ``xid`` or ``sxid``, code), by this
+    agent or the one before a restart (:mod:`gpuagent.held` keeps them)."""
 
     xids: Mapping[tuple[str, int], XidCount] = field(default_factory=dict)
     sxids: Mapping[tuple[str, int], SXidCount] = field(default_factory=dict)
@@ -254,6 +256,7 @@ class KernelView:
     driver: DriverRecords = field(default_factory=DriverRecords)
     recurrence: Recurring | None = None
     history: str = "this boot only"
+    told: frozenset[tuple[str, str, int]] = frozenset()
 
 
 @dataclass(frozen=True)

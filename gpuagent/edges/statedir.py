@@ -56,6 +56,14 @@ class StateFile:
             self._note(f"{self.path}: cannot read {what}: {state.why(e)}")
             return None
 
+    def read_boot(self, parse: Callable[[Any], tuple[str, T]], what: str, boot: str) -> T | None:
+        """What ``parse`` makes of a file of one boot (its JSON's boot id first, then what it
+        holds) where the file is of ``boot``; None for another boot's (a reboot forgets), for
+        an unknown boot (``""``: nothing is read, since the file could not say which boot it
+        is of), and as :meth:`read` says."""
+        read = self.read(parse, what) if boot else None
+        return read[1] if read is not None and read[0] == boot else None
+
     def write(self, data: Mapping[str, object], what: str) -> None:
         """Replace the file with ``data`` as JSON; when that fails, ``{path}: cannot remember
         {what}: {reason}`` holds until a write goes through."""

@@ -20,7 +20,7 @@ hang.  Adding a source: one folder under ``sources/``, one entry here, one field
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from gpuagent.config import Config
@@ -64,17 +64,21 @@ def sources(
     kernel_log: Callable[[str], KernelLog],
     state_directory: str | None,
     boot: str,
+    absent_for: float | None = None,
+    told: Iterable[tuple[str, str, int]] = (),
 ) -> tuple[Source, ...]:
-    """Every source, in the tick's order, on the agent's injected edges."""
+    """Every source, in the tick's order, on the agent's injected edges; ``absent_for`` is
+    how long (s) ``no_driver_module`` had held before a restart (None: it did not), ``told``
+    the counted Xids' lines logged before it (:class:`~gpuagent.held.HeldProblems`)."""
     # Made in the order their files are read at start (a bad one's line comes in that order).
     scan = BusScan(config.sysfs_root, log)
-    kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic)
+    kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic, told=told)
     window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
     probe = Probe(
         Probing(config, prober, log, which=which, wall=wall),
         Samples(log, monotonic=monotonic, wall=wall, throttle=window),
     )
-    driver = Driver(config, monotonic=monotonic)
+    driver = Driver(config, monotonic=monotonic, absent_for=absent_for)
     nvlink = NvlinkSource(
         config, prober.runner, log, monotonic=monotonic, state_directory=state_directory, boot=boot
     )

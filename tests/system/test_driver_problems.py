@@ -4,6 +4,7 @@ a fake host whose GPU nouveau took and whose nvidia module is not loaded."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,18 @@ def test_driver_problems_under_systemd(deb: str, container: Container) -> None: 
             f"fakesysfs.set_module('{FAKE}/sys', False)"
         )
         c.run("env", f"PYTHONPATH={FAKE}", "python3", "-c", make)
+        # The running agent sees nouveau first: the one error line.
+        wait_for("wrong_driver", lambda: c.events(Event.problem("wrong_driver")), 30)
         c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG + "driver_absent_grace = 2\n")
         c.run("systemctl", "restart", "gpuagent")
-        wait_for("wrong_driver", lambda: c.events(Event.problem("wrong_driver")), 30)
+
+        def restated() -> list[dict[str, Any]]:
+            return [e for e in c.events(Event.STILL_HOLDS) if e.get("PROBLEM") == "wrong_driver"]
+
+        # The restarted agent restates it at info (no new start), from problems.json.
+        still = one(wait_for("wrong_driver restated", restated, 30), "wrong_driver restated")
+        assert (still["PRIORITY"], still["PCI_SLOT"], still["ACTION"]) == ("6", taken, "check_host")
+        assert still["MESSAGE"].endswith(", seen before the restart")
         wait_for("no_driver_module", lambda: c.events(Event.problem("no_driver_module")), 30)
         wrong = one(c.events(Event.problem("wrong_driver")), "wrong_driver")
         assert (wrong["PRIORITY"], wrong["PCI_SLOT"], wrong["ACTION"]) == ("3", taken, "check_host")

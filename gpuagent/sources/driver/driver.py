@@ -169,6 +169,12 @@ class ModuleAbsence:
         self.since: float | None = None
         self.reasons: set[str] = set()
 
+    def resume(self, now: float, held_for: float) -> None:
+        """At monotonic time ``now`` (s), after a restart: ``no_driver_module`` had held for
+        ``held_for`` s, so the grace was over then; the wait counts from its first start,
+        not from the restart, until the module is seen loaded."""
+        self.since = now - held_for - self.grace
+
     def update(
         self, now: float, *, loaded: bool, wanted: bool, reasons: Iterable[str] = ()
     ) -> Finding | None:

@@ -17,12 +17,17 @@ __all__ = ["Driver"]
 
 
 class Driver(Source):
-    """``monotonic`` is the clock of the module's grace and of the hangs."""
+    """``monotonic`` is the clock of the module's grace and of the hangs; ``absent_for``
+    how long (s) ``no_driver_module`` had held before a restart (None: it did not)."""
 
     name = "driver"
 
-    def __init__(self, config: Config, *, monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self, config: Config, *, monotonic: Callable[[], float], absent_for: float | None = None
+    ) -> None:
         self.state = DriverState(config, monotonic=monotonic)
+        if absent_for is not None:
+            self.state.absence.resume(monotonic(), absent_for)
 
     def reset(self, old: Config, new: Config) -> None:
         self.state.configure(new)

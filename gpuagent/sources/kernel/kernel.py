@@ -27,7 +27,7 @@ from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.kernlog import KernelLog
-from gpuagent.sources.kernel.xidcount import MAX_STRAYS, Source, XidCounter
+from gpuagent.sources.kernel.xidcount import MAX_STRAYS, First, Source, XidCounter
 from gpuagent.sources.processes.owners import source_words
 from gpuagent.views import ApiMismatch, BusView, Clear, DriverRecords, KernelView, Seen, XidCount
 
@@ -50,7 +50,9 @@ class KernelRecords:
     ``overrides`` is the site's ``[xid]`` table, ``hold`` (s) how long a warning Xid holds
     after its last record (``None``: until the next boot), on the ``monotonic`` clock: the
     ``wall`` clock, the records' own, only dates a record that the boot's first read finds
-    (stepping it back or on does not bring back or end a warning)."""
+    (stepping it back or on does not bring back or end a warning).  ``told`` are the lines of
+    counted Xids and SXids (slot, kind, code) the agent before a restart logged this boot:
+    the boot read again does not log them again."""
 
     def __init__(
         self,
@@ -62,6 +64,7 @@ class KernelRecords:
         hold: float | None = None,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        told: Iterable[tuple[str, str, int]] = (),
     ) -> None:
         self.log = log
         self._open_log = open_log
@@ -96,6 +99,9 @@ class KernelRecords:
         # Each Xid's process named once, where it was seen then: a PID the kernel gives to
         # another job later must not rename an earlier Xid's source.
         self._sources: dict[tuple[str, int, int], Source] = {}
+        # The counted Xids' and SXids' lines logged this boot (slot, kind, code), restarts
+        # included: replaced, not changed, so that the view can hand it on as it is.
+        self.told: frozenset[tuple[str, str, int]] = frozenset(told)
 
     def _count_afresh(self, overrides: Mapping[int, Override] | None) -> None:
         self.xids = XidCounter(overrides, gpu=self._gpus.__contains__)
@@ -137,6 +143,7 @@ class KernelRecords:
             self.journal.close()
             self.journal = self._open_log(directory)
             self._count_afresh(overrides)
+            self.told = frozenset()
             self._mismatch = None
             self.cleared = {}
             self._heard, self._polled, self._backlog = {}, None, False
@@ -170,30 +177,7 @@ class KernelRecords:
         counts = self.xids.counts(slots)
         gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
         self._strays = dict.fromkeys(s for s, _ in counts if s not in gpus)
-        untold = 0
-        for first in self.xids.take_new(slots, attribute):
-            stray = first.slot in self._strays
-            if first.finding is not None and not stray:
-                continue  # the health model's start line says it
-            if stray and self._stray_lines >= _STRAY_LINES:
-                untold += 1
-                continue
-            fields: dict[str, int | str]
-            if first.kind == "sxid":
-                level, event, fields = logging.WARNING, Event.SXID, {"sxid": first.code}
-            else:
-                count = counts[first.slot, first.code]
-                level, event = logging.INFO, Event.XID_COUNTED
-                fields = {"xid": first.code, "action": count.info.action}
-                fields |= _process_fields(count, first.unit)
-            if stray:
-                self._stray_lines += 1
-                line = f"Xid {first.code} names PCI {first.slot}: {describe(first.slot)}, no GPU"
-                self.log(level, event, line, address=first.slot, **fields)
-            else:
-                self.log(level, event, first.message, pci_slot=first.slot, **fields)
-        if untold:
-            self._summarise()
+        self._tell(self.xids.take_new(slots, attribute), counts, describe)
         lapsed = self._lapsed(counts)
         found: dict[str, list[Finding]] = {}
         for s, fs in self.xids.findings(slots, attribute=attribute).items():
@@ -208,6 +192,43 @@ class KernelRecords:
         if host:
             out[""] = host
         return out
+
+    def _tell(
+        self,
+        firsts: Iterable[First],
+        counts: Mapping[tuple[str, int], XidCount],
+        describe: Callable[[str], str],
+    ) -> None:
+        """Log the first record of each (GPU or NVSwitch, code) this boot that no problem's
+        start line says: counted Xids, SXids, the Xids of addresses that are no GPU."""
+        untold = 0
+        for first in firsts:
+            stray = first.slot in self._strays
+            if first.finding is not None and not stray:
+                continue  # the health model's start line says it
+            told = (first.slot, first.kind, first.code)
+            if told in self.told:
+                continue  # logged before a restart: its record is no new one
+            if stray and self._stray_lines >= _STRAY_LINES:
+                untold += 1
+                continue
+            fields: dict[str, int | str]
+            if first.kind == "sxid":
+                level, event, fields = logging.WARNING, Event.SXID, {"sxid": first.code}
+            else:
+                count = counts[first.slot, first.code]
+                level, event = logging.INFO, Event.XID_COUNTED
+                fields = {"xid": first.code, "action": count.info.action}
+                fields |= _process_fields(count, first.unit)
+            self.told |= {told}
+            if stray:
+                self._stray_lines += 1
+                line = f"Xid {first.code} names PCI {first.slot}: {describe(first.slot)}, no GPU"
+                self.log(level, event, line, address=first.slot, **fields)
+            else:
+                self.log(level, event, first.message, pci_slot=first.slot, **fields)
+        if untold:
+            self._summarise()
 
     def _summarise(self) -> None:
         if not self._summarised:
@@ -318,6 +339,7 @@ class KernelRecords:
             self.xids.sxid_counts(),
             self.xids.uuids(slots),
             dict(self.cleared),
+            told=self.told,
         )
 
 

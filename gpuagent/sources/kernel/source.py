@@ -11,7 +11,7 @@ what the records said about the driver, and the earlier boots' record of critica
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpuagent.config import Config
@@ -27,7 +27,8 @@ __all__ = ["Kernel"]
 
 
 class Kernel(Source):
-    """The journal in ``config.journal_directory``; ``open_log`` makes its reader."""
+    """The journal in ``config.journal_directory``; ``open_log`` makes its reader; ``told``
+    the counted Xids' lines logged before a restart (:class:`KernelRecords`)."""
 
     name = "kernel"
 
@@ -39,6 +40,7 @@ class Kernel(Source):
         open_log: Callable[[str], KernelLog] = KernelLog,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        told: Iterable[tuple[str, str, int]] = (),
     ) -> None:
         self.records = KernelRecords(
             config.journal_directory,
@@ -48,6 +50,7 @@ class Kernel(Source):
             hold=config.xid_warning_hold,
             wall=wall,
             monotonic=monotonic,
+            told=told,
         )
         self.earlier = EarlierBoots(
             config.journal_directory, config.history_days, config.recurrence_boots

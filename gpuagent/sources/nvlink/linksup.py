@@ -44,9 +44,7 @@ class LinksUp:
             limit=MAX_SIZE,
             otherwise="the links read from now",
         )
-        read = self.file.read(_parsed, _WHAT)
-        # Another boot's: a reboot forgets.
-        self.links: dict[str, set[int]] = read[1] if read and read[0] == boot else {}
+        self.links: dict[str, set[int]] = self.file.read_boot(_parsed, _WHAT, boot) or {}
 
     @property
     def error(self) -> str | None:
