@@ -68,14 +68,16 @@ class _Bucket:
 
 
 class _Gpu:
-    """One GPU's samples since its last gap, their totals, and the verdict they last gave."""
+    """One GPU's samples since its last gap, their totals, the verdict they last gave and the
+    time of its newest sample (kept across a restart)."""
 
-    __slots__ = ("buckets", "finding", "held", "samples")
+    __slots__ = ("buckets", "finding", "held", "newest", "samples")
 
-    def __init__(self) -> None:
+    def __init__(self, now: float) -> None:
         self.buckets: deque[_Bucket] = deque()
         self.samples = self.held = 0
         self.finding: Finding | None = None
+        self.newest = now
 
     def restart(self) -> None:
         """A gap: the samples go, the verdict stands."""
@@ -123,10 +125,11 @@ class ThrottleWindow:
 
     def add(self, slot: str, now: float, reasons: Iterable[str]) -> None:
         """One sample of the GPU in ``slot`` at monotonic time ``now`` (s)."""
-        gpu = self._gpus.setdefault(slot, _Gpu())
+        gpu = self._gpus.setdefault(slot, _Gpu(now))
         buckets = gpu.buckets
-        if buckets and now - buckets[-1].last > self.gap:
+        if now - gpu.newest > self.gap:
             gpu.restart()
+        gpu.newest = now
         if not buckets or now - buckets[-1].start >= self.window / _BUCKETS:
             buckets.append(_Bucket(now))
         bucket = buckets[-1]
@@ -148,7 +151,7 @@ class ThrottleWindow:
         out: dict[str, list[Finding]] = {}
         for slot in list(self._gpus):
             gpu = self._gpus[slot]
-            age = now - gpu.buckets[-1].last
+            age = now - gpu.newest
             if age >= self.window and age > self.gap:
                 del self._gpus[slot]
             elif gpu.finding is not None:
@@ -172,7 +175,7 @@ class ThrottleWindow:
 
     def _prune(self, gpu: _Gpu, now: float) -> None:
         """Drop the buckets older than the window, but keep MIN_SAMPLES samples (the stretch
-        for an interval above half the window)."""
+        for an interval of half the window or more)."""
         buckets = gpu.buckets
         while (
             buckets[0].last <= now - self.window and gpu.samples - buckets[0].samples >= MIN_SAMPLES
