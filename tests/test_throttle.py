@@ -273,18 +273,12 @@ def test_a_fraction_of_one_needs_every_sample_and_ends_on_one_that_is_not() -> N
 def test_a_new_window_on_reload_restarts_like_a_gap() -> None:
     w, now = open_window()
     w.configure(1200.0, 0.1, 10.0)
+    w.add("0000:2a:00.0", now, [])
+    assert throttled(w, now)  # a GPU without a sample since the reload keeps its verdict
     now = feed(w, now + 10.0, [IDLE] * 60)  # 590 s: not half of 1200 s yet
     assert throttled(w, now)
     now = feed(w, now + 10.0, [IDLE])
     assert not throttled(w, now)
-
-
-def test_a_new_window_keeps_the_verdict_of_a_gpu_not_in_the_answer() -> None:
-    w, now = open_window()
-    w.configure(1200.0, 0.1, 10.0)
-    w.add("0000:2a:00.0", now + 10.0, [])  # the probe's next answer lacks SLOT's row
-    assert throttled(w, now + 10.0)
-    assert w.findings(now + 1200.0) == {}  # then no sample for the new window: forgotten
 
 
 def test_a_new_fraction_is_judged_on_the_next_sample() -> None:
