@@ -215,7 +215,9 @@ def test_row_kind_appears_and_clears(host: Host, kind: str) -> None:
     host.make_agent()
     host.tick()
     host.healthy(override={sick: cells})
-    host.tick(20)  # a burst: the same problem on every tick
+    # A burst: the same problem on every tick; throttling until its samples cover half of
+    # throttle_window (300 s).
+    host.tick(30 if kind == "throttled" else 20)
     entry = gpu(host.state, sick)
     assert [(p["kind"], p["severity"]) for p in entry["problems"]] == [(kind, severity)]
     assert entry["health"] == severity
@@ -230,17 +232,18 @@ def test_row_kind_appears_and_clears(host: Host, kind: str) -> None:
 
 
 def test_throttling_is_judged_over_the_window_not_one_sample(host: Host) -> None:
-    """One sample of hardware thermal slowdown (0x40) in 20 is under throttle_fraction (10 %):
-    no problem; held down in most samples it is one, with the counts, and one start line."""
+    """One sample of hardware thermal slowdown (0x40) in 27 is under throttle_fraction (10 %):
+    no problem; held down in 5 of 31, the samples covering half of throttle_window, it is
+    one, with the counts, and one start line."""
     sick = host.slots[3]
     slowdown = {sick: {"clocks_event_reasons.active": "0x0000000000000040"}}
     host.healthy()
     host.make_agent()
-    host.tick(19)
+    host.tick(26)
     host.healthy(override=slowdown)
     host.tick()
     assert gpu(host.state, sick)["problems"] == []
-    host.tick(4)  # 5 of 24
+    host.tick(4)  # 5 of 31, 300 s from the first to the last
     (problem,) = gpu(host.state, sick)["problems"]
     assert (problem["kind"], problem["severity"], problem["action"]) == (
         "throttled",
@@ -248,16 +251,58 @@ def test_throttling_is_judged_over_the_window_not_one_sample(host: Host) -> None
         "check_host",
     )
     assert problem["message"] == (
-        "clocks held down in 5 of 24 samples over the last 600 s: hardware thermal slowdown"
+        "clocks held down in 5 of 31 samples over the last 600 s: hardware thermal slowdown"
     )
     host.tick(3)
     one_start(host, "throttled", sick, logging.WARNING)
-    # A reload to a fraction of one half: 8 of 27 is not enough any more.
+    # A reload to a fraction of one half: 9 of 35 is not enough any more.
     assert host.agent is not None
     host.agent.configure(host.config(throttle_fraction=0.5))
     host.tick()
     assert gpu(host.state, sick)["problems"] == []
     one_end(host, "throttled", sick)
+
+
+def test_one_slowed_sample_at_start_opens_nothing(host: Host) -> None:
+    """leptonai/gpud#330: a GPU slowed by the hardware in the agent's first sample (1 of 1)
+    was ``throttled`` at once; now it takes samples covering half of throttle_window
+    (31 ticks of 10 s), and one slowed sample alone (then the captured 0x0) never does."""
+    sick = host.slots[3]
+    slowdown = {sick: {"clocks_event_reasons.active": "0x0000000000000040"}}
+    host.healthy(override=slowdown)
+    host.make_agent()
+    host.tick()
+    assert gpu(host.state, sick)["problems"] == []
+    host.healthy()
+    host.tick(60)
+    assert gpu(host.state, sick)["problems"] == []
+    assert host.events(Event.problem("throttled")) == []
+    # Slowed from the start: nothing for 30 ticks, the problem on the 31st.
+    host.make_agent()
+    host.healthy(override=slowdown)
+    host.tick(30)
+    assert gpu(host.state, sick)["problems"] == []
+    host.tick()
+    assert verdicts(gpu(host.state, sick)) == [("throttled", "warning", "check_host")]
+
+
+def test_an_nvidia_smi_outage_restarts_the_window_without_opening_one(host: Host) -> None:
+    """An outage longer than throttle_window (100 s here) pruned the window: the first slowed
+    sample after it was 1 of 1, a problem.  Now the window starts over and waits for its
+    evidence."""
+    sick = host.slots[3]
+    host.make_agent(throttle_window=100.0)
+    host.tick(10)
+    host.failing()
+    host.tick(12)  # 120 s without an answer (the backoff asks now and then)
+    host.healthy(override={sick: {"clocks_event_reasons.active": "0x0000000000000040"}})
+    for _ in range(20):
+        host.tick()
+        if host.probe["state"] == "ok":
+            break
+    assert host.probe["state"] == "ok"
+    assert gpu(host.state, sick)["problems"] == []
+    assert host.events(Event.problem("throttled")) == []
 
 
 def test_gone_from_bus_and_back(host: Host) -> None:

@@ -189,11 +189,12 @@ def launch(
     d: str,
     env: dict[str, str] | None = None,
     prepare: Callable[[fakehost.FakeHost], None] | None = None,
+    throttle_window: float = 600.0,
 ) -> tuple[fakehost.FakeHost, str, int]:
     """Node exporter, Prometheus and the agent on a fake 8-GPU host under ``d`` (the agent's
-    environment with ``env`` added; ``prepare`` the host before the agent starts); returns
-    the host, the node exporter's link to the agent's textfile and the node exporter's
-    port."""
+    environment with ``env`` added; ``prepare`` the host before the agent starts; its
+    ``throttle_window`` in seconds); returns the host, the node exporter's link to the
+    agent's textfile and the node exporter's port."""
     node_exporter, prometheus = need("prometheus-node-exporter", "prometheus")
     # The package's layout: node exporter's directory holds a link into the agent's own.
     run = os.path.join(d, "run")
@@ -203,7 +204,12 @@ def launch(
     link = os.path.join(textfiles, "gpuagent.prom")
     os.symlink(os.path.join(run, "gpuagent.prom"), link)
     host = fakehost.create(
-        d, state_file=f"{run}/state.json", textfile=link, interval=0.5, probe_timeout=2
+        d,
+        state_file=f"{run}/state.json",
+        textfile=link,
+        interval=0.5,
+        probe_timeout=2,
+        throttle_window=throttle_window,
     )
     if prepare is not None:
         prepare(host)
@@ -415,7 +421,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 apps = [{"slot": busy, **a} for a in APPS]
                 host.healthy(override={busy: thermal}, nvlink=nvlink, apps=apps)
 
-            launch(s, s.dir, {"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, prepare)
+            # Throttled once three samples cover half of throttle_window: within a second.
+            launch(s, s.dir, {"DBUS_SYSTEM_BUS_ADDRESS": bus.address}, prepare, throttle_window=2)
             s.wait_for(
                 "8 GPUs in Prometheus",
                 lambda: s.value("count(gpuagent_gpu_temperature_celsius)") == 8,
@@ -423,6 +430,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             s.wait_for(
                 "the processes in Prometheus",
                 lambda: s.value("sum(gpuagent_gpu_processes)") == len(APPS),
+            )
+            s.wait_for(
+                "the slowed GPU's warning in Prometheus",
+                lambda: s.value('count(gpuagent_gpu_problem{kind="throttled"})') == 1,
             )
             yield s
         finally:

@@ -73,7 +73,7 @@ def sources(
     # Made in the order their files are read at start (a bad one's line comes in that order).
     scan = BusScan(config.sysfs_root, log)
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic, told=told)
-    window = ThrottleWindow(config.throttle_window, config.throttle_fraction)
+    window = ThrottleWindow(config.throttle_window, config.throttle_fraction, config.interval)
     probe = Probe(
         Probing(config, prober, log, which=which, wall=wall),
         Samples(log, monotonic=monotonic, wall=wall, throttle=window),

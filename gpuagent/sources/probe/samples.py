@@ -71,16 +71,16 @@ class Samples:
         """Every slot nvidia-smi has answered for since the agent started (or forgot)."""
         return frozenset(self._samples)
 
-    def configure(self, window: float, fraction: float) -> None:
-        """Judge throttling over ``window`` s, at ``fraction`` of the samples, from now on; the
-        samples counted so far stay unless the window's length changes."""
-        if window != self.throttle.window:
-            self.throttle = ThrottleWindow(window, fraction)
-        self.throttle.fraction = fraction
+    def configure(self, window: float, fraction: float, interval: float) -> None:
+        """Judge throttling over ``window`` s, at ``fraction`` of the samples taken every
+        ``interval`` s, from now on (:meth:`ThrottleWindow.configure`)."""
+        self.throttle.configure(window, fraction, interval)
 
     def forget(self) -> None:
-        """nvidia-smi cannot be asked (a gate holds): no sample is current any more."""
+        """nvidia-smi cannot be asked (a gate holds): no sample is current any more, and the
+        throttle verdicts it gave end with its other findings."""
         self._reported = set()
+        self.throttle.forget()
 
     def _cross_check(self, gpus: tuple[PciGpu, ...], lost: set[str]) -> list[str]:
         """The GPUs bound to nvidia that the answer does not report and that nvidia-smi did

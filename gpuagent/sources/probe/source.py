@@ -33,7 +33,7 @@ class Probe(Source):
     def reset(self, old: Config, new: Config) -> None:
         """The outage's failure count, the backoff and the samples survive a reload."""
         self.probing.configure(new)
-        self.samples.configure(new.throttle_window, new.throttle_fraction)
+        self.samples.configure(new.throttle_window, new.throttle_fraction, new.interval)
 
     def expedite(self) -> None:
         self.probing.expedite()
