@@ -203,7 +203,11 @@ def launch(
     link = os.path.join(textfiles, "gpuagent.prom")
     os.symlink(os.path.join(run, "gpuagent.prom"), link)
     host = fakehost.create(
-        d, state_file=f"{run}/state.json", textfile=link, interval=0.5, probe_timeout=2
+        d,
+        state_file=f"{run}/state.json",
+        textfile=link,
+        interval=0.5,
+        probe_timeout=fakehost.PATIENT,
     )
     if prepare is not None:
         prepare(host)
