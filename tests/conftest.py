@@ -14,7 +14,7 @@ import pytest
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.edges import bootid
-from gpuagent.edges.runner import Runner
+from gpuagent.edges.runner import Runner, RunResult
 from gpuagent.logs import Event, EventLog
 from gpuagent.report import Report
 from gpuagent.schema import ProbeEntry, State
@@ -43,6 +43,51 @@ class ListHandler(logging.Handler):
         return sorted({k for r in self.records for k in vars(r)} & JOURNAL_HANDLER_FIELDS)
 
 
+# How long a run's clock may stand waiting for the fake nvidia-smi to log its call (a
+# binary that never logs one: a test's own script).
+START_PATIENCE = 30.0
+
+
+class CallClock:
+    """The runner's clock for a fake nvidia-smi that hangs: from each run's start it stands
+    still until the fake has logged that call (it runs, its SIGTERM handling is set up), for
+    at most :data:`START_PATIENCE` s, then runs in real time.  A short probe timeout then
+    counts from the hang, however long a busy machine takes to start a Python fake."""
+
+    def __init__(self, host: FakeHost) -> None:
+        self.host = host
+        self.calls = 0
+        self.lost = 0.0  # the seconds it stood, all runs together
+        self.standing: float | None = None  # since when (real monotonic s), in this run
+
+    def start(self) -> None:
+        """A run begins: stand still until the fake logs one call more."""
+        self.calls = len(self.host.calls())
+        self.standing = time.monotonic()
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if self.standing is not None:
+            waited = now - self.standing
+            if len(self.host.calls()) == self.calls and waited < START_PATIENCE:
+                return self.standing - self.lost
+            self.lost += waited
+            self.standing = None
+        return now - self.lost
+
+
+class CallRunner(Runner):
+    """A :class:`Runner` on a :class:`CallClock`."""
+
+    def __init__(self, clock: CallClock, *, timeout: float, kill_grace: float) -> None:
+        super().__init__(timeout=timeout, kill_grace=kill_grace, clock=clock)
+        self.call_clock = clock
+
+    def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
+        self.call_clock.start()
+        return super().run(argv, env)
+
+
 @dataclass
 class Clock:
     now: float = 1000.0
@@ -66,7 +111,7 @@ class Host(FakeHost):
     def config(self, **overrides: Any) -> Config:
         base = Config(
             interval=10.0,
-            probe_timeout=5.0,
+            probe_timeout=fakehost.PATIENT,
             nvidia_smi=self.smi,
             sysfs_root=self.root,
             proc_root=self.proc,
@@ -82,17 +127,22 @@ class Host(FakeHost):
         state_directory: str | None = None,
         boot: Callable[[], str] | None = None,
         wall: Callable[[], float] | None = None,
+        hang: bool = False,
         **overrides: Any,
     ) -> Agent:
         """An agent on this host; ``state_directory`` is the unit's $STATE_DIRECTORY, ``boot``
         gives this boot's id (the machine's by default), ``wall`` the wall clock (the real
-        one by default)."""
+        one by default); ``hang``: its runner's timeouts count from the fake's logged call
+        (:class:`CallClock`), for a test of a hang."""
         logger = logging.getLogger(f"test.{id(self)}")
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
         logger.handlers[:] = [self.logs]
         cfg = self.config(**overrides)
-        self.runner = Runner(timeout=cfg.probe_timeout, kill_grace=0.3)
+        if hang:
+            self.runner = CallRunner(CallClock(self), timeout=cfg.probe_timeout, kill_grace=0.3)
+        else:
+            self.runner = Runner(timeout=cfg.probe_timeout, kill_grace=0.3)
         self.units = units or FakeUnits()
         self.agent = Agent(
             cfg,
@@ -105,6 +155,13 @@ class Host(FakeHost):
             wall=wall or time.time,
         )
         return self.agent
+
+    def patient(self) -> None:
+        """From now on the fake nvidia-smi gets this host's usual probe timeout to answer, the
+        agent's config unchanged: after a hang test's short timeout, an answer the test waits
+        for must not depend on how fast a busy machine starts a Python fake."""
+        assert self.runner is not None
+        self.runner.timeout = self.config().probe_timeout
 
     def tick(self, n: int = 1) -> Report:
         """Run ``n`` ticks, an interval apart on the fake clock; returns the last report."""

@@ -65,6 +65,10 @@ def _arg(prefix: str) -> str | None:
 
 def main() -> int:
     step = _scenario()
+    # Before the call is logged: a test that waits for the log (conftest.CallClock) knows
+    # that a SIGTERM from then on is ignored.
+    if step.get("ignore_term"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log = step.get("log")
     if isinstance(log, str):
         try:
@@ -78,8 +82,6 @@ def main() -> int:
             time.sleep(float(step["grandchild_hang"]))
         os._exit(0)
     if "hang" in step:
-        if step.get("ignore_term"):
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(float(step["hang"]))
         return 0
     if sys.argv[1:2] == ["nvlink"]:

@@ -19,6 +19,9 @@ from tests import fakesysfs, replay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SMI = os.path.join(HERE, "fake_nvidia_smi.py")
+# A probe timeout (s) that this Python fake meets on a busy machine too (tens of ms to start,
+# far more under load), whatever the interval: above a short one it is a warning, no error.
+PATIENT = 5.0
 H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
 REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")

@@ -8,6 +8,7 @@ few ticks, then ``gpuagent status``, and exits with the status's exit code.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -19,6 +20,8 @@ from tests import fakehost, fakesysfs, xidcorpus
 SHARED = os.path.join(os.path.dirname(fakehost.HERE), "..", "shared")
 MAKE = os.path.join(SHARED, "tools", "make-test-journal")
 RESET = "[GPU requires reset]"
+# Seconds the agent may take to start and write its first tick.
+START = 60.0
 
 
 def _journal(directory: str, slot: str) -> str:
@@ -40,14 +43,32 @@ def _journal(directory: str, slot: str) -> str:
     return os.path.dirname(out)
 
 
+def _first_tick(state_file: str, run: subprocess.Popen[bytes]) -> None:
+    """Wait until the agent has written its first tick (it has seen GPU 7 on the bus),
+    however long its start takes on a busy machine; at most :data:`START` s."""
+    deadline = time.monotonic() + START
+    while True:
+        try:
+            with open(state_file, encoding="utf-8") as f:
+                if json.load(f)["ticks"] >= 1:
+                    return
+        except FileNotFoundError:
+            pass
+        if run.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"sick: the agent wrote no tick to {state_file}")
+        time.sleep(0.05)
+
+
 def main(directory: str, gpuagent: str) -> int:
     slots = fakesysfs.gpu_slots(8)
     journal = _journal(directory, slots[1])
-    host = fakehost.create(directory, interval=0.2, journal_directory=journal)
+    host = fakehost.create(
+        directory, interval=0.2, probe_timeout=fakehost.PATIENT, journal_directory=journal
+    )
     host.healthy(override={slots[5]: {"power.draw": RESET, "temperature.gpu": RESET}})
     env = {**os.environ, "GPUAGENT_CONFIG": host.conf}
     run = subprocess.Popen([gpuagent, "run", "--ticks", "15"], env=env)
-    time.sleep(1.5)
+    _first_tick(os.path.join(directory, "state.json"), run)
     fakesysfs.remove_device(host.root, slots[7])
     host.healthy(
         slots=slots[:7], override={slots[5]: {"power.draw": RESET, "temperature.gpu": RESET}}

@@ -214,7 +214,7 @@ def test_samples_go_stale_after_two_intervals(host: Host) -> None:
 
 def test_hang_times_out_and_the_group_is_killed(host: Host) -> None:
     host.scenario(hang=30)
-    host.make_agent(probe_timeout=0.3)
+    host.make_agent(probe_timeout=0.3, hang=True)
     probe = host.tick().state["probe"]
     assert probe["state"] == "failing"
     assert probe["failure_class"] == "timeout"
@@ -224,11 +224,12 @@ def test_hang_times_out_and_the_group_is_killed(host: Host) -> None:
 
 def test_child_ignoring_sigterm(host: Host) -> None:
     host.scenario(hang=30, ignore_term=True)
-    host.make_agent(probe_timeout=0.3)
+    host.make_agent(probe_timeout=0.3, hang=True)
     host.tick()
     assert host.probe["failure_class"] == "timeout"
     assert host.runner is not None and not host.runner.busy()
     host.healthy()
+    host.patient()
     host.tick()
     assert host.probe["state"] == "ok"
 

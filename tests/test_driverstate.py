@@ -219,7 +219,7 @@ def test_the_versions_are_read_only_while_the_bus_has_the_module(
 def test_nvidia_smi_timing_out_again_and_again_is_a_hung_driver(host: Host) -> None:
     # NVIDIA/NVSentinel#1748: nvidia-smi hangs with the driver loaded, again and again.
     host.scenario(hang=60)
-    host.make_agent(probe_timeout=0.3)
+    host.make_agent(probe_timeout=0.3, hang=True)
     reports = [host.tick() for _ in range(12)]
     assert host.spawns >= 3
     hung = [r for r in reports if r.state["host_problems"]]
@@ -230,6 +230,7 @@ def test_nvidia_smi_timing_out_again_and_again_is_a_hung_driver(host: Host) -> N
     assert code(host) == ExitCode.CRITICAL
     # An answer between timeouts does not end it; an unloaded module does.
     host.healthy()
+    host.patient()
     host.tick(2)
     assert kinds(host) == [("driver_hung", "critical", "reboot")]
     fakesysfs.set_module(host.root, False)

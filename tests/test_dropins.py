@@ -169,7 +169,7 @@ def interval(host: fakehost.FakeHost) -> float:
 
 
 def test_run_and_a_reload_read_the_drop_ins(tmp_path: str) -> None:
-    host = fakehost.create(str(tmp_path), 2, interval=1.0, probe_timeout=0.5)
+    host = fakehost.create(str(tmp_path), 2, interval=1.0, probe_timeout=fakehost.PATIENT)
     d = config.dropin_dir(host.conf)
     write(f"{d}/10-retry.toml", "retry_max = 9\n")
     notify = Notify(os.path.join(tmp_path, "notify.sock"), abstract=False)

@@ -311,7 +311,8 @@ def test_every_error_capture_is_a_row() -> None:
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_fault(host: Host, fault: Fault) -> None:
     fault.setup(host)
-    host.make_agent(probe_timeout=fault.timeout)
+    # A hang's 0.3 s count from the fake's start: the child ignoring SIGTERM has set that up.
+    host.make_agent(probe_timeout=fault.timeout, hang=True)
     snap = host.tick(fault.ticks).state
     assert snap["probe"]["state"] == fault.state
     assert snap["probe"]["failure_class"] == fault.failure
@@ -331,7 +332,7 @@ def test_stuck_child_blocks_new_probes_until_reaped(
     # Without root nothing can be put in D state; a killpg that reaches nobody looks the same.
     monkeypatch.setattr(runner_mod, "_killpg", lambda pgid, sig: None)
     host.scenario(hang=60)
-    host.make_agent(probe_timeout=0.2)
+    host.make_agent(probe_timeout=0.2, hang=True)
     host.tick()
     assert host.probe["state"] == "stuck"
     assert len(host.events(Event.PROBE_STUCK)) == 1
@@ -347,6 +348,7 @@ def test_stuck_child_blocks_new_probes_until_reaped(
     stuck.wait()
     monkeypatch.undo()
     host.healthy()
+    host.patient()
     for _ in range(10):  # the backoff's cap is 6 ticks
         if host.tick().state["probe"]["state"] == "ok":
             break

@@ -208,7 +208,7 @@ def launch(
         state_file=f"{run}/state.json",
         textfile=link,
         interval=0.5,
-        probe_timeout=2,
+        probe_timeout=fakehost.PATIENT,
         throttle_window=throttle_window,
     )
     if prepare is not None:

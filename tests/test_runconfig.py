@@ -114,7 +114,9 @@ def test_two_agents_never_write_one_textfile(tmp_path: str) -> None:
 
 
 def test_a_hand_run_beside_an_agent_on_its_textfile_exits_75(tmp_path: str) -> None:
-    host = fakehost.create(os.path.join(tmp_path, "host"), 2, interval=1.0, probe_timeout=0.5)
+    host = fakehost.create(
+        os.path.join(tmp_path, "host"), 2, interval=1.0, probe_timeout=fakehost.PATIENT
+    )
     conf = os.path.join(tmp_path, "try.toml")
     with open(conf, "w", encoding="utf-8") as f:
         f.write(
