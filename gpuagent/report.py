@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent.health import OK, UNKNOWN, Problem, worst
+from gpuagent.memo import ByIdentity
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -169,24 +170,6 @@ def _sxid(slot: str, code: int, c: SXidCount) -> SXidEntry:
     return _sealed(entry)
 
 
-# Each GPU's links as the state has them, by the read that gave them (its NvlinkGpu, kept so
-# that its id is not reused): NVLink is read one tick in several, its 18 counters a GPU are
-# drawn once a read, not once a tick.
-_NVLINK: dict[int, tuple[NvlinkGpu, NvlinkEntry]] = {}
-_NVLINK_KEPT = 64
-
-
-def _nvlink(gpu: NvlinkGpu) -> NvlinkEntry:
-    kept = _NVLINK.get(id(gpu))
-    if kept is not None and kept[0] is gpu:
-        return kept[1]
-    if len(_NVLINK) >= _NVLINK_KEPT:
-        _NVLINK.clear()
-    entry = _nvlink_entry(gpu)
-    _NVLINK[id(gpu)] = (gpu, entry)
-    return entry
-
-
 def _nvlink_entry(gpu: NvlinkGpu) -> NvlinkEntry:
     entry: NvlinkEntry = {
         "links": gpu.links,
@@ -200,6 +183,11 @@ def _nvlink_entry(gpu: NvlinkGpu) -> NvlinkEntry:
         ),
     }
     return _sealed(entry)
+
+
+# Each GPU's links as the state has them, by the read that gave them (its NvlinkGpu): NVLink
+# is read one tick in several, its 18 counters a GPU are drawn once a read, not once a tick.
+_nvlink = ByIdentity(_nvlink_entry)
 
 
 def _counter(name: str) -> str:
