@@ -295,8 +295,10 @@ class Watch:
     def findings(self) -> dict[str, list[Finding]]:
         """The problems of each GPU key (a GPU without any is left out)."""
         out: dict[str, list[Finding]] = {}
+        # Each GPU's links up, counted once: every GPU is compared with its peers.
+        active = {key: gpu.active for key, gpu in self._gpus.items()}
         for key, gpu in self._gpus.items():
-            down = self._down(gpu)
+            down = self._down(gpu, active)
             if down:
                 out.setdefault(key, []).append(Finding("nvlink_down", CRITICAL, "reset_gpu", down))
         for key, links in self._rising.items():
@@ -304,8 +306,8 @@ class Watch:
             out.setdefault(key, []).append(Finding("nvlink_errors", WARNING, "reset_gpu", text))
         return out
 
-    def _down(self, gpu: Gpu) -> str:
-        active = gpu.active
+    def _down(self, gpu: Gpu, actives: Mapping[str, int | None]) -> str:
+        active = actives[gpu.key]
         if active is None:
             return ""
         up = {link.number for link in gpu.links if link.up}
@@ -316,9 +318,9 @@ class Watch:
             plural = "s" if len(lost) > 1 else ""
             parts.append(f"link{plural} {which} down, up earlier in this boot")
         peers = [
-            p.active
+            actives[p.key]
             for p in self._gpus.values()
-            if p.key != gpu.key and p.name == gpu.name and p.active is not None
+            if p.key != gpu.key and p.name == gpu.name and actives[p.key] is not None
         ]
         best = max((n for n in peers if n is not None), default=0)
         if active < best:
