@@ -12,18 +12,22 @@ otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent.health import OK, UNKNOWN, Problem, worst
+from gpuagent.memo import ByIdentity
 from gpuagent.schema import (
+    ClearEntry,
     GpuEntry,
     NvlinkEntry,
+    PciEntry,
     ProbeEntry,
     ProbeState,
     ProblemEntry,
     ProcessEntry,
+    ServiceEntry,
     State,
     SXidEntry,
     XidEntry,
@@ -34,11 +38,14 @@ from gpuagent.views import (
     KernelView,
     NvlinkGpu,
     NvlinkView,
+    PciGpu,
     ProbeView,
     ProcessesView,
     ProcessView,
     SamplesView,
     ServicesView,
+    SXidCount,
+    UnitView,
 )
 
 __all__ = ["STATE_FILE", "Origin", "Report", "build", "finished", "stored"]
@@ -65,22 +72,26 @@ class _ReadOnlyList(list[Any]):
     append = clear = extend = insert = pop = remove = reverse = sort = _refuse
 
 
-_CONTAINERS = (dict, list)
+_D = TypeVar("_D", bound=Mapping[str, object])
+_V = TypeVar("_V")
 
 
-def _read_only(value: Any) -> Any:
-    """``value`` (what :func:`build` made: dicts, lists, scalars) copied into containers that
-    refuse every change, at every depth: the same type to mypy and to the JSON writer.  What
-    is read-only already is shared, not copied."""
-    if isinstance(value, _ReadOnlyDict | _ReadOnlyList):
-        return value
-    if isinstance(value, dict):
-        return _ReadOnlyDict(
-            {k: _read_only(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
-        )
-    if isinstance(value, list):
-        return _ReadOnlyList([_read_only(v) if isinstance(v, _CONTAINERS) else v for v in value])
-    return value
+# The state is read-only by construction: every dict and list of it is made by one of these
+# two, of scalars and of containers made so (a copy of the whole after the fact was a fifth of
+# a report's time).  Both keep the type to mypy and are still a dict and a list to ``json``.
+def _sealed(entries: _D) -> _D:
+    """``entries`` (scalars, and containers made by :func:`_sealed` or :func:`_listed`) in a
+    dict that refuses every change."""
+    return cast(_D, _ReadOnlyDict(entries))
+
+
+def _listed(items: Iterable[_V]) -> list[_V]:
+    """``items`` (scalars, and containers made by :func:`_sealed` or :func:`_listed`) in a
+    list that refuses every change."""
+    return _ReadOnlyList(items)
+
+
+_NONE: list[Any] = _listed(())
 
 
 @dataclass(frozen=True)
@@ -124,68 +135,59 @@ def _problem(p: Problem) -> ProblemEntry:
             entry["cause"] = value
     if f.unit is not None:
         entry["unit"] = f.unit
-    return entry
+    return _sealed(entry)
 
 
 def _xids(kernel: KernelView) -> dict[str, list[XidEntry]]:
     out: dict[str, list[XidEntry]] = {}
     for (slot, code), c in sorted(kernel.xids.items()):
-        out.setdefault(slot, []).append(
-            {
-                "xid": code,
-                "count": c.count,
-                "first": c.first,
-                "last": c.last,
-                "name": c.info.name,
-                "severity": c.info.severity,
-                "action": c.info.action,
-            }
-        )
-    return out
-
-
-def _sxids(kernel: KernelView) -> list[SXidEntry]:
-    return [
-        {
-            "pci_slot": slot,
-            "sxid": code,
+        entry: XidEntry = {
+            "xid": code,
             "count": c.count,
             "first": c.first,
             "last": c.last,
-            "fatal": c.fatal,
+            "name": c.info.name,
+            "severity": c.info.severity,
+            "action": c.info.action,
         }
-        for (slot, code), c in sorted(kernel.sxids.items())
-    ]
+        out.setdefault(slot, []).append(_sealed(entry))
+    return {slot: _listed(entries) for slot, entries in out.items()}
 
 
-# Each GPU's links as the state has them, by the read that gave them (its NvlinkGpu, kept so
-# that its id is not reused): NVLink is read one tick in several, its 18 counters a GPU are
-# drawn once a read, not once a tick.
-_NVLINK: dict[int, tuple[NvlinkGpu, NvlinkEntry]] = {}
-_NVLINK_KEPT = 64
+def _sxids(kernel: KernelView) -> list[SXidEntry]:
+    return _listed(_sxid(slot, code, c) for (slot, code), c in sorted(kernel.sxids.items()))
 
 
-def _nvlink(gpu: NvlinkGpu) -> NvlinkEntry:
-    kept = _NVLINK.get(id(gpu))
-    if kept is not None and kept[0] is gpu:
-        return kept[1]
-    if len(_NVLINK) >= _NVLINK_KEPT:
-        _NVLINK.clear()
-    entry: NvlinkEntry = _read_only(_nvlink_entry(gpu))
-    _NVLINK[id(gpu)] = (gpu, entry)
-    return entry
+def _sxid(slot: str, code: int, c: SXidCount) -> SXidEntry:
+    entry: SXidEntry = {
+        "pci_slot": slot,
+        "sxid": code,
+        "count": c.count,
+        "first": c.first,
+        "last": c.last,
+        "fatal": c.fatal,
+    }
+    return _sealed(entry)
 
 
 def _nvlink_entry(gpu: NvlinkGpu) -> NvlinkEntry:
-    return {
+    entry: NvlinkEntry = {
         "links": gpu.links,
         "active": gpu.links - len(gpu.inactive),
-        "inactive": list(gpu.inactive),
-        "counters": {
-            str(n): {_counter(name): v for name, v in values.items()}
-            for n, values in sorted(gpu.counters.items())
-        },
+        "inactive": _listed(gpu.inactive),
+        "counters": _sealed(
+            {
+                str(n): _sealed({_counter(name): v for name, v in values.items()})
+                for n, values in sorted(gpu.counters.items())
+            }
+        ),
     }
+    return _sealed(entry)
+
+
+# Each GPU's links as the state has them, by the read that gave them (its NvlinkGpu): NVLink
+# is read one tick in several, its 18 counters a GPU are drawn once a read, not once a tick.
+_nvlink = ByIdentity(_nvlink_entry)
 
 
 def _counter(name: str) -> str:
@@ -194,7 +196,7 @@ def _counter(name: str) -> str:
 
 
 def _process(p: ProcessView) -> ProcessEntry:
-    return {
+    entry: ProcessEntry = {
         "pid": p.pid,
         "name": p.name,
         "used_memory_mib": p.used_memory_mib,
@@ -202,6 +204,7 @@ def _process(p: ProcessView) -> ProcessEntry:
         "unit_kind": p.kind,
         "unit_ref": p.ref,
     }
+    return _sealed(entry)
 
 
 def _gpus(
@@ -230,31 +233,32 @@ def _gpus(
             health = OK if slot in samples.fresh else UNKNOWN
         fields = s.fields if s else {}
         smi_uuid = fields.get("uuid")
-        out.append(
-            {
-                "pci_slot": slot,
-                "uuid": kernel.uuids.get(slot) or (smi_uuid if isinstance(smi_uuid, str) else None),
-                "fields": fields,
-                "sampled_at": s.sampled_at if s else None,
-                "stale": s is not None and slot not in samples.fresh,
-                "health": health,
-                "problems": [_problem(p) for p in mine],
-                "xids": xids.get(slot, []),
-            }
-        )
+        entry: GpuEntry = {
+            "pci_slot": slot,
+            "uuid": kernel.uuids.get(slot) or (smi_uuid if isinstance(smi_uuid, str) else None),
+            # A sample's fields are scalars: a copy is theirs sealed.
+            "fields": _sealed(fields),
+            "sampled_at": s.sampled_at if s else None,
+            "stale": s is not None and slot not in samples.fresh,
+            "health": health,
+            "problems": _listed(_problem(p) for p in mine),
+            "xids": xids.get(slot, _NONE),
+        }
         if slot in links:
-            out[-1]["nvlink"] = _nvlink(links[slot])
+            entry["nvlink"] = _nvlink(links[slot])
         if processes.gpus is not None and slot in processes.gpus:
-            out[-1]["processes"] = [_process(p) for p in processes.gpus[slot]]
+            entry["processes"] = _listed(_process(p) for p in processes.gpus[slot])
         c = kernel.cleared.get(slot)
         if c is not None and not mine:
-            out[-1]["cleared"] = {"kind": c.kind, "by": c.by, "at": c.at}
-    return out
+            cleared: ClearEntry = {"kind": c.kind, "by": c.by, "at": c.at}
+            entry["cleared"] = _sealed(cleared)
+        out.append(_sealed(entry))
+    return _listed(out)
 
 
 def _probe(probe: ProbeView) -> ProbeEntry:
     gated = probe.state in (ProbeState.GATED, ProbeState.IDLE)
-    return {
+    entry: ProbeEntry = {
         "state": probe.state,
         "gate": probe.gate,
         "failure_class": probe.failure.value if probe.failure else None,
@@ -263,9 +267,31 @@ def _probe(probe: ProbeView) -> ProbeEntry:
         "spawns_total": probe.spawns_total,
         "last_error": probe.last_error,
         "last_success_at": probe.last_success_at,
-        "fields": list(probe.fields),
+        "fields": _listed(probe.fields),
         "duration": probe.duration,
     }
+    return _sealed(entry)
+
+
+def _pci(g: PciGpu) -> PciEntry:
+    entry: PciEntry = {
+        "slot": g.slot,
+        "device_id": g.device_id,
+        "class": g.pci_class,
+        "driver": g.driver,
+    }
+    return _sealed(entry)
+
+
+def _service(u: UnitView) -> ServiceEntry:
+    entry: ServiceEntry = {
+        "load_state": u.load_state,
+        "active_state": u.active_state,
+        "sub_state": u.sub_state,
+        "result": u.result,
+        "restarts": u.restarts,
+    }
+    return _sealed(entry)
 
 
 def build(
@@ -303,10 +329,7 @@ def build(
         "interval": origin.interval,
         "exit": None,
         "status": status,
-        "pci": [
-            {"slot": g.slot, "device_id": g.device_id, "class": g.pci_class, "driver": g.driver}
-            for g in bus.gpus
-        ],
+        "pci": _listed(_pci(g) for g in bus.gpus),
         "probe": _probe(probe),
         "gpus": _gpus(
             bus,
@@ -317,22 +340,13 @@ def build(
             processes=processes or ProcessesView(),
         ),
         "sxids": _sxids(kernel),
-        "host_problems": [_problem(p) for p in problems.get("", ())],
-        "missing": list(samples.missing),
-        "services": {
-            name: {
-                "load_state": u.load_state,
-                "active_state": u.active_state,
-                "sub_state": u.sub_state,
-                "result": u.result,
-                "restarts": u.restarts,
-            }
-            for name, u in sorted(services.units.items())
-        },
-        "problems": dict(sorted(trouble.items())),
+        "host_problems": _listed(_problem(p) for p in problems.get("", ())),
+        "missing": _listed(samples.missing),
+        "services": _sealed({name: _service(u) for name, u in sorted(services.units.items())}),
+        "problems": _sealed(dict(sorted(trouble.items()))),
         "history": history,
     }
-    return Report(ticks, status, _read_only(state), line, _read_only(published))
+    return Report(ticks, status, _sealed(state), line, _sealed(published))
 
 
 def stored(report: Report, published: Mapping[str, str] | None = None) -> State:

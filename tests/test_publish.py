@@ -20,8 +20,24 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuagent import report, state
 from gpuagent.edges import safefile
+from gpuagent.health import Finding, Problem
 from gpuagent.schema import ProbeState, State
-from gpuagent.views import BusView, NvlinkView, ProbeView, SamplesView, ServicesView
+from gpuagent.sources.kernel.xidcatalog import lookup
+from gpuagent.views import (
+    BusView,
+    Clear,
+    KernelView,
+    NvlinkGpu,
+    NvlinkView,
+    ProbeView,
+    ProcessesView,
+    ProcessView,
+    SamplesView,
+    ServicesView,
+    SXidCount,
+    UnitView,
+    XidCount,
+)
 from tests import states
 from tests.golden import Golden
 
@@ -255,3 +271,52 @@ def test_a_reports_state_refuses_every_change_at_every_depth() -> None:
     assert json.loads(json.dumps(st)) == st
     copy = {**st, "ticks": 1}
     assert copy["ticks"] == 1 and st["ticks"] == 360
+
+
+def _containers(
+    value: object, where: str = "state"
+) -> Iterator[tuple[str, dict[Any, Any] | list[Any]]]:
+    """Every dict and list in ``value``, with where it is."""
+    if isinstance(value, dict):
+        yield where, value
+        for k, v in value.items():
+            yield from _containers(v, f"{where}[{k!r}]")
+    elif isinstance(value, list):
+        yield where, value
+        for i, v in enumerate(value):
+            yield from _containers(v, f"{where}[{i}]")
+
+
+def test_every_container_of_a_full_state_is_read_only() -> None:
+    # A state with every optional key: each container is made read-only as it is built, so
+    # one added without it shows here.
+    other = "0000:2a:00.0"
+    kernel = KernelView(
+        {(states.SLOT, 79): XidCount(79, 2, states.NOW, states.NOW, lookup(79), "m")},
+        {("nvswitch0", 12028): SXidCount(12028, 1, states.NOW, states.NOW)},
+        {states.SLOT: "GPU-1"},
+        {other: Clear(other, "xid", "root", states.NOW)},
+    )
+    fabric = Finding("fabric", "critical", "restart_service", "m", (("cause", "fm"),), unit="u")
+    unit = UnitView("loaded", "active", "running", "success", 0)
+    st = states.state(
+        bus=(states.nvidia(), states.nvidia(other)),
+        kernel=kernel,
+        problems={
+            "": [Problem("", fabric, states.NOW)],
+            states.SLOT: [states.problem("xid", "critical", "reboot")],
+        },
+        trouble={"journal": "j"},
+        nvlink=NvlinkView({states.SLOT: NvlinkGpu(18, (3,), {0: {"Replay Errors": 1}})}),
+        services=ServicesView({"nvidia-fabricmanager.service": unit}),
+        processes=ProcessesView(
+            {states.SLOT: (ProcessView(1, "python3", 5, "u", "service", "r"),)}
+        ),
+    )
+    found = list(_containers(st))
+    assert {"nvlink", "processes", "xids"} <= set(st["gpus"][0]) and "cleared" in st["gpus"][1]
+    assert st["sxids"] and st["host_problems"] and st["services"] and len(found) > 30
+    for where, container in found:
+        with pytest.raises(TypeError, match="does not change"):
+            container.clear()
+            pytest.fail(f"{where} can be changed")

@@ -319,6 +319,19 @@ def test_negative_and_fractional_numbers() -> None:
     assert row == {"temperature.gpu": -5, "power.draw": 2.5}
 
 
+def test_whole_numbers_are_what_a_float_makes_of_them_at_every_length() -> None:
+    # Up to 15 digits a whole number is read as an int at once; beyond, through a float,
+    # as any number is: the same value either way, whatever digits the driver prints.
+    cells = ["123456789012345", "1234567890123456789", "\u0663\u0660"]
+    (row,) = parse(", ".join(cells) + "\n", ("memory.used", "memory.total", "clocks.sm"))
+    assert row == {
+        "memory.used": 123456789012345,
+        "memory.total": 1234567890123456768,
+        "clocks.sm": 30,
+    }
+    assert all(type(v) is int for v in row.values())
+
+
 # Per-GPU errors beside the rows of the others ---------------------------------------------
 
 

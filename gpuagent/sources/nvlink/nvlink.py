@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -59,7 +59,11 @@ _HEADER = re.compile(r"^GPU (?P<index>\d{1,6}): (?P<name>.*?)(?: \(UUID: (?P<uui
 _UUID = re.compile(r"GPU-[0-9a-fA-F-]+")
 _LINK = re.compile(r"^\s*Link\s+(?P<n>\d{1,4}):\s*(?P<value>.*?)\s*$")
 _SPEED = re.compile(r"(?P<speed>\d+(?:\.\d+)?) GB/s")
-_COUNTER = re.compile(r"(?P<name>[A-Za-z][A-Za-z -]*?):\s*(?P<value>\S+)")
+# A link's line of --errorcounters, its value a counter (_LINK's value, read in one match:
+# an answer has 24 such lines a GPU).
+_COUNTER = re.compile(
+    r"^\s*Link\s+(?P<n>\d{1,4}):\s*(?P<name>[A-Za-z][A-Za-z -]*?):\s*(?P<value>\S+)\s*$"
+)
 _NO_VALUE = frozenset({"N/A", "[N/A]", "Not Supported", "[Not Supported]"})
 _COUNT_DIGITS = 20
 
@@ -127,31 +131,32 @@ def _gpu_line(line: str) -> GpuState | None:
     return next((state for needle, state in _GPU_LINES if needle in low), None)
 
 
-def _parse(text: str, *, counters: bool) -> Parsed:
+def _parse(text: str, read: Callable[[Gpu, str], bool]) -> Parsed:
+    """The GPU blocks of an answer, each link's line given to ``read`` (whether it could)."""
     gpus: list[Gpu] = []
     unreadable: list[str] = []
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line.strip():
             continue
-        if m := _HEADER.match(line):
+        if line.startswith("GPU ") and (m := _HEADER.match(line)):
             uuid = m["uuid"] or ""
             gpus.append(Gpu(int(m["index"]), m["name"], uuid if _UUID.fullmatch(uuid) else ""))
             continue
         gpu = gpus[-1] if gpus else None
-        state = _gpu_line(line)
-        link = _LINK.match(line)
-        if gpu is not None and state is not None and not gpu.links and not gpu.counters:
+        # A whole-GPU line only counts before the GPU's first link: looked for only there.
+        state = _gpu_line(line) if gpu is not None and not gpu.links and not gpu.counters else None
+        if gpu is not None and state is not None:
             gpu.state = state
-        elif gpu is not None and link and gpu.state is GpuState.LINKS:
-            if not (_counter(gpu, link) if counters else _status(gpu, link)):
-                unreadable.append(line.strip())
-        else:
+        elif gpu is None or gpu.state is not GpuState.LINKS or not read(gpu, line):
             unreadable.append(line.strip())
     return Parsed(tuple(gpus), tuple(unreadable))
 
 
-def _status(gpu: Gpu, link: re.Match[str]) -> bool:
+def _status(gpu: Gpu, line: str) -> bool:
+    link = _LINK.match(line)
+    if link is None:
+        return False
     value = link["value"]
     speed = _SPEED.fullmatch(value)
     up = speed is not None
@@ -159,8 +164,8 @@ def _status(gpu: Gpu, link: re.Match[str]) -> bool:
     return True
 
 
-def _counter(gpu: Gpu, link: re.Match[str]) -> bool:
-    m = _COUNTER.fullmatch(link["value"])
+def _counter(gpu: Gpu, line: str) -> bool:
+    m = _COUNTER.match(line)
     if m is None:
         return False
     value = m["value"]
@@ -170,18 +175,18 @@ def _counter(gpu: Gpu, link: re.Match[str]) -> bool:
         count = int(value)
     else:
         return False
-    gpu.counters.setdefault(int(link["n"]), {})[m["name"].strip()] = count
+    gpu.counters.setdefault(int(m["n"]), {})[m["name"].strip()] = count
     return True
 
 
 def parse_status(text: str) -> Parsed:
     """Parse ``nvidia-smi nvlink --status``."""
-    return _parse(text, counters=False)
+    return _parse(text, _status)
 
 
 def parse_counters(text: str) -> Parsed:
     """Parse ``nvidia-smi nvlink --errorcounters``."""
-    return _parse(text, counters=True)
+    return _parse(text, _counter)
 
 
 def slots_by_key(rows: Iterable[Row]) -> dict[str, str]:
@@ -290,8 +295,10 @@ class Watch:
     def findings(self) -> dict[str, list[Finding]]:
         """The problems of each GPU key (a GPU without any is left out)."""
         out: dict[str, list[Finding]] = {}
+        # Each GPU's links up, counted once: every GPU is compared with its peers.
+        active = {key: gpu.active for key, gpu in self._gpus.items()}
         for key, gpu in self._gpus.items():
-            down = self._down(gpu)
+            down = self._down(gpu, active)
             if down:
                 out.setdefault(key, []).append(Finding("nvlink_down", CRITICAL, "reset_gpu", down))
         for key, links in self._rising.items():
@@ -299,8 +306,8 @@ class Watch:
             out.setdefault(key, []).append(Finding("nvlink_errors", WARNING, "reset_gpu", text))
         return out
 
-    def _down(self, gpu: Gpu) -> str:
-        active = gpu.active
+    def _down(self, gpu: Gpu, actives: Mapping[str, int | None]) -> str:
+        active = actives[gpu.key]
         if active is None:
             return ""
         up = {link.number for link in gpu.links if link.up}
@@ -311,9 +318,9 @@ class Watch:
             plural = "s" if len(lost) > 1 else ""
             parts.append(f"link{plural} {which} down, up earlier in this boot")
         peers = [
-            p.active
+            actives[p.key]
             for p in self._gpus.values()
-            if p.key != gpu.key and p.name == gpu.name and p.active is not None
+            if p.key != gpu.key and p.name == gpu.name and actives[p.key] is not None
         ]
         best = max((n for n in peers if n is not None), default=0)
         if active < best:

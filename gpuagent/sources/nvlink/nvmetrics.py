@@ -12,11 +12,36 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpuagent.schema import State
+from gpuagent.memo import ByIdentity
+from gpuagent.schema import NvlinkEntry, State
 
 __all__ = ["families"]
 
 _LABELS = ("pci_slot", "uuid")
+
+
+def _error_series(nvlink: NvlinkEntry) -> tuple[tuple[str, str, float], ...]:
+    """A GPU's error series (counter, link, count): per counter, its links with a non-zero
+    count, else one series of all links (link ``""``) at 0."""
+    per: dict[str, dict[str, int]] = {}
+    for link, values in nvlink["counters"].items():
+        for counter, value in values.items():
+            if value is not None:
+                per.setdefault(counter, {})[link] = value
+    out: list[tuple[str, str, float]] = []
+    for counter, by_link in sorted(per.items()):
+        rising = {n: v for n, v in by_link.items() if v}
+        if not rising:
+            out.append((counter, "", 0.0))
+        out += [
+            (counter, n, float(v)) for n, v in sorted(rising.items(), key=lambda kv: int(kv[0]))
+        ]
+    return tuple(out)
+
+
+# A GPU's entry is the same object from one NVLink read to the next (it is read-only): its
+# 54 counters are summed up once a read, not once a tick.
+_errors = ByIdentity(_error_series)
 
 
 def families(state: State) -> list[Metric]:
@@ -38,17 +63,8 @@ def families(state: State) -> list[Metric]:
         who = [gpu["pci_slot"], gpu["uuid"] or ""]
         links.add_metric([*who, "active"], float(nvlink["active"]))
         links.add_metric([*who, "inactive"], float(len(nvlink["inactive"])))
-        per: dict[str, dict[str, int]] = {}
-        for link, values in nvlink["counters"].items():
-            for counter, value in values.items():
-                if value is not None:
-                    per.setdefault(counter, {})[link] = value
-        for counter, by_link in sorted(per.items()):
-            rising = {n: v for n, v in by_link.items() if v}
-            if not rising:
-                errors.add_metric([*who, counter, ""], 0.0)
-            for n, v in sorted(rising.items(), key=lambda kv: int(kv[0])):
-                errors.add_metric([*who, counter, n], float(v))
+        for counter, link, value in _errors(nvlink):
+            errors.add_metric([*who, counter, link], value)
     active = GaugeMetricFamily(
         "gpuagent_service_active",
         "1 when the NVIDIA systemd unit is active (or reloading), else 0.",

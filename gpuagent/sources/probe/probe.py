@@ -73,6 +73,14 @@ def _first_lines(text: str) -> str:
     return " ".join(lines[:_ERROR_LINES])[:_ERROR_CHARS]
 
 
+def _failed(code: int | None, stdout: str) -> ProbeResult:
+    """A run that exited ``code`` with ``stdout`` and gave no rows to use."""
+    return ProbeResult(
+        failure=classify(code or 0, stdout),
+        error=f"exit {code}: {_first_lines(stdout) or '(no output)'}",
+    )
+
+
 class Prober:
     """Runs ``nvidia-smi --query-gpu`` through a :class:`Runner` with ``LC_ALL=C``.
 
@@ -154,10 +162,6 @@ class Prober:
                 detail=stdout[:_ERROR_CHARS],
             )
         # infoROM corruption (14) is a warning printed beside valid data.
-        failed = ProbeResult(
-            failure=classify(code or 0, stdout),
-            error=f"exit {code}: {_first_lines(stdout) or '(no output)'}",
-        )
         try:
             out = parse_output(stdout, self.fields)
         except ParseError as e:
@@ -169,7 +173,7 @@ class Prober:
                     detail=e.line[:_ERROR_CHARS],
                 )
             if code not in (0, 14):
-                return failed
+                return _failed(code, stdout)
             failure = classify(code or 0, stdout)
             if failure is Failure.OTHER:
                 failure = Failure.UNPARSEABLE
@@ -178,7 +182,7 @@ class Prober:
         # An error naming a GPU (exit 255, 15) is that GPU's problem, not an outage: the
         # other GPUs' rows, if any, are used.
         if code not in (0, 14) and not out.gpu_errors:
-            return failed
+            return _failed(code, stdout)
         return ProbeResult(
             rows=out.rows,
             warnings=out.warnings + out.malformed,

@@ -7,10 +7,12 @@ classified together with the exit code.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 from dataclasses import dataclass
 from dataclasses import field as dc_field
+from enum import Enum
 
 from gpuagent.schema import Value
 from gpuagent.sources.bus.pciaddr import is_bus_id, sysfs_slot
@@ -133,6 +135,8 @@ _QUOTE = '"\u201c\u201d'
 _INVALID_FIELD = re.compile(rf"Field [{_QUOTE}]([^{_QUOTE}]+)[{_QUOTE}] is not a valid field")
 _WARNING = re.compile(r"^WARNING: ")
 _INDEX_DIGITS = 6
+# Whole numbers of up to 15 digits are exact as floats (below 2**53).
+_EXACT_DIGITS = 15
 # What nvidia-smi prints for each field of a GPU that needs a reset (NVML_ERROR_RESET_REQUIRED).
 REQUIRES_RESET = "[GPU requires reset]"
 # One GPU's error beside the rows of the others: "Unable to determine the device handle for
@@ -167,14 +171,41 @@ def command(binary: str, fields: tuple[str, ...]) -> list[str]:
     return [binary, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
 
 
-def _value(field: str, text: str) -> Value:
-    if text in _MISSING or (text.startswith("[") and text.endswith("]")):
-        return None
-    if field == "pci.bus_id" and not is_bus_id(text.lower()):
-        raise ValueError(text)
+class _Kind(Enum):
+    """How a field's cell becomes its value."""
+
+    TEXT = "text"
+    BUS_ID = "bus_id"
+    INDEX = "index"
+    NUMBER = "number"
+
+
+def _kind(field: str) -> _Kind:
+    if field == "pci.bus_id":
+        return _Kind.BUS_ID
     if field in _TEXT:
+        return _Kind.TEXT
+    return _Kind.INDEX if field == "index" else _Kind.NUMBER
+
+
+# Each field of a query with its kind and its possible range (None: any); a query is
+# parsed every tick, its fields looked up once.
+_Plan = tuple[tuple[str, _Kind, tuple[float, float] | None], ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _plan(fields: tuple[str, ...]) -> _Plan:
+    return tuple((f, _kind(f), _POSSIBLE.get(f)) for f in fields)
+
+
+def _value(kind: _Kind, text: str) -> Value:
+    """The value of a cell that is not nvidia-smi's word for none (:data:`_MISSING`, bracketed
+    text); raises ``ValueError`` for text that is not of ``kind``."""
+    if kind is _Kind.BUS_ID:
+        if not is_bus_id(text.lower()):
+            raise ValueError(text)
         return text
-    if field == "index":
+    if kind is _Kind.INDEX:
         if not text.isdigit() or len(text) > _INDEX_DIGITS:
             raise ValueError(text)
         return int(text)
@@ -252,8 +283,7 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
     reset: dict[str, tuple[str, ...]] = {}
     reasons: list[dict[str, str]] = []
     malformed: list[str] = []
-    for number, (cells, row, odd) in enumerate(_read(csv_lines, fields), 1):
-        said = {f: c for f, c in zip(fields, cells, strict=True) if _said(c)}
+    for number, (said, row, odd) in enumerate(_read(csv_lines, fields), 1):
         if REQUIRES_RESET not in said.values() and _anonymous(row, fields):
             malformed.append(f"row {number}: neither pci.bus_id nor uuid, no GPU's; left out")
             continue
@@ -266,11 +296,6 @@ def parse_output(stdout: str, fields: tuple[str, ...]) -> Output:
     if not rows and not errors:
         raise ParseError(malformed[0], csv_lines[0][:300], len(fields))
     return Output(rows, errors, reset, inforom, tuple(warnings), tuple(reasons), tuple(malformed))
-
-
-def _said(cell: str) -> bool:
-    """Whether a cell is nvidia-smi's word instead of a value (``[N/A]``, ``ERR!`` …)."""
-    return cell == _ERROR or (cell[:1] == "[" and cell[-1:] == "]")
 
 
 def _anonymous(row: Row, fields: tuple[str, ...]) -> bool:
@@ -304,10 +329,12 @@ def parse(stdout: str, fields: tuple[str, ...]) -> list[Row]:
 
 def _read(
     lines: list[str], fields: tuple[str, ...]
-) -> list[tuple[list[str], Row, list[tuple[str, str]]]]:
-    """Each CSV line's cells (stripped), its row, and its impossible values (field, text)
-    left out of the row; raises :class:`ParseError` as :func:`parse` does."""
-    out: list[tuple[list[str], Row, list[tuple[str, str]]]] = []
+) -> list[tuple[dict[str, str], Row, list[tuple[str, str]]]]:
+    """Each CSV line's words of nvidia-smi instead of a value (``[N/A]``, ``ERR!`` …: the
+    field's :attr:`Output.reasons`), its row, and its impossible values (field, text) left out
+    of the row; raises :class:`ParseError` as :func:`parse` does."""
+    out: list[tuple[dict[str, str], Row, list[tuple[str, str]]]] = []
+    plan = _plan(fields)
     for line in lines:
         try:
             cells = [c.strip() for c in next(csv.reader([line], skipinitialspace=True))]
@@ -317,28 +344,42 @@ def _read(
             raise ParseError(
                 f"{len(cells)} columns where {len(fields)} were asked for", line, len(cells)
             )
+        said: dict[str, str] = {}
         row: Row = {}
         odd: list[tuple[str, str]] = []
-        for field, cell in zip(fields, cells, strict=True):
-            try:
-                value = _value(field, cell)
-            except ValueError:
-                what = "a PCI bus id" if field == "pci.bus_id" else "a number"
-                raise ParseError(f"{field}: not {what}: {cell[:80]!r}", line[:300]) from None
-            if not _possible(field, value):
+        # One pass a cell, no call for the common ones (text, none): a tick parses every cell.
+        for (field, kind, possible), cell in zip(plan, cells, strict=True):
+            bracketed = cell[:1] == "[" and cell[-1:] == "]"
+            if bracketed or cell in _MISSING:
+                if bracketed or cell == _ERROR:
+                    said[field] = cell
+                row[field] = None
+                continue
+            if kind is _Kind.TEXT:
+                row[field] = cell
+                continue
+            value: Value
+            if kind is _Kind.NUMBER and cell.isdecimal() and len(cell) <= _EXACT_DIGITS:
+                value = int(cell)  # what _value makes of it, float() exact at this length
+            else:
+                try:
+                    value = _value(kind, cell)
+                except ValueError:
+                    what = "a PCI bus id" if kind is _Kind.BUS_ID else "a number"
+                    raise ParseError(f"{field}: not {what}: {cell[:80]!r}", line[:300]) from None
+            if (
+                possible is not None
+                and isinstance(value, int | float)
+                and not possible[0] <= value <= possible[1]
+            ):
                 odd.append((field, cell[:80]))
                 value = None
             row[field] = value
-        out.append((cells, row, odd))
+        out.append((said, row, odd))
     slots = [sysfs_slot(b) for _, r, _ in out if isinstance(b := r.get("pci.bus_id"), str)]
     if len(set(slots)) != len(slots):
         raise ParseError("the same pci.bus_id on two rows", "\n".join(lines)[:300])
     return out
-
-
-def _possible(field: str, value: Value) -> bool:
-    low, high = _POSSIBLE.get(field, (-math.inf, math.inf))
-    return not isinstance(value, int | float) or low <= value <= high
 
 
 def invalid_field(stdout: str) -> str | None:

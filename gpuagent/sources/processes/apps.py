@@ -111,7 +111,8 @@ def parse(text: str) -> Parsed:
         if not line.strip() or line.strip().lower().rstrip(".") in _NONE:
             continue
         cells = [c.strip() for c in line.split(",")]
-        header = _header(cells)
+        # A header names gpu_uuid in one of its cells: a process's line is not looked at as one.
+        header = _header(cells) if "gpu_uuid" in line else None
         if header is not None:
             columns = header
             continue
