@@ -189,6 +189,7 @@ class ModuleAbsence:
             CRITICAL,
             "check_host",
             f"the nvidia kernel module has not been loaded for {self.grace:g} s: {text}",
+            ends="when the nvidia module is loaded",
         )
 
 
@@ -355,4 +356,5 @@ def reboot_pending(
         WARNING,
         "reboot",
         f"{text}: reboot the host (or reload the nvidia modules) to finish the upgrade",
+        ends="when the loaded module is the installed driver's (after the reboot)",
     )

@@ -91,6 +91,8 @@ class ThrottleWindow:
                     "check_host",
                     f"clocks held down in {held} of {samples} samples over the last "
                     f"{self.window:g} s: {', '.join(names)}",
+                    ends=f"when fewer than {self.fraction:.0%} of the last {self.window:g} s' "
+                    "samples are held down",
                 )
             ]
         return out
