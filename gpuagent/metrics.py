@@ -180,8 +180,9 @@ def _worst(state: State) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "gpuagent_gpu_worst_problem",
         "The one problem of a GPU (empty pci_slot and uuid: the host) whose action applies: "
-        "its worst, with the journal's message; one series a GPU with a problem; always 1.",
-        labels=[*GPU_LABELS, "kind", "severity", "action", "message"],
+        "its worst, with the journal's message and how it ends; one series a GPU with a "
+        "problem; always 1.",
+        labels=[*GPU_LABELS, "kind", "severity", "action", "message", "ends"],
     )
     owners: list[tuple[str, str, list[ProblemEntry]]] = [("", "", state["host_problems"])]
     for gpu in state["gpus"]:
@@ -192,7 +193,8 @@ def _worst(state: State) -> GaugeMetricFamily:
         own = [p for p in problems if not p.get("cause")]
         if own:
             p = min(own, key=lambda p: state_rank(slot, p))
-            family.add_metric([slot, uuid, p["kind"], p["severity"], p["action"], p["message"]], 1)
+            labels = [slot, uuid, p["kind"], p["severity"], p["action"], p["message"]]
+            family.add_metric([*labels, _text(p.get("ends"))], 1)
     return family
 
 

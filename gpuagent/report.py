@@ -32,6 +32,7 @@ from gpuagent.schema import (
     SXidEntry,
     XidEntry,
 )
+from gpuagent.sources.kernel import clears
 from gpuagent.statusline import Problems, status_line, with_trouble
 from gpuagent.views import (
     BusView,
@@ -121,12 +122,15 @@ class Origin:
 
 def _problem(p: Problem) -> ProblemEntry:
     f = p.finding
+    ends, latches = clears.ending(p.slot, f.kind, f.ends)
     entry: ProblemEntry = {
         "kind": f.kind,
         "severity": f.severity,
         "action": f.action,
         "message": f.message,
         "since": p.since,
+        "ends": ends,
+        "latches": latches,
     }
     for key, value in f.extra:
         if key == "xid" and isinstance(value, int):

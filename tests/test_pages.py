@@ -71,7 +71,10 @@ def test_a_restart_restates_a_boots_xid_at_info_with_its_real_start(host: Host, 
     (xid,) = host.state["gpus"][0]["xids"]
     clock = time.strftime("%H:%M:%S", time.localtime(xid["first"]))
     assert line.getMessage().startswith(f"GPU {fell}: still critical xid: Xid 79 ")
-    assert line.getMessage().endswith(f"; action: reboot; since {clock}")
+    assert line.getMessage().endswith(
+        f"; action: reboot; holds until the next boot; after the repair: gpuagent clear {fell} "
+        f"xid; since {clock}"
+    )
     (problem,) = host.state["gpus"][0]["problems"]
     assert problem["since"] == xid["first"]
     # Still critical on every other surface.
