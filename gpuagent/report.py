@@ -33,7 +33,7 @@ from gpuagent.schema import (
     XidEntry,
 )
 from gpuagent.sources.kernel import clears
-from gpuagent.statusline import Problems, status_line, with_trouble
+from gpuagent.statusline import Line, Problems, status_line, with_trouble
 from gpuagent.views import (
     BusView,
     KernelView,
@@ -99,13 +99,13 @@ _NONE: list[Any] = _listed(())
 class Report:
     """One tick's outcome: the tick's number, the status line (the agent's trouble named in
     it), the state (read-only at every depth: a change raises ``TypeError``), ``line`` the
-    status line without the trouble, and ``published`` the publisher's trouble the report
-    was built with (among the state's ``problems``)."""
+    status line's parts (to name other trouble in), and ``published`` the publisher's
+    trouble the report was built with (among the state's ``problems``)."""
 
     ticks: int
     status: str
     state: State
-    line: str
+    line: Line
     published: Mapping[str, str]
 
 
@@ -319,7 +319,7 @@ def build(
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind and
     ``published`` the publisher's as the tick before left it (``state_file``, ``textfile``,
     ``internal_publish``), both in the state's ``problems``."""
-    line = status_line(bus, probe, samples.missing, problems, origin.interval)
+    line = status_line(bus, probe, problems, origin.interval)
     published = dict(published or {})
     trouble = {**trouble, **published}
     status = with_trouble(line, trouble)
