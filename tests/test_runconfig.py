@@ -71,7 +71,7 @@ def test_the_first_line_names_what_was_not_read(tmp_path: str) -> None:
     )
     service = ["/etc/gpuagent/gpuagent.toml.d/50-site.toml", "/etc/gpuagent/gpuagent.toml.d/x.toml"]
     assert files_line(absent, reading, service).endswith(
-        "; not the service's drop-ins in /etc/gpuagent/gpuagent.toml.d (2)"
+        "; not the service's 2 drop-ins in /etc/gpuagent/gpuagent.toml.d"
     )
 
 

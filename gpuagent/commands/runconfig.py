@@ -79,9 +79,10 @@ def files_line(path: str, reading: config.Reading, service_dropins: Sequence[str
     if reading.ignored:
         line += f"; not read (a drop-in's name must end in .toml): {', '.join(reading.ignored)}"
     if service_dropins:
+        n = len(service_dropins)
         line += (
-            f"; not the service's drop-ins in {os.path.dirname(service_dropins[0])} "
-            f"({len(service_dropins)})"
+            f"; not the service's {n} drop-in{'s' if n > 1 else ''} in "
+            f"{os.path.dirname(service_dropins[0])}"
         )
     return line
 
@@ -112,7 +113,8 @@ def _service_dropins(path: str) -> list[str]:
 
 
 class RunConfig:
-    """Loads the configuration for ``gpuagent run``: :func:`config.load_sources`, with the
+    """Loads the configuration for ``gpuagent run``: :func:`config.read` (its first error
+    raised), with the
     textfile of :func:`textfile_for`, and holds that textfile's lock (``TEXTFILE.lock`` beside
     the file the path resolves to).  The daemon calls it again on each reload.
     """
