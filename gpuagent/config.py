@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,11 +31,14 @@ __all__ = [
     "WARNING_RULES",
     "Config",
     "ConfigError",
+    "Reading",
     "config_path",
     "dropin_dir",
     "dropins",
     "load",
     "load_sources",
+    "located_warnings",
+    "read",
     "salvage",
     "warnings",
     "with_interval",
@@ -127,21 +130,24 @@ def _probe_timeout_within_interval(cfg: Config, given: Collection[str]) -> Confi
 RULES: tuple[Rule, ...] = (_nvlink_at_least_a_tick, _probe_timeout_within_interval)
 
 
-def _timeout_below_interval(cfg: Config) -> str | None:
+def _timeout_below_interval(cfg: Config) -> tuple[tuple[str, ...], str] | None:
     """A probe timeout at or above the interval: the agent still works, but a hung nvidia-smi
     stretches its tick to the timeout (grid points are skipped and samples turn stale
     meanwhile).  Some want exactly that: a short interval, and patience with a driver that
     answers slowly."""
     if cfg.probe_timeout < cfg.interval:
         return None
-    return (
+    return ("probe_timeout", "interval"), (
         f"probe_timeout ({cfg.probe_timeout:g} s) is not below interval "
         f"({cfg.interval:g} s): a hung nvidia-smi stretches a tick to {cfg.probe_timeout:g} s"
     )
 
 
-# The cross-key rules that only warn: the settings -> one line, or None.
-WARNING_RULES: tuple[Callable[[Config], str | None], ...] = (_timeout_below_interval,)
+# The cross-key rules that only warn: the settings -> the keys the warning is about (the one
+# to change first) and one line, or None.
+WARNING_RULES: tuple[Callable[[Config], tuple[tuple[str, ...], str] | None], ...] = (
+    _timeout_below_interval,
+)
 
 
 # A config file is a few hundred bytes; this keeps /dev/zero-like mistakes from eating memory.
@@ -176,15 +182,84 @@ def dropins(path: str) -> list[str]:
 
     A missing directory has none; one that cannot be listed is a :class:`ConfigError`.
     """
+    return _listing(path)[0]
+
+
+def _listing(path: str) -> tuple[list[str], list[str]]:
+    """The drop-ins of ``path`` (:func:`dropins`), and the other names in ``PATH.d`` that do
+    not start with a dot (``60-x.conf``, ``x.toml.dpkg-dist``), sorted: not read.  A name
+    with a dot first is hidden on purpose (an editor's swap file, say)."""
     directory = dropin_dir(path)
     try:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        return [], []
     except OSError as e:
         raise ConfigError(f"{directory}: cannot list the drop-ins: {e.strerror or e}") from None
-    chosen = sorted(n for n in names if n.endswith(".toml") and not n.startswith("."))
-    return [os.path.join(directory, n) for n in chosen]
+    visible = sorted(n for n in names if not n.startswith("."))
+    chosen = [os.path.join(directory, n) for n in visible if n.endswith(".toml")]
+    others = [os.path.join(directory, n) for n in visible if not n.endswith(".toml")]
+    return chosen, others
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the files of one configuration make, whatever they say: ``config``, the
+    settings of every valid key (of each file that parses as TOML; a key a cross-key rule
+    refuses left out); ``sources``, for each of those keys, the file that set it last;
+    ``files``, the files read, in order; ``ignored``, the names in the drop-in directory
+    that are not read (:func:`_listing`); ``errors``, every error, in reading order (each
+    file's, then the cross-key rules')."""
+
+    config: Config
+    sources: dict[str, str]
+    files: tuple[str, ...]
+    ignored: tuple[str, ...]
+    errors: tuple[ConfigError, ...]
+
+
+def read(path: str, *, required: bool) -> Reading:
+    """Read ``path`` and its drop-ins to the end, an error in one file no reason to stop:
+    a :class:`Reading`.  Never raises :class:`ConfigError` (each is in ``errors``)."""
+    errors: list[ConfigError] = []
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    files: list[str] = []
+
+    def take(source: str, raw: dict[str, Any] | None) -> None:
+        if raw is None:
+            return
+        files.append(source)
+        for key, value in raw.items():
+            try:
+                values[key] = check_key(source, key, value)
+            except ConfigError as e:
+                errors.append(e)
+                continue
+            sources[key] = source
+
+    try:
+        take(path, _parse(path, required=required))
+    except ConfigError as e:
+        errors.append(e)
+    try:
+        chosen, ignored = _listing(path)
+    except ConfigError as e:
+        errors.append(e)
+        chosen, ignored = [], []
+    for dropin in chosen:
+        try:
+            raw = _parse(dropin, required=False)
+        except ConfigError as e:
+            errors.append(e)
+            continue
+        # Listed a moment ago: gone now is an edit in progress, not an error; a link whose
+        # target is missing is a mistake that would silently drop the settings it points at.
+        if raw is None and os.path.islink(dropin):
+            errors.append(ConfigError(f"{dropin}: a dangling symlink (to {_link_text(dropin)})"))
+        take(dropin, raw)
+    cfg, refusals = _salvaged(values, sources, path)
+    return Reading(cfg, sources, tuple(files), tuple(ignored), (*errors, *refusals))
 
 
 def load(path: str, *, required: bool) -> Config:
@@ -197,68 +272,40 @@ def load(path: str, *, required: bool) -> Config:
 
 
 def load_sources(path: str, *, required: bool) -> tuple[Config, dict[str, str]]:
-    """Like :func:`load`; also returns, for each key set, the file that set it last."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for source, raw in _layers(path, required=required):
-        for key, value in _validate(raw, source=source).items():
-            values[key] = value
-            sources[key] = source
-    return _config(values, sources, path), sources
+    """Like :func:`load`; also returns, for each key set, the file that set it last.  The
+    error raised is the first of :func:`read`'s."""
+    reading = read(path, required=required)
+    if reading.errors:
+        raise reading.errors[0]
+    return reading.config, reading.sources
 
 
 def salvage(path: str, *, required: bool) -> tuple[Config, ConfigError | None]:
     """Like :func:`load`, but never raises: a bad file gives its (first) error and the
-    settings that can still be used — each valid key of each file that parses as TOML.
+    settings that can still be used (:attr:`Reading.config`).
 
     A typo elsewhere in a file must not make ``gpuagent status`` lose the agent's state
     file, nor leave node_exporter a dangling link.
     """
-    try:
-        return load(path, required=required), None
-    except ConfigError as e:
-        error = e
-    values: dict[str, Any] = {}
-    try:
-        files = [path, *dropins(path)]
-    except ConfigError:
-        files = [path]
-    for i, source in enumerate(files):
+    reading = read(path, required=required)
+    return reading.config, (reading.errors[0] if reading.errors else None)
+
+
+def _salvaged(
+    values: dict[str, Any], sources: dict[str, str], path: str
+) -> tuple[Config, list[ConfigError]]:
+    """The settings ``values`` make, less each key a cross-key rule refuses (and its entry
+    in ``sources``): without it, the rest still holds; and an error for each refusal,
+    naming the file that set the key (``path`` for a key ``sources`` lacks).  Each refusal
+    drops one key the files set: this ends."""
+    refusals: list[ConfigError] = []
+    while True:
         try:
-            raw = _parse(source, required=required and i == 0) or {}
-        except ConfigError:
-            continue
-        for key, value in raw.items():
-            try:
-                values[key] = check_key(source, key, value)
-            except ConfigError:
-                continue
-    return _salvaged(values), error
-
-
-def _salvaged(values: dict[str, Any]) -> Config:
-    """The settings ``values`` make, less each key a cross-key rule refuses: without it, the
-    rest still holds.  (Each refusal drops one key the files set: this ends.)"""
-    try:
-        return _settings(values)
-    except _Refused as refused:
-        return _salvaged({k: v for k, v in values.items() if k != refused.key})
-
-
-def _layers(path: str, *, required: bool) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each file's TOML table in reading order, parsed as it comes (so that the first bad
-    file is the one an error names); a missing optional main file is none."""
-    raw = _parse(path, required=required)
-    if raw is not None:
-        yield path, raw
-    for dropin in dropins(path):
-        # Listed a moment ago: gone now is an edit in progress, not an error; a link whose
-        # target is missing is a mistake that would silently drop the settings it points at.
-        raw = _parse(dropin, required=False)
-        if raw is not None:
-            yield dropin, raw
-        elif os.path.islink(dropin):
-            raise ConfigError(f"{dropin}: a dangling symlink (to {_link_text(dropin)})")
+            return _settings(values), refusals
+        except _Refused as refused:
+            where = f"{sources.pop(refused.key, path)}: {refused.key}"
+            refusals.append(ConfigError(f"{where}: {refused.why}"))
+            values = {k: v for k, v in values.items() if k != refused.key}
 
 
 def _link_text(path: str) -> str:
@@ -339,4 +386,19 @@ def _config(values: Mapping[str, Any], sources: Mapping[str, str], path: str) ->
 
 def warnings(cfg: Config) -> list[str]:
     """What works but is likely not meant (:data:`WARNING_RULES`), one line each."""
-    return [line for rule in WARNING_RULES if (line := rule(cfg)) is not None]
+    return [found[1] for rule in WARNING_RULES if (found := rule(cfg)) is not None]
+
+
+def located_warnings(cfg: Config, sources: Mapping[str, str], path: str) -> list[str]:
+    """:func:`warnings`, each line led by the file that set its first key and naming the
+    file of any other key set elsewhere (``sources``, by key; ``path`` for a default)."""
+    lines = []
+    for rule in WARNING_RULES:
+        found = rule(cfg)
+        if found is None:
+            continue
+        (first, *others), line = found
+        where = sources.get(first, path)
+        also = [f"{k} set in {sources[k]}" for k in others if sources.get(k, where) != where]
+        lines.append(f"{where}: {line}" + (f" ({'; '.join(also)})" if also else ""))
+    return lines

@@ -10,6 +10,7 @@ whose message is one line starting with ``where`` and saying what was expected.
 from __future__ import annotations
 
 from collections.abc import Callable
+from difflib import get_close_matches
 from typing import Any, NamedTuple
 
 from gpuagent.health import ACTIONS, SEVERITIES
@@ -259,5 +260,12 @@ def check_key(source: str, key: str, value: Any) -> Any:
     raises :class:`ConfigError` (for an unknown key too)."""
     entry = _BY_NAME.get(key)
     if entry is None:
-        raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(_BY_NAME)})")
+        raise ConfigError(f"{source}: unknown key {_show(key)} ({_hint(key)})")
     return entry.check(f"{source}: {key}", value)
+
+
+def _hint(key: str) -> str:
+    """What an unknown ``key`` was likely meant to be: the closest known key, or where the
+    keys are listed (a list of all of them is too long for one line)."""
+    near = get_close_matches(key, _BY_NAME, n=1)
+    return f"did you mean {near[0]!r}?" if near else "the keys are in gpuagent(8)"

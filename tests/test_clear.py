@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from gpuagent.commands import clearcli, statustext
 from gpuagent.commands.cli import main
+from gpuagent.edges import safefile
 from gpuagent.logs import Event
 from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.kernel import clears
@@ -301,3 +302,40 @@ def test_this_boot_is_journalds_where_the_kernels_id_is_not_in_the_system_journa
     log = KernelLog("", open_reader=stale, kernel_boot=lambda: KERNELS)
     assert read(log) == (0, [])
     assert log.boot == KERNELS
+
+
+def test_a_state_it_may_not_read_is_said_not_taken_for_a_stopped_agent(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    conf = write_state(str(tmp_path), xid_state())
+    state_file = os.path.join(str(tmp_path), "state.json")
+
+    def refused(path: str, _limit: int) -> bytes:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(safefile, "read_regular", refused)
+    code, out, err = clear_cli(conf, SLOT, "xid")
+    assert (code, err) == (0, "")
+    assert out.endswith(
+        f"({state_file}: cannot read: Permission denied: the agent applies the clear as it "
+        "reads the journal)\n"
+    )
+    assert len(sent.entries) == 1
+
+
+def test_a_journal_that_refuses_the_clear_is_one_line(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    Sent(monkeypatch)
+    conf = write_state(str(tmp_path), xid_state())
+
+    def refused(**_fields: Any) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(clearcli, "send", refused)
+    assert clear_cli(conf, SLOT, "xid") == (
+        1,
+        "",
+        "gpuagent: cannot send the clear to the journal: Permission denied\n",
+    )

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -79,6 +80,27 @@ def test_detect_fails_when_sysfs_cannot_be_read(tmp_path: str) -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "detect"])
     assert res.exit_code == 1
     assert "cannot list PCI devices" in res.stderr
+
+
+@pytest.mark.parametrize("command", ["detect", "probe"])
+def test_a_bus_it_may_not_read_is_one_line(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    host = fakehost.create(str(tmp_path), 1)
+    real = os.scandir
+
+    def refused(path: str) -> Any:
+        # As root a mode refuses nothing: the refusal another user would get.
+        if path.endswith("/bus/pci/devices"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", refused)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, command])
+    assert res.exit_code == 1
+    assert res.stderr == (
+        f"gpuagent: {host.root}/bus/pci/devices: cannot list PCI devices: Permission denied\n"
+    )
 
 
 def test_probe_output_is_stripped_of_control_characters(tmp_path: str) -> None:
@@ -318,3 +340,41 @@ def test_probe_says_the_gate_the_agent_would_hold(tmp_path: str) -> None:
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
     assert res.exit_code == 1
     assert "the nvidia kernel module is not loaded; not running nvidia-smi" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["status"], 3),
+        (["status", "--json"], 3),
+        (["slurm-check", "--node", "n1"], 1),
+    ],
+)
+def test_a_state_file_it_may_not_read_is_one_line(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch, args: list[str], code: int
+) -> None:
+    from gpuagent.edges import safefile  # noqa: PLC0415
+    from tests.test_status import write_state  # noqa: PLC0415
+
+    conf = write_state(str(tmp_path), {"schema": 1})
+    state_file = os.path.join(str(tmp_path), "state.json")
+    real = safefile.read_regular
+
+    def refused(path: str, limit: int) -> bytes:
+        # As root a mode refuses nothing: the refusal another user would get.
+        if path == state_file:
+            raise PermissionError(13, "Permission denied", path)
+        return real(path, limit)
+
+    monkeypatch.setattr(safefile, "read_regular", refused)
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, *args])
+    output = res.stdout + res.stderr
+    assert res.exit_code == code, output
+    said = [line for line in output.splitlines() if "Permission denied" in line]
+    assert len(said) == 1, output
+    assert f"{state_file}: cannot read: Permission denied" in said[0]
+    assert "Traceback" not in output
+    # node-problem-detector's line: at most 80 characters, the path cut short.
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--format=npd"])
+    assert (res.exit_code, res.stderr) == (2, "")
+    assert res.stdout.startswith("unknown: ") and len(res.stdout.splitlines()) == 1

@@ -51,11 +51,23 @@ def test_every_default_that_a_file_can_write_passes_its_check() -> None:
             assert key.check(f"f: {key.name}", key.default) == key.default, key.name
 
 
-def test_an_unknown_key_names_every_known_one_in_order() -> None:
+def test_an_unknown_key_names_the_key_it_was_likely_meant_to_be() -> None:
+    for typo, meant in [
+        ("intervall", "interval"),
+        ("probe-timeout", "probe_timeout"),
+        ("Interval", "interval"),
+        ("xids", "xid"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            check_key("f.toml", typo, 10)
+        assert str(err.value) == f"f.toml: unknown key {typo!r} (did you mean {meant!r}?)"
+    # Nothing close: where the keys are, not a list of 26 of them.
     with pytest.raises(ConfigError) as err:
-        check_key("f.toml", "intervall", 10)
-    known = ", ".join(k.name for k in KEYS)
-    assert str(err.value) == f"f.toml: unknown key 'intervall' (known: {known})"
+        check_key("f.toml", "colour", 10)
+    assert str(err.value) == "f.toml: unknown key 'colour' (the keys are in gpuagent(8))"
+    with pytest.raises(ConfigError) as err:
+        check_key("f.toml", "k" * 5000, 10)
+    assert len(str(err.value)) < 120
 
 
 def test_the_rules_refuse_no_default() -> None:

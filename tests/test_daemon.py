@@ -290,7 +290,9 @@ def test_a_second_agent_on_the_same_state_file_touches_nothing(
             check=False,
         )
         assert second.returncode == 75
+        conf = fake_host.conf
         assert second.stderr == (
+            f"info: configuration read from {conf}; no drop-ins in {conf}.d\n"
             f"error: not starting: already running (pid {proc.pid}): "
             f"{fake_host.dir}/state.json.lock is locked\n"
         )

@@ -199,3 +199,76 @@ def test_the_shipped_file_says_edits_belong_in_a_drop_in() -> None:
     with open(os.path.join(repo, "packaging", "gpuagent.toml"), encoding="utf-8") as f:
         header = f.read().split("\n\n")[0]
     assert "/etc/gpuagent/gpuagent.toml.d/" in header
+
+
+def test_read_finds_every_error_of_every_file_in_reading_order(main_file: str) -> None:
+    d = config.dropin_dir(main_file)
+    write(main_file, "intervall = 5\nretry_max = 0\nbackoff_after = 2\n")
+    broken = write(f"{d}/10-broken.toml", "[[[\n")
+    typo = write(f"{d}/20-typo.toml", "state_fille = '/run/x.json'\nnvlink_interval = 1\n")
+    reading = config.read(main_file, required=True)
+    assert [str(e) for e in reading.errors] == [
+        f"{main_file}: unknown key 'intervall' (did you mean 'interval'?)",
+        f"{main_file}: retry_max: expected seconds between 0.001 and 86400, got 0",
+        f"{broken}: not valid TOML: Invalid initial character for a key part (at line 1, column 3)",
+        f"{typo}: unknown key 'state_fille' (did you mean 'state_file'?)",
+        f"{typo}: nvlink_interval: expected at least one tick (interval 10 s), got 1",
+    ]
+    assert reading.files == (main_file, typo)
+    # What can be used: the valid keys less the refused one.
+    assert reading.config.backoff_after == 2
+    assert reading.sources == {"backoff_after": main_file}
+    with pytest.raises(ConfigError) as e:
+        load(main_file, required=True)
+    assert str(e.value) == str(reading.errors[0])
+
+
+def check_config(main_file: str) -> tuple[int, str, list[str]]:
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", main_file, "check-config"])
+    return res.exit_code, res.stdout, res.stderr.splitlines()
+
+
+def test_check_config_says_every_error_of_every_file(public_dir: str) -> None:
+    main_file = write(os.path.join(public_dir, "gpuagent.toml"), "intervall = 5\nretry_max = 0\n")
+    d = config.dropin_dir(main_file)
+    broken = write(f"{d}/10-broken.toml", "interval = [\n")
+    typo = write(f"{d}/20-typo.toml", "probe_timout = 3\n")
+    code, out, err = check_config(main_file)
+    assert (code, out) == (78, "")
+    assert [line.split(": ")[1] for line in err] == [main_file, main_file, broken, typo]
+    assert all(line.startswith("error: ") for line in err)
+    assert "did you mean 'probe_timeout'?" in err[3]
+
+
+def test_check_config_names_the_drop_in_that_set_a_warned_key(public_dir: str) -> None:
+    main_file = write(os.path.join(public_dir, "gpuagent.toml"), "probe_timeout = 6\n")
+    d = config.dropin_dir(main_file)
+    fast = write(f"{d}/50-fast.toml", "interval = 5\n")
+    prom = write(f"{d}/60-prom.toml", f'textfile = "{public_dir}/absent/g.prom"\n')
+    code, out, err = check_config(main_file)
+    assert (code, out) == (0, f"{main_file}: OK\n{fast}: OK\n{prom}: OK\n")
+    assert err[0] == (
+        f"gpuagent: warning: {main_file}: probe_timeout (6 s) is not below interval (5 s): a "
+        f"hung nvidia-smi stretches a tick to 6 s (interval set in {fast})"
+    )
+    assert err[1].startswith(f"gpuagent: warning: {prom}: textfile {public_dir}/absent/g.prom")
+    assert len(err) == 2
+    write(f"{d}/70-slow.toml", "probe_timeout = 7\n")
+    code, out, err = check_config(main_file)
+    assert err[0].startswith(f"gpuagent: warning: {d}/70-slow.toml: probe_timeout (7 s)")
+
+
+def test_check_config_names_each_drop_in_it_does_not_read(public_dir: str) -> None:
+    main_file = write(os.path.join(public_dir, "gpuagent.toml"), "")
+    d = config.dropin_dir(main_file)
+    for name in ("60-x.conf", "60-x.tom", "x.toml.dpkg-dist", ".x.toml.swp"):
+        write(f"{d}/{name}", "interval = 5\n")
+    code, out, err = check_config(main_file)
+    assert (code, out) == (0, f"{main_file}: OK\n")
+    assert err == [
+        f"gpuagent: warning: {d}/{name}: ignored, not read: a drop-in's name must end in .toml"
+        for name in ("60-x.conf", "60-x.tom", "x.toml.dpkg-dist")
+    ]
+    assert config.read(main_file, required=True).ignored == tuple(
+        f"{d}/{name}" for name in ("60-x.conf", "60-x.tom", "x.toml.dpkg-dist")
+    )

@@ -141,3 +141,13 @@ def test_reopened_every_chunk_nothing_is_read_twice_or_missed(
     while not reading.done:
         reading.step()
     assert len(reading.recurrence._hits) == 20
+
+
+def test_a_journal_directory_it_may_not_open_ends_the_read_with_nothing() -> None:
+    # The kernel source says why (its own one line); the earlier boots are then none.
+    def refused(directory: str) -> Any:
+        raise PermissionError(13, "Permission denied", directory)
+
+    earlier = EarlierBoots("/srv/journal", 30, 2, open_reader=refused, this_boot=lambda: "b")
+    earlier.step()
+    assert (earlier.done, earlier.summary) == (True, "this boot only")

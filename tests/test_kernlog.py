@@ -446,3 +446,13 @@ def test_read_errors_are_one_line_and_the_next_poll_retries(fail: Exception, rea
     records(log)
     assert len(readers) == 2
     assert KernelLog("", open_reader=open_reader).where == "the system journal"
+
+
+def test_a_journal_directory_it_may_not_open_is_one_line() -> None:
+    # As root a directory's mode refuses nothing: the refusal sd-journal gives another user.
+    def refused(directory: str) -> Any:
+        raise PermissionError(13, "Permission denied", directory)
+
+    log = KernelLog("/srv/journal", open_reader=refused)
+    assert records(log) == []
+    assert log.error == "/srv/journal: cannot read: permission denied"

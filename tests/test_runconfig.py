@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from gpuagent import config
-from gpuagent.commands.runconfig import RunConfig, state_dir_problem, textfile_for
+from gpuagent.commands.runconfig import RunConfig, files_line, state_dir_problem, textfile_for
 from gpuagent.config import Config
 from gpuagent.edges import textlink
 from gpuagent.lock import AlreadyRunning
@@ -40,6 +40,38 @@ def hand_run(conf: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         check=False,
+    )
+
+
+def read_from(conf: str) -> str:
+    """The first line of a hand run on ``conf`` alone."""
+    return f"info: configuration read from {conf}; no drop-ins in {conf}.d\n"
+
+
+def test_a_hand_run_says_first_which_files_it_read(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 2)
+    d = config.dropin_dir(host.conf)
+    os.mkdir(d)
+    for name in ("50-site.toml", "60-x.conf"):
+        with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+            f.write("retry_max = 30\n")
+    res = hand_run(host.conf)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[0] == (
+        f"info: configuration read from {host.conf}, {d}/50-site.toml; not read (a drop-in's "
+        f"name must end in .toml): {d}/60-x.conf"
+    )
+
+
+def test_the_first_line_names_what_was_not_read(tmp_path: str) -> None:
+    absent = os.path.join(tmp_path, "absent.toml")
+    reading = config.read(absent, required=False)
+    assert files_line(absent, reading, []) == (
+        f"configuration: the defaults; {absent}: no such file; no drop-ins in {absent}.d"
+    )
+    service = ["/etc/gpuagent/gpuagent.toml.d/50-site.toml", "/etc/gpuagent/gpuagent.toml.d/x.toml"]
+    assert files_line(absent, reading, service).endswith(
+        "; not the service's 2 drop-ins in /etc/gpuagent/gpuagent.toml.d"
     )
 
 
@@ -130,7 +162,7 @@ def test_a_hand_run_beside_an_agent_on_its_textfile_exits_75(tmp_path: str) -> N
         second = hand_run(conf)
         assert second.returncode == 75, second.stderr
         assert second.stderr == (
-            f"error: not starting: already running (pid {proc.pid}): "
+            f"{read_from(conf)}error: not starting: already running (pid {proc.pid}): "
             f"{host.dir}/gpuagent.prom.lock is locked\n"
         )
         assert not os.path.exists(os.path.join(tmp_path, "try.json"))
@@ -179,6 +211,6 @@ def test_a_state_file_in_no_directory_exits_78(tmp_path: str) -> None:
     res = hand_run(conf)
     assert (res.returncode, res.stderr) == (
         config.EX_CONFIG,
-        f"error: not starting: state_file {tmp_path}/absent/state.json: "
+        f"{read_from(conf)}error: not starting: state_file {tmp_path}/absent/state.json: "
         f"{tmp_path}/absent does not exist\n",
     )

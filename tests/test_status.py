@@ -186,8 +186,9 @@ def test_no_readable_state_is_3(
     assert "Traceback" not in res.output
 
 
-def test_bad_config_is_78_one_line(tmp_path: str) -> None:
-    conf = os.path.join(tmp_path, "c.toml")
+def test_bad_config_is_78_one_line(public_dir: str) -> None:
+    # In a directory the service may enter: check-config warns of one it could not, too.
+    conf = os.path.join(public_dir, "c.toml")
     with open(conf, "w") as f:
         f.write("interval = -3\n")
     for args in (["check-config"], ["probe"], ["run", "--ticks", "1"]):
@@ -321,12 +322,7 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
     assert res.exit_code == ExitCode.OK, res.output
     assert res.stderr == (
-        f"gpuagent: warning: {conf}: unknown key 'intervall' (known: interval, probe_timeout, "
-        "backoff_after, retry_max, nvidia_smi, sysfs_root, state_file, load_driver, log_level, "
-        "textfile, journal_directory, expected_gpus, driver_absent_grace, nvml_library, "
-        "xid_warning_hold, history_days, recurrence_boots, throttle_fraction, throttle_window, "
-        "xid, nvlink_interval, nvlink_window, nvlink_recovery_budget, nvlink_replay_budget, "
-        "processes_interval, proc_root); "
+        f"gpuagent: warning: {conf}: unknown key 'intervall' (did you mean 'interval'?); "
         "using its valid settings only\n"
     )
     with open(conf, "w") as f:

@@ -109,3 +109,29 @@ def test_a_journal_the_caller_may_not_read_is_said(
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "history"])
     assert res.exit_code == 1
     assert "run as root or as a member of the systemd-journal group" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (PermissionError(13, "Permission denied"), "Permission denied"),
+        (FileNotFoundError(2, "No such file or directory"), "No such file or directory"),
+    ],
+)
+def test_a_journal_directory_it_may_not_read_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: str, error: OSError, reason: str
+) -> None:
+    # As root a directory's mode refuses nothing: the refusal sd-journal gives another user.
+    from systemd import journal  # noqa: PLC0415
+
+    def refused(**_kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(journal, "Reader", refused)
+    directory = os.path.join(str(tmp_path), "journal")
+    conf = os.path.join(str(tmp_path), "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(f'journal_directory = "{directory}"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "history"])
+    assert (res.exit_code, res.stdout) == (1, "")
+    assert res.stderr == f"gpuagent: cannot read the journal in {directory}: {reason}\n"

@@ -27,14 +27,18 @@ def send(**fields: Any) -> None:
     journal.send(**fields)
 
 
-def _held(state_file: str, slot: str) -> list[str] | None:
-    """The kinds of the problems the GPU in ``slot`` has now, or None without a state."""
+def _held(state_file: str, slot: str) -> tuple[list[str] | None, str]:
+    """The kinds of the problems the GPU in ``slot`` has now, or None without a state, and
+    then the note for the clear's line: the agent is not running, or its state could not be
+    read (a refused read is said, not taken for a stopped agent)."""
     from gpuagent.commands.slurmcheck import state_reason  # noqa: PLC0415
 
-    st, _ = state_reason(state_file)
-    if st is None:
-        return None
-    return [p["kind"] for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
+    st, why = state_reason(state_file)
+    if st is not None:
+        return [p["kind"] for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]], ""
+    if not os.path.lexists(state_file):
+        return None, " (gpuagent is not running: it applies the clear when it starts)"
+    return None, f" ({why}: the agent applies the clear as it reads the journal)"
 
 
 @click.command("clear")
@@ -65,7 +69,7 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
         click.echo("gpuagent: clear: only root's clears count; run it as root", err=True)
         sys.exit(EX_NOPERM)
     path, required = ctx.obj["config_file"]
-    held = _held(config.salvage(path, required=required)[0].state_file, where)
+    held, later = _held(config.salvage(path, required=required)[0].state_file, where)
     if held is not None:
         live = sorted({k for k in held if clears.refusal(k) is not None})
         ends = [k for k in held if clears.covers(what, k)]
@@ -74,14 +78,15 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
             click.echo(f"gpuagent: {where} has no {what} problem to clear{said}", err=True)
             sys.exit(1)
     by = pwd.getpwuid(os.getuid()).pw_name
-    send(
-        MESSAGE=f"GPU {where}: {what} cleared by {by}",
-        MESSAGE_ID=Event.OPERATOR_CLEAR.value,
-        PRIORITY="5",
-        SYSLOG_IDENTIFIER="gpuagent",
-        **clears.fields(where, what, by),
-    )
-    later = (
-        " (gpuagent is not running: it applies the clear when it starts)" if held is None else ""
-    )
+    try:
+        send(
+            MESSAGE=f"GPU {where}: {what} cleared by {by}",
+            MESSAGE_ID=Event.OPERATOR_CLEAR.value,
+            PRIORITY="5",
+            SYSLOG_IDENTIFIER="gpuagent",
+            **clears.fields(where, what, by),
+        )
+    except OSError as e:
+        click.echo(f"gpuagent: cannot send the clear to the journal: {e.strerror or e}", err=True)
+        sys.exit(1)
     click.echo(f"{where}: {what} cleared by {by}{later}")

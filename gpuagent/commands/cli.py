@@ -152,6 +152,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     except config.ConfigError as e:
         log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
         sys.exit(config.EX_CONFIG)
+    log(logging.INFO, None, load.files)
     problem = state_dir_problem(cfg, os.environ)
     if problem is not None:
         log(logging.ERROR, None, f"not starting: {problem}")
@@ -261,16 +262,16 @@ def _print(text: str) -> None:
 )
 @click.pass_context
 def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
-    """Validate a config file and its drop-ins PATH.d/*.toml [default: the ones `run` reads];
-    exit 78 if one is bad."""
+    """Validate a config file and its drop-ins PATH.d/*.toml [default: the ones `run` reads]:
+    every error of every file; exit 78 if one is bad."""
     required = True
     if path is None:
         path, required = ctx.obj["config_file"]
     from gpuagent.commands.unitcheck import check  # noqa: PLC0415
 
-    cfg = _load_or_exit(path, required)
-    errors, warnings = check(path, cfg)
-    for warning in [f"{path}: {w}" for w in config.warnings(cfg)] + warnings:
+    reading = config.read(path, required=required)
+    errors, warnings = check(path, reading)
+    for warning in warnings:
         click.echo(f"gpuagent: warning: {warning}", err=True)
     if errors:
         import logging  # noqa: PLC0415
@@ -283,8 +284,8 @@ def check_config(ctx: click.Context, path: str | None, quiet: bool) -> None:
         sys.exit(config.EX_CONFIG)
     if quiet:
         return
-    dropins = config.dropins(path)
-    if not required and not os.path.lexists(path):
+    dropins = [name for name in reading.files if name != path]
+    if path not in reading.files:
         then = "the drop-ins and the defaults apply" if dropins else "the defaults apply"
         click.echo(f"{path}: no such file; {then}")
     else:

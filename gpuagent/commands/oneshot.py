@@ -57,7 +57,11 @@ def detect(cfg: config.Config, as_json: bool) -> int:
 
 def probe(cfg: config.Config, as_json: bool) -> int:
     """Run nvidia-smi once and print what the agent parses from it; returns the exit status."""
-    gpus, _ = pci.scan(cfg.sysfs_root)
+    gpus, problems = pci.scan(cfg.sysfs_root)
+    for problem in problems:
+        click.echo(f"gpuagent: {problem}", err=True)
+    if problems and not gpus:
+        return 1  # a bus it could not read: "no GPU" would be a guess
     bus = BusView(tuple(gpus), module_loaded=pci.module_loaded(cfg.sysfs_root))
     binary = lookup(cfg.nvidia_smi) if bus.probeable else None
     held = gate(bus, binary, cfg.load_driver)  # the agent's own gates, in its order

@@ -11,13 +11,16 @@ directory appears, the agent goes on writing its own file, and the package's tri
 A run by hand writes a textfile only where its configuration names one.  The default path is
 the service's link: followed, it would overwrite the service's metrics and remove them when
 the hand run exits.
+
+A run's first line names the files it read (:func:`files_line`): a hand run with ``--config
+FILE`` reads ``FILE.d``, not the service's drop-ins, and the line shows it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from gpuagent import config
@@ -25,7 +28,7 @@ from gpuagent.edges import textlink
 from gpuagent.lock import StateLock
 from gpuagent.logs import EventLog
 
-__all__ = ["RunConfig", "is_service", "state_dir_problem", "textfile_for"]
+__all__ = ["RunConfig", "files_line", "is_service", "state_dir_problem", "textfile_for"]
 
 SERVICE_DIR = os.path.dirname(textlink.RUN_FILE)
 
@@ -60,6 +63,30 @@ def textfile_for(
     )
 
 
+def files_line(path: str, reading: config.Reading, service_dropins: Sequence[str]) -> str:
+    """The line a run starts with: the files of config file ``path`` that ``reading`` read,
+    in order, and what it did not read — ``path`` where it is missing, the drop-ins where
+    there are none, the names in ``PATH.d`` that do not end in ``.toml``, and the service's
+    drop-ins ``service_dropins`` where the run reads other files (``--config FILE``)."""
+    if reading.files:
+        line = f"configuration read from {', '.join(reading.files)}"
+    else:
+        line = "configuration: the defaults"
+    if path not in reading.files:
+        line += f"; {path}: no such file"
+    if all(name == path for name in reading.files):
+        line += f"; no drop-ins in {config.dropin_dir(path)}"
+    if reading.ignored:
+        line += f"; not read (a drop-in's name must end in .toml): {', '.join(reading.ignored)}"
+    if service_dropins:
+        n = len(service_dropins)
+        line += (
+            f"; not the service's {n} drop-in{'s' if n > 1 else ''} in "
+            f"{os.path.dirname(service_dropins[0])}"
+        )
+    return line
+
+
 def state_dir_problem(cfg: config.Config, env: Mapping[str, str]) -> str | None:
     """Why a run by hand cannot keep its state file, or None."""
     directory = os.path.dirname(cfg.state_file)
@@ -75,8 +102,19 @@ def state_dir_problem(cfg: config.Config, env: Mapping[str, str]) -> str | None:
     return f"state_file {cfg.state_file}: {directory} does not exist"
 
 
+def _service_dropins(path: str) -> list[str]:
+    """The packaged service's drop-ins where ``path`` is another file, else none."""
+    if os.path.realpath(path) == os.path.realpath(config.DEFAULT_PATH):
+        return []
+    try:
+        return config.dropins(config.DEFAULT_PATH)
+    except config.ConfigError:
+        return []
+
+
 class RunConfig:
-    """Loads the configuration for ``gpuagent run``: :func:`config.load_sources`, with the
+    """Loads the configuration for ``gpuagent run``: :func:`config.read` (its first error
+    raised), with the
     textfile of :func:`textfile_for`, and holds that textfile's lock (``TEXTFILE.lock`` beside
     the file the path resolves to).  The daemon calls it again on each reload.
     """
@@ -86,6 +124,8 @@ class RunConfig:
         self.env = os.environ if env is None else env
         self.lock = StateLock()
         self._said: str | None = None
+        # What the last resolve read, for the run's first line (:func:`files_line`).
+        self.files = ""
 
     def __call__(self, path: str, required: bool) -> config.Config:
         """Load, lock and say what differs; raises :class:`config.ConfigError`, and
@@ -97,8 +137,13 @@ class RunConfig:
         return cfg
 
     def resolve(self, path: str, required: bool) -> tuple[config.Config, str | None]:
-        """The configuration this run uses, and what to say about it (nothing locked)."""
-        cfg, sources = config.load_sources(path, required=required)
+        """The configuration this run uses, and what to say about it (nothing locked); sets
+        :attr:`files`."""
+        reading = config.read(path, required=required)
+        if reading.errors:
+            raise reading.errors[0]
+        cfg, sources = reading.config, reading.sources
+        self.files = files_line(path, reading, _service_dropins(path))
         textfile, note = textfile_for(cfg, sources, self.env)
         return replace(cfg, textfile=textfile), note
 

@@ -1,5 +1,7 @@
-"""What ``gpuagent check-config`` says about a configuration that the packaged service could
-not use, though the root running the check can.
+"""What ``gpuagent check-config`` says about a configuration: every error of every file (as
+:func:`gpuagent.config.read` finds them), the names in the drop-in directory it does not read,
+what works but is likely not meant, and what the packaged service could not use, though the
+root running the check can.
 
 The service runs as the system user ``gpuagent``: other users' rights, plus the supplementary groups
 ``video`` and ``systemd-journal`` of its unit.  A config file or drop-in of the service's own
@@ -70,17 +72,38 @@ def unreadable(path: str, gids: set[int] | None = None) -> str | None:
 
 
 def check(
-    path: str, cfg: config.Config, env: Mapping[str, str] | None = None
+    path: str, reading: config.Reading, env: Mapping[str, str] | None = None
 ) -> tuple[list[str], list[str]]:
-    """Errors and warnings about ``path`` (with its drop-ins) and ``cfg``, one line each,
-    each naming its path."""
+    """Errors and warnings about ``path`` with its drop-ins, as ``reading`` found them, one
+    line each, each naming the file that set the key it is about (or the path it is about):
+    every error of every file, a name in the drop-in directory that is not read, what works
+    but is likely not meant, and what the packaged service could not do."""
     env = os.environ if env is None else env
+    errors = [str(e) for e in reading.errors]
+    warnings = [
+        f"{name}: ignored, not read: a drop-in's name must end in .toml" for name in reading.ignored
+    ]
+    warnings += config.located_warnings(reading.config, reading.sources, path)
+    service_errors, service_warnings = _service(path, reading, env)
+    return errors + service_errors, warnings + service_warnings
+
+
+def _service(
+    path: str, reading: config.Reading, env: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """What the packaged service could not do with ``path``'s files and ``reading``'s
+    settings: errors and warnings, one line each."""
+    cfg = reading.config
+
+    def where(key: str) -> str:
+        return reading.sources.get(key, path)
+
     own = is_service(env) or os.path.realpath(path) == os.path.realpath(config.DEFAULT_PATH)
     gids = _gids()
     errors: list[str] = []
     warnings: list[str] = []
-    files = [path, config.dropin_dir(path), *config.dropins(path)]
-    for name in files:
+    dropins = [name for name in reading.files if name != path]
+    for name in [path, config.dropin_dir(path), *dropins]:
         why = unreadable(name, gids)
         if why is None:
             continue
@@ -96,15 +119,16 @@ def check(
             )
     if not cfg.state_file.startswith("/run/gpuagent/"):
         warnings.append(
-            f"{path}: state_file {cfg.state_file!r} is outside /run/gpuagent, where alone the "
-            "packaged service may write: it could not keep a state there for gpuagent status"
+            f"{where('state_file')}: state_file {cfg.state_file!r} is outside /run/gpuagent, "
+            "where alone the packaged service may write: it could not keep a state there for "
+            "gpuagent status"
         )
     textdir = os.path.dirname(cfg.textfile)
     if cfg.textfile and cfg.textfile != config.Config().textfile and not os.path.isdir(textdir):
         # The default's directory is missing where node_exporter is not installed: no news.
         warnings.append(
-            f"{path}: textfile {cfg.textfile}: its directory {textdir} does not exist: no "
-            "Prometheus metrics there until it does"
+            f"{where('textfile')}: textfile {cfg.textfile}: its directory {textdir} does not "
+            "exist: no Prometheus metrics there until it does"
         )
     if cfg.journal_directory:
         why = unreadable(cfg.journal_directory, gids)
@@ -112,7 +136,8 @@ def check(
             why = "it is not a directory"
         if why is not None:
             warnings.append(
-                f"{path}: journal_directory {cfg.journal_directory}: {why}: the service would "
-                "read no Xid records there (the unit's groups: video, systemd-journal)"
+                f"{where('journal_directory')}: journal_directory {cfg.journal_directory}: "
+                f"{why}: the service would read no Xid records there (the unit's groups: "
+                "video, systemd-journal)"
             )
     return errors, warnings
