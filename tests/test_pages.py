@@ -93,7 +93,13 @@ def test_each_host_problem_is_a_series_of_its_own_and_each_gpu_one() -> None:
     before = states.state(problems={"": [count], states.SLOT: [hot]})
     after = states.state(problems={"": [count, fm], states.SLOT: [xid, hot]})
     assert labels(before, "gpuagent_host_problem") == [
-        {"kind": "gpu_count", "severity": "critical", "action": "check_host", "message": "7 of 8"}
+        {
+            "kind": "gpu_count",
+            "severity": "critical",
+            "action": "check_host",
+            "message": "7 of 8",
+            "ends": "ends when its cause does",
+        }
     ]
     assert [s["kind"] for s in labels(after, "gpuagent_host_problem")] == [
         "gpu_count",
