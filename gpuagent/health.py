@@ -114,7 +114,8 @@ def ranked(st: State) -> list[tuple[str, ProblemEntry]]:
 class Finding:
     """One problem seen on one GPU (or the host): ``kind`` (``lost``, ``xid`` …), ``severity``
     (:data:`SEVERITIES`), ``action`` (:data:`ACTIONS`), a one-line ``message``, and ``extra``
-    fields carried into the state beside them (``(("xid", 79),)``).
+    fields carried into the state beside them (``(("xid", 79),)``); ``ends`` when it ends by
+    itself (``when nvidia-smi answers again``; ``""``: it holds until a clear or the boot).
 
     ``kind`` and ``extra`` together identify a problem across ticks: Xid 79 and Xid 48 on one
     GPU are two problems, each with its own start and end.  ``at`` is when the fault happened,
@@ -132,6 +133,10 @@ class Finding:
     # The systemd unit of the process that caused it (an application Xid's), where known: in
     # the message already, and a field of its own for the journal and the state.
     unit: str | None = field(default=None, compare=False)
+    # When it ends by itself, said by the rule that makes it ("when nvidia-smi answers
+    # again"); "" for one that holds until a clear or the next boot
+    # (:func:`gpuagent.sources.kernel.clears.ending` says the whole of it).
+    ends: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

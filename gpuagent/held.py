@@ -117,6 +117,7 @@ def _entry(h: Held) -> dict[str, object]:
         "message": f.message,
         "extra": [list(pair) for pair in f.extra],
         "unit": f.unit,
+        "ends": f.ends,
         "since": h.since,
     }
 
@@ -154,13 +155,16 @@ def _held(e: Any, i: int) -> Held:
     texts = [e.get(k) for k in ("source", "pci_slot", "kind", "severity", "action", "message")]
     if not all(isinstance(t, str) for t in texts):
         raise TypeError(f"{where}: expected strings for its source, slot, kind and words")
-    since, unit = e.get("since"), e.get("unit")
+    since, unit, ends = e.get("since"), e.get("unit"), e.get("ends", "")
     if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
         raise TypeError(f"{where}.since: expected a time in seconds")
     if unit is not None and not isinstance(unit, str):
         raise TypeError(f"{where}.unit: expected a string or null")
+    if not isinstance(ends, str):
+        raise TypeError(f"{where}.ends: expected a string")
     source, slot, kind, severity, action, message = (str(t) for t in texts)
-    finding = Finding(kind, severity, action, message, _extra(e.get("extra"), where), unit=unit)
+    extra = _extra(e.get("extra"), where)
+    finding = Finding(kind, severity, action, message, extra, unit=unit, ends=ends)
     return Held(source, slot, finding, float(since))
 
 

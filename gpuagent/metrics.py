@@ -179,20 +179,39 @@ def _problems(state: State) -> GaugeMetricFamily:
 def _worst(state: State) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "gpuagent_gpu_worst_problem",
-        "The one problem of a GPU (empty pci_slot and uuid: the host) whose action applies: "
-        "its worst, with the journal's message; one series a GPU with a problem; always 1.",
-        labels=[*GPU_LABELS, "kind", "severity", "action", "message"],
+        "The one problem of a GPU whose action applies: its worst, with the journal's "
+        "message and how it ends; one series a GPU with a problem (the host's: "
+        "gpuagent_host_problem); always 1.",
+        labels=[*GPU_LABELS, "kind", "severity", "action", "message", "ends"],
     )
-    owners: list[tuple[str, str, list[ProblemEntry]]] = [("", "", state["host_problems"])]
     for gpu in state["gpus"]:
-        owners.append((gpu["pci_slot"], _text(gpu["fields"].get("uuid")), gpu["problems"]))
-    for slot, uuid, problems in owners:
+        slot, uuid = gpu["pci_slot"], _text(gpu["fields"].get("uuid"))
         # A problem folded under a host's cause (a GPU's fabric while the fabric manager is
         # down) is that cause's to page for, not its GPU's.
-        own = [p for p in problems if not p.get("cause")]
+        own = [p for p in gpu["problems"] if not p.get("cause")]
         if own:
             p = min(own, key=lambda p: state_rank(slot, p))
-            family.add_metric([slot, uuid, p["kind"], p["severity"], p["action"], p["message"]], 1)
+            labels = [slot, uuid, p["kind"], p["severity"], p["action"], p["message"]]
+            family.add_metric([*labels, _text(p.get("ends"))], 1)
+    return family
+
+
+def _host(state: State) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "gpuagent_host_problem",
+        "A problem of the host (not of one GPU), with its kind, severity, action, the "
+        "journal's message and how it ends; one series a kind, for each pages on its own; "
+        "always 1.",
+        labels=["kind", "severity", "action", "message", "ends"],
+    )
+    seen: set[str] = set()
+    # Worst first: of two problems of one kind (Xids at addresses that are no GPU), the
+    # worse one's series.
+    for p in sorted(state["host_problems"], key=lambda p: state_rank("", p)):
+        if p["kind"] not in seen:
+            seen.add(p["kind"])
+            labels = [p["kind"], p["severity"], p["action"], p["message"], _text(p.get("ends"))]
+            family.add_metric(labels, 1)
     return family
 
 
@@ -313,6 +332,7 @@ def families(state: State) -> list[Metric]:
     out.extend(_gpu_families(state["gpus"]))
     out.append(_problems(state))
     out.append(_worst(state))
+    out.append(_host(state))
     out.extend(_xids(state))
     out.extend(nvmetrics.families(state))
     out.extend(procmetrics.families(state))

@@ -32,7 +32,8 @@ from gpuagent.schema import (
     SXidEntry,
     XidEntry,
 )
-from gpuagent.statusline import Problems, status_line, with_trouble
+from gpuagent.sources.kernel import clears
+from gpuagent.statusline import Line, Problems, status_line, with_trouble
 from gpuagent.views import (
     BusView,
     KernelView,
@@ -98,13 +99,13 @@ _NONE: list[Any] = _listed(())
 class Report:
     """One tick's outcome: the tick's number, the status line (the agent's trouble named in
     it), the state (read-only at every depth: a change raises ``TypeError``), ``line`` the
-    status line without the trouble, and ``published`` the publisher's trouble the report
-    was built with (among the state's ``problems``)."""
+    status line's parts (to name other trouble in), and ``published`` the publisher's
+    trouble the report was built with (among the state's ``problems``)."""
 
     ticks: int
     status: str
     state: State
-    line: str
+    line: Line
     published: Mapping[str, str]
 
 
@@ -121,12 +122,15 @@ class Origin:
 
 def _problem(p: Problem) -> ProblemEntry:
     f = p.finding
+    ends, latches = clears.ending(p.slot, f.kind, f.ends)
     entry: ProblemEntry = {
         "kind": f.kind,
         "severity": f.severity,
         "action": f.action,
         "message": f.message,
         "since": p.since,
+        "ends": ends,
+        "latches": latches,
     }
     for key, value in f.extra:
         if key == "xid" and isinstance(value, int):
@@ -315,7 +319,7 @@ def build(
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind and
     ``published`` the publisher's as the tick before left it (``state_file``, ``textfile``,
     ``internal_publish``), both in the state's ``problems``."""
-    line = status_line(bus, probe, samples.missing, problems, origin.interval)
+    line = status_line(bus, probe, problems, origin.interval)
     published = dict(published or {})
     trouble = {**trouble, **published}
     status = with_trouble(line, trouble)

@@ -42,14 +42,20 @@ class ProbeState(StrEnum):
 
 class ProblemEntry(TypedDict):
     """A problem on a GPU or the host: ``severity`` warning or critical, ``action`` one of
-    :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``xid`` for kind ``xid``,
-    ``unit`` the systemd unit of the process that caused it, where known."""
+    :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``ends`` how it ends, in the
+    journal's words (``ends by itself when nvidia-smi reports the GPU again``, ``after the
+    repair: gpuagent clear 0000:18:00.0 xid``), ``latches`` whether only ``gpuagent clear``
+    (or the next boot) ends it, a repair alone not (both absent in an older agent's state);
+    ``xid`` for kind ``xid``, ``unit`` the systemd unit of the process that caused it, where
+    known."""
 
     kind: str
     severity: str
     action: str
     message: str
     since: float
+    ends: NotRequired[str]
+    latches: NotRequired[bool]
     xid: NotRequired[int]
     cause: NotRequired[str]
     unit: NotRequired[str]

@@ -87,7 +87,9 @@ class Verdict:
                 found.setdefault(slot, []).extend(wrong)
             self.report("pci", found)
         missing = bus.seen - {g.slot for g in gpus}
-        count = rules.count_findings(len(gpus), expected_gpus, missing)
+        # Root's clear of a gone_from_bus (it left for good) ends its share of the count.
+        removed = [s for s, n in bus.removed.items() if n == expected_gpus]
+        count = rules.count_findings(len(gpus), expected_gpus, missing, removed)
         self.report("host", {"": count})
         # Passthrough (vfio-pci …) is on purpose; a display driver holding the GPU is not.
         exempt = [g.slot for g in gpus if rules.deliberate(g)]
@@ -128,8 +130,10 @@ class Verdict:
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING
         event = _EVENTS.get(f.kind) or Event.problem(f.kind)
-        # One shape for every problem, Xids included: GPU <slot>: <severity> <kind>: <text>.
-        text = f"{where}: {f.severity} {f.kind}: {f.message}; action: {f.action}"
+        # One shape for every problem, Xids included: GPU <slot>: <severity> <kind>: <text>;
+        # action: <action>; <how it ends>.
+        ends, _ = clears.ending(p.slot, f.kind, f.ends)
+        text = f"{where}: {f.severity} {f.kind}: {f.message}; action: {f.action}; {ends}"
         again = what == "start" and (p.slot, f.key) in self._restating
         if again or (what == "start" and p.since < self.started):
             level, text = logging.INFO, f"{where}: still {text[len(where) + 2 :]}"

@@ -77,7 +77,9 @@ class BusView:
     that could not be read, whether the ``nvidia`` kernel module is loaded, ``not_back``
     the slots of ``seen`` last on the bus in an earlier boot and not yet in this one, and
     ``gone_since`` when those missing from it before the agent started were first found
-    missing (wall s; their ``gone_from_bus`` is no new fault to this agent)."""
+    missing (wall s; their ``gone_from_bus`` is no new fault to this agent), ``removed`` the
+    slots root said left for good (``gpuagent clear SLOT gone_from_bus``) and not on the bus
+    since, each with the ``expected_gpus`` of its clear (None: unset)."""
 
     gpus: tuple[PciGpu, ...] = ()
     seen: frozenset[str] = frozenset()
@@ -85,6 +87,7 @@ class BusView:
     module_loaded: bool = False
     not_back: frozenset[str] = frozenset()
     gone_since: Mapping[str, float] = field(default_factory=dict)
+    removed: Mapping[str, int | None] = field(default_factory=dict)
 
     @property
     def slots(self) -> list[str]:

@@ -276,7 +276,7 @@ def test_gpu_vanishing_from_nvidia_smi(host: Host) -> None:
     assert report.state["missing"] == [host.slots[7]]
     assert len(host.events(Event.GPU_MISSING)) == 1
     assert host.slots[7] == host.events(Event.GPU_MISSING)[0].PCI_SLOT  # type: ignore[attr-defined]
-    assert report.status == f"8 GPUs, 1 needs attention: {host.slots[7]} missing"
+    assert report.status == f"1 critical ({host.slots[7]} missing); 8 GPUs, sampling"
     # Still known, with its last sample marked stale; missing is a critical problem, logged
     # as one (an error, the shape of every problem's line).
     gone = report.state["gpus"][7]

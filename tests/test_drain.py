@@ -102,8 +102,10 @@ def test_worst_is_critical_then_the_strongest_action_then_slot() -> None:
         "": [states.problem("gpu_count", "warning", "check_host", slot="")],
     }
     st = states.state(bus=bus, problems=problems)
-    assert worst(st) == drain.Worst("critical", OTHER, "xid", "drain_and_reset")
-    assert worst(st).reason == f"gpuagent: {OTHER} xid drain_and_reset"  # type: ignore[union-attr]
+    # An Xid latches: only a clear ends it, and its drain reason says so.
+    assert worst(st) == drain.Worst("critical", OTHER, "xid", "drain_and_reset", latches=True)
+    said = f"gpuagent: {OTHER} xid drain_and_reset; then gpuagent clear"
+    assert worst(st).reason == said  # type: ignore[union-attr]
     host = states.state(
         problems={"": [states.problem("gpu_count", "critical", "check_host", slot="")]}
     )
@@ -454,13 +456,15 @@ def xid_problem(kind: str, code: object, slot: str = SLOT) -> State:
 
 def test_an_xid_s_drain_reason_names_its_code() -> None:
     xid79 = worst(xid_problem("xid", 79))
-    assert xid79 is not None and xid79.reason == f"gpuagent: {SLOT} xid reboot (Xid 79)"
+    said = f"gpuagent: {SLOT} xid reboot (Xid 79); then gpuagent clear"
+    assert xid79 is not None and xid79.reason == said
     # Only an Xid's code: any other kind keeps the plain shape.
     other = worst(xid_problem("recovery_action", 79))
     assert other is not None and other.reason == f"gpuagent: {SLOT} recovery_action reboot"
     # An Xid whose code the state lacks (the host's stray addresses) keeps the plain shape too.
-    assert worst(sick(kind="xid")).reason == f"gpuagent: {SLOT} xid reset_gpu"  # type: ignore[union-attr]
-    reason = f"gpuagent: {SLOT} xid reboot (Xid 79)"
+    said = f"gpuagent: {SLOT} xid reset_gpu; then gpuagent clear"
+    assert worst(sick(kind="xid")).reason == said  # type: ignore[union-attr]
+    reason = f"gpuagent: {SLOT} xid reboot (Xid 79); then gpuagent clear"
     d = decide(
         node("IDLE+DRAIN", f"gpuagent: {SLOT} xid reboot"), xid_problem("xid", 79), "", time.time()
     )

@@ -67,7 +67,7 @@ def _lone_lost_gpu(name: str, code: int) -> Fault:
         setup,
         "ok",
         None,
-        f"9 GPUs, 1 needs attention: {slot} lost",
+        f"1 critical ({slot} lost); 9 GPUs, sampling",
         1,
     )
 
@@ -119,7 +119,7 @@ def _unreadable_class(h: Host) -> None:
 
 
 # The captured warning names a GPU this fake host does not have: still a GPU to report.
-INFOROM_STATUS = "8 GPUs, 1 needs attention: 0000:00:1e.0 inforom"
+INFOROM_STATUS = "1 warning (0000:00:1e.0 inforom); 8 GPUs, sampling"
 
 FAULTS = [
     *(
@@ -173,7 +173,7 @@ FAULTS = [
         lambda h: h.scenario(hang=60),
         "failing",
         "timeout",
-        "8 GPUs, nvidia-smi failing (timeout), next try in 20 s",
+        "1 critical (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
         2,  # the outage's warning, and driver_hung: three timeouts with the module loaded
         timeout=0.3,
     ),
@@ -182,7 +182,7 @@ FAULTS = [
         lambda h: h.scenario(hang=60, ignore_term=True),
         "failing",
         "timeout",
-        "8 GPUs, nvidia-smi failing (timeout), next try in 20 s",
+        "1 critical (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
         2,  # the outage's warning, and driver_hung: three timeouts with the module loaded
         timeout=0.3,
     ),
@@ -296,7 +296,7 @@ FAULTS = [
         lambda h: h.healthy(slots=h.slots[1:]),
         "ok",
         None,
-        "8 GPUs, 1 needs attention: 0000:18:00.0 missing",
+        "1 critical (0000:18:00.0 missing); 8 GPUs, sampling",
         1,
     ),
 ]

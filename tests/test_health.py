@@ -67,6 +67,8 @@ def test_tracker_merges_sources_and_keeps_since_across_a_new_message() -> None:
         "action": "reset_gpu",
         "message": "Xid 48",
         "since": 1.0,
+        "ends": "holds until the next boot; after the repair: gpuagent clear a xid",
+        "latches": True,
         "xid": 48,
     }
     hotter = Finding("throttled", WARNING, "check_host", "clocks held down: power brake")

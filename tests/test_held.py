@@ -14,7 +14,7 @@ from typing import Any
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.held import FILE, Held, HeldProblems
 from gpuagent.logs import Event, EventLog
-from gpuagent.sources.kernel import timeline
+from gpuagent.sources.kernel import clears, timeline
 from gpuagent.sources.probe import rules
 from gpuagent.verdict import Verdict
 from gpuagent.views import BusView, PciGpu
@@ -71,6 +71,7 @@ def test_a_problem_held_before_the_restart_keeps_its_since_and_is_restated_once_
     (live,) = rules.wrong_driver_findings(nouveau_bus().gpus)[SLOT]
     assert line.getMessage() == (
         f"GPU {SLOT}: still critical wrong_driver: {live.message}; action: check_host; "
+        f"{clears.ending(SLOT, 'wrong_driver', live.ends)[0]}; "
         f"since {clock(1000.0)}, seen before the restart"
     )
     assert (line.PCI_SLOT, line.PROBLEM, line.SEVERITY) == (SLOT, "wrong_driver", "critical")  # type: ignore[attr-defined]

@@ -135,7 +135,8 @@ def test_after_a_reboot_a_gpu_that_did_not_come_back_is_said_to_be_so(
     (line,) = [r.getMessage() for r in host.events(Event.problem("gone_from_bus"))][-1:]
     assert line == (
         f"GPU {sick}: critical gone_from_bus: the GPU did not come back on the PCI bus "
-        "after the reboot; action: reboot"
+        "after the reboot; action: reboot; ends by itself when the GPU is back on the PCI bus; "
+        f"if it left for good: gpuagent clear {sick} gone_from_bus"
     )
     (count,) = st["host_problems"]
     assert count["kind"] == "gpu_count"

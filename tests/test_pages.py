@@ -10,8 +10,10 @@ from typing import Any
 
 from gpuagent import metrics
 from gpuagent.commands import status
+from gpuagent.health import CRITICAL, WARNING, Finding, Problem
 from gpuagent.logs import Event
-from tests import fakesysfs
+from gpuagent.schema import State
+from tests import fakesysfs, states
 from tests.conftest import Host
 from tests.test_kernel import FELL_OFF, make
 
@@ -71,8 +73,44 @@ def test_a_restart_restates_a_boots_xid_at_info_with_its_real_start(host: Host, 
     (xid,) = host.state["gpus"][0]["xids"]
     clock = time.strftime("%H:%M:%S", time.localtime(xid["first"]))
     assert line.getMessage().startswith(f"GPU {fell}: still critical xid: Xid 79 ")
-    assert line.getMessage().endswith(f"; action: reboot; since {clock}")
+    assert line.getMessage().endswith(
+        f"; action: reboot; holds until the next boot; after the repair: gpuagent clear {fell} "
+        f"xid; since {clock}"
+    )
     (problem,) = host.state["gpus"][0]["problems"]
     assert problem["since"] == xid["first"]
     # Still critical on every other surface.
     assert status.judge(host.state, time.time())[0] == status.ExitCode.CRITICAL
+
+
+def test_each_host_problem_is_a_series_of_its_own_and_each_gpu_one() -> None:
+    """A host whose GPU count is short, then whose fabric manager stops as well: two host
+    series, one a kind (two pages), beside one worst-problem series a GPU."""
+    count = states.problem("gpu_count", CRITICAL, "check_host", slot="", message="7 of 8")
+    fm = states.problem("fabricmanager_down", CRITICAL, "restart_service", slot="")
+    hot = states.problem("throttled", WARNING, "check_host")
+    xid = Problem(states.SLOT, Finding("xid", CRITICAL, "reboot", "m", (("xid", 79),)), 1.0)
+    before = states.state(problems={"": [count], states.SLOT: [hot]})
+    after = states.state(problems={"": [count, fm], states.SLOT: [xid, hot]})
+    assert labels(before, "gpuagent_host_problem") == [
+        {
+            "kind": "gpu_count",
+            "severity": "critical",
+            "action": "check_host",
+            "message": "7 of 8",
+            "ends": "ends when its cause does",
+        }
+    ]
+    assert [s["kind"] for s in labels(after, "gpuagent_host_problem")] == [
+        "gpu_count",
+        "fabricmanager_down",
+    ]
+    # A GPU's problems stay one series, its worst; the host has none there.
+    for st, kind in ((before, "throttled"), (after, "xid")):
+        (gpu,) = labels(st, "gpuagent_gpu_worst_problem")
+        assert (gpu["pci_slot"], gpu["kind"]) == (states.SLOT, kind)
+
+
+def labels(st: State, name: str) -> list[dict[str, str]]:
+    """The labels of the metric ``name``'s series in ``st``'s textfile."""
+    return [s.labels for f in metrics.families(st) if f.name == name for s in f.samples]

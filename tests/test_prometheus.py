@@ -449,6 +449,7 @@ def test_the_dashboard_covers_what_the_issue_asks() -> None:
         "gpuagent_gpu_info",
         "gpuagent_gpu_healthy",
         "gpuagent_gpu_problem",
+        "gpuagent_host_problem",
         "gpuagent_gpu_temperature_celsius",
         "gpuagent_gpu_power_draw_watts",
         "gpuagent_gpu_utilization_ratio",

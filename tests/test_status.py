@@ -127,9 +127,10 @@ def test_render_rows_and_stale() -> None:
         "missing": [ABSENT],
     }
     st = base(**facts)
-    assert st["status"] == f"2 GPUs, 1 needs attention: {ABSENT} missing"
+    assert st["status"] == f"1 critical ({ABSENT} missing); 2 GPUs, sampling"
     text = render(st, NOW, *judge(st, NOW))
-    assert text.splitlines()[0] == f"\u25cf gpuagent - 2 GPUs, 1 needs attention: {ABSENT} missing"
+    first = f"\u25cf gpuagent - 1 critical ({ABSENT} missing); 2 GPUs, sampling"
+    assert text.splitlines()[0] == first
     assert "NVIDIA H200" not in text  # the name is --wide's
     assert "NVIDIA H200" in render(st, NOW, *judge(st, NOW), wide=True)
     assert "32362/143771 MiB" in render(st, NOW, *judge(st, NOW), wide=True)

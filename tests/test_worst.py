@@ -15,6 +15,7 @@ from gpuagent.commands import drain
 from gpuagent.commands.status import judge
 from gpuagent.health import CRITICAL, WARNING, Finding, Problem, Tracker, rank
 from gpuagent.schema import State
+from gpuagent.sources.kernel import clears
 from tests import states
 from tests.test_drain import nhc, node
 
@@ -85,10 +86,14 @@ def made(found: Mapping[str, Sequence[Finding]], now: float) -> State:
     return states.state(now=now, bus=bus, problems=held(found, now))
 
 
+def series(st: State, name: str) -> list[dict[str, str]]:
+    """The labels of the metric ``name``'s series."""
+    return [s.labels for f in metrics.families(st) if f.name == name for s in f.samples]
+
+
 def worst_series(st: State) -> dict[str, str]:
-    """``gpuagent_gpu_worst_problem``'s kind, by slot (``""``: the host)."""
-    (family,) = [f for f in metrics.families(st) if f.name == "gpuagent_gpu_worst_problem"]
-    return {s.labels["pci_slot"]: s.labels["kind"] for s in family.samples}
+    """``gpuagent_gpu_worst_problem``'s kind, by slot."""
+    return {s["pci_slot"]: s["kind"] for s in series(st, "gpuagent_gpu_worst_problem")}
 
 
 def xid_of(f: Finding) -> int | None:
@@ -96,11 +101,17 @@ def xid_of(f: Finding) -> int | None:
     return code if f.kind == "xid" and isinstance(code, int) else None
 
 
+def latches(where: str, f: Finding) -> bool:
+    """Whether only a clear ends ``f`` on ``where`` (``host``: the host's)."""
+    return clears.ending("" if where == "host" else where, f.kind, f.ends)[1]
+
+
 def reason_of(where: str, f: Finding) -> str:
     """The drain reason slurm-check and NHC give for ``f`` on ``where``."""
     said = f"gpuagent: {where} {f.kind} {f.action}"
     code = xid_of(f)
-    return said if code is None else f"{said} (Xid {code})"
+    said = said if code is None else f"{said} (Xid {code})"
+    return said + drain.THEN_CLEAR if latches(where, f) else said
 
 
 @pytest.mark.parametrize(("name", "found", "expected"), TABLE, ids=IDS)
@@ -119,9 +130,14 @@ def test_every_surface_names_the_same_worst(
     assert f"{where} {f.name}" in st["status"]
     # status: its reason leads with it.
     assert judge(st, now)[1].startswith(f"{where} {kind}: {f.action}")
-    assert worst_series(st)[slot] == kind
+    if slot == HOST:
+        # The host's problems page each on its own: one series a kind.
+        assert kind in [s["kind"] for s in series(st, "gpuagent_host_problem")]
+        assert HOST not in worst_series(st)
+    else:
+        assert worst_series(st)[slot] == kind
     bad = drain.worst(st)
-    assert bad == drain.Worst(f.severity, where, kind, f.action, xid_of(f))
+    assert bad == drain.Worst(f.severity, where, kind, f.action, xid_of(f), latches(where, f))
     said = reason_of(where, f) if f.severity == CRITICAL else ""
     assert drain.reason(st, "", now) == (True, said)
     update = drain.decide(node(), st, "", now).update

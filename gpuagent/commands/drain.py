@@ -7,7 +7,8 @@ critical problem on this host, and which is the worst?  The answer is here, with
 * :func:`worst` picks the worst problem, in the one order of :func:`gpuagent.health.rank`;
 * :func:`decide` turns it and the node's Slurm state (:func:`parse_node`, from ``scontrol show
   node -o``) into the one ``scontrol update`` to run, if any: drain on a critical problem with
-  reason ``gpuagent: <slot> <kind> <action>`` (then ``(Xid N)`` for an Xid), resume only a
+  reason ``gpuagent: <slot> <kind> <action>`` (then ``(Xid N)`` for an Xid, and ``; then
+  gpuagent clear`` for a problem that only a clear ends, where it fits), resume only a
   node whose reason starts with ``gpuagent:``, leave every other drain alone, and touch
   nothing when the state cannot be trusted (missing, stale, the agent stopped);
 * :func:`npd` is node-problem-detector's exit status and line.
@@ -25,6 +26,8 @@ from gpuagent.schema import State
 __all__ = [
     "NPD_WIDTH",
     "PREFIX",
+    "REASON_WIDTH",
+    "THEN_CLEAR",
     "Decision",
     "Node",
     "Worst",
@@ -39,6 +42,14 @@ __all__ = [
 PREFIX = "gpuagent:"
 # node-problem-detector keeps a plugin's output to max_output_length (80 by default).
 NPD_WIDTH = 80
+# The longest drain reason that says how its problem ends: one line of a terminal, as
+# `sinfo -R -o "%80E %N"` shows it whole and node-problem-detector its own line (sinfo -R's
+# default 20 columns cut every reason; scontrol show node prints it whole).  A reason longer
+# with the ending than this is given without it.
+REASON_WIDTH = 80
+# What a drain reason adds when only `gpuagent clear` ends the problem: a repair alone (the
+# reset the action says) ends neither the problem nor the drain.
+THEN_CLEAR = "; then gpuagent clear"
 # scontrol ends a reason with who set it and when: "Reason=text [root@2026-12-01T09:30:00]".
 _REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]\s]*@[^\]\s]*\])?\s*$", re.S)
 _STATE = re.compile(r"(?:^|\s)State=(\S+)")
@@ -47,21 +58,28 @@ _NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
 
 @dataclass(frozen=True)
 class Worst:
-    """The worst problem on the host: its GPU's ``slot`` (``host`` for the host's own) and,
-    for kind ``xid``, the Xid code where the state has it."""
+    """The worst problem on the host: its GPU's ``slot`` (``host`` for the host's own), for
+    kind ``xid`` the Xid code where the state has it, and whether it ``latches`` (only
+    ``gpuagent clear`` ends it, as the state says)."""
 
     severity: str
     slot: str
     kind: str
     action: str
     xid: int | None = None
+    latches: bool = False
 
     @property
     def reason(self) -> str:
         """The drain reason: ``gpuagent: <slot> <kind> <action>``, then ``(Xid N)`` for an
-        Xid (``gpuagent: 0000:3a:00.0 xid reboot (Xid 79)``)."""
+        Xid, then, for a problem that latches, ``; then gpuagent clear`` where the whole fits
+        :data:`REASON_WIDTH` (``gpuagent: 0000:3a:00.0 xid reboot (Xid 79); then gpuagent
+        clear``)."""
         said = f"{PREFIX} {self.slot} {self.kind} {self.action}"
-        return said if self.xid is None else f"{said} (Xid {self.xid})"
+        said = said if self.xid is None else f"{said} (Xid {self.xid})"
+        if self.latches and len(said) + len(THEN_CLEAR) <= REASON_WIDTH:
+            return said + THEN_CLEAR
+        return said
 
 
 def worst(st: State) -> Worst | None:
@@ -73,7 +91,14 @@ def worst(st: State) -> Worst | None:
     slot, p = found[0]
     code = p.get("xid")
     xid = code if p["kind"] == "xid" and type(code) is int else None
-    return Worst(p["severity"], clean(slot or "host"), clean(p["kind"]), clean(p["action"]), xid)
+    return Worst(
+        p["severity"],
+        clean(slot or "host"),
+        clean(p["kind"]),
+        clean(p["action"]),
+        xid,
+        p.get("latches") is True,
+    )
 
 
 def critical(st: State) -> Worst | None:

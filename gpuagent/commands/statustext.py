@@ -3,8 +3,9 @@
 The header (the status line, the agent's life), the probe, every condition of the host (each
 of the agent's own troubles included), the host's problems, then one row a GPU that fits 80
 columns (``wide``: with its UUID and full name), each problem under its GPU with the action
-first.  A GPU whose sample is stale shows its last index in brackets: another GPU may have
-that index now.  Lines other than the table's are wrapped to ``width`` (``$COLUMNS``).
+first and, under it, how it ends.  A GPU whose sample is stale shows its last index in
+brackets: another GPU may have that index now.  Lines other than the table's are wrapped to
+``width`` (``$COLUMNS``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def render(
     for severity, text in conditions(st):
         if text not in (st["status"], title):
             lines.append(f"    {severity.health}: {clean(text)}")
-    lines.extend(f"    host: {_problem(p, now)}" for p in st["host_problems"])
+    for p in st["host_problems"]:
+        lines.append(f"    host: {_problem(p, now)}")
+        lines.extend(f"      {ends}" for ends in _ends(p))
     services = services_row(st.get("services"))
     if services:
         lines.append(f"    services: {services}")
@@ -192,11 +195,19 @@ def _problem(p: ProblemEntry, now: float) -> str:
     )
 
 
+def _ends(p: ProblemEntry) -> list[str]:
+    """How the problem ends, as the agent that wrote the state said (none from an older one)."""
+    ends = p.get("ends")
+    return [clean(ends)] if isinstance(ends, str) and ends else []
+
+
 def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
     nvlink = nvlink_row(g.get("nvlink"))
     lines = [f"      {nvlink}"] if nvlink else []
     lines.extend(f"      {row}" for row in process_rows(g))
-    lines.extend(f"      - {_problem(p, now)}" for p in g["problems"])
+    for p in g["problems"]:
+        lines.append(f"      - {_problem(p, now)}")
+        lines.extend(f"        {ends}" for ends in _ends(p))
     if g.get("xids"):
         lines.append("      " + "; ".join(count(f"Xid {c['xid']}", c) for c in g["xids"]))
     kinds = {p["kind"] for p in g["problems"]}

@@ -423,7 +423,7 @@ def gpu_problem(c: Container) -> None:
     }
     c.write(f"{FAKE}/scenario.json", json.dumps(step))
     wait_for("the problem's journal line", lambda: c.events(Event.PROBLEM_RECOVERY_ACTION), 10)
-    attention = f"8 GPUs, 1 needs attention: {sick} recovery_action"
+    attention = f"1 critical ({sick} recovery_action); 8 GPUs, sampling"
     wait_for("the status line", lambda: c.prop("StatusText") == attention, 10)
     assert f'Status: "{attention}"' in c.run("systemctl", "status", "gpuagent", check=False).stdout
     c.wait_ticks(4)  # four more ticks, to see that the line is not repeated
@@ -677,7 +677,7 @@ def xids_under_systemd(c: Container, slots: list[str]) -> None:
     assert status.returncode == 2, status.stdout + status.stderr
     assert "Xid 79 \u00d71, last " in status.stdout
     assert "Xid 13 \u00d72, last " in status.stdout
-    assert f"8 GPUs, 1 needs attention: {fell} Xid 79" in c.prop("StatusText")
+    assert f" critical ({fell} Xid 79" in c.prop("StatusText")
     series = re.compile(
         rf'^gpuagent_gpu_xid_errors_total\{{pci_slot="{fell}",'
         r'uuid="GPU-11111111-2222-3333-4444-555555555555",xid="79"\} 1(\.0)?$',

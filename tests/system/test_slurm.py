@@ -129,7 +129,8 @@ def cleared_by_root(c: Container, work: str) -> None:
     sick = fakesysfs.gpu_slots(8)[2]
     fell = f"NVRM: Xid (PCI:{sick[:-2]}): 79, pid='<unknown>', name=<unknown>, GPU has fallen"
     place_journal(c, work, f"{fell} off the bus.\n", name="slurm-xid")
-    reason = f"gpuagent: {sick} xid reboot (Xid 79)"
+    # The reason says a clear, not the reboot alone, ends it.
+    reason = f"gpuagent: {sick} xid reboot (Xid 79); then gpuagent clear"
     wait_for("the Xid's drain", lambda: s.reason() == reason, 40)
     assert "DRAIN" in s.state()
     said = c.out("gpuagent", "clear", sick, "xid")

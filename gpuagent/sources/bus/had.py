@@ -38,6 +38,7 @@ class GpusHad(Source):
             seen=frozenset(self.known.gpus),
             not_back=frozenset(self.known.not_back),
             gone_since=self.known.gone_since,
+            removed=dict(self.known.removed),
         )
 
     def step(self, tick: Tick) -> Outcome:
@@ -45,7 +46,7 @@ class GpusHad(Source):
         bus = tick.scan
         gone = tick.kernel.forgotten
         if gone:
-            self.known.forget(gone)
+            self.known.forget(gone, tick.config.expected_gpus)
             bus = _forget(bus, gone)
         rows = tick.last.probe.samples.samples
         present: dict[str, Gpu] = {}
@@ -57,6 +58,7 @@ class GpusHad(Source):
                 "name": name if isinstance(name, str) else None,
             }
         self.known.update(present, tick.now)
+        bus = replace(bus, removed=dict(self.known.removed))
         return Outcome(bus, trouble={"known_gpus": self.known.error})
 
 

@@ -4,10 +4,11 @@ The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
 (:class:`gpuagent.edges.statedir.StateFile`); a hand run without that variable remembers
 nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
 ``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
-it.  Each also notes the boot it was last on the bus in (:mod:`gpuagent.edges.bootid`): one last
-seen in an earlier boot did not come back after the reboot (:attr:`KnownGpus.not_back`).  A
-file that cannot be read or written is one warning (the state's ``problems["known_gpus"]``)
-and the agent goes on with what it sees.
+it; a GPU so forgotten is one less for ``expected_gpus`` (:attr:`KnownGpus.removed`) until a
+GPU is on its slot again.  Each also notes the boot it was last on the bus in
+(:mod:`gpuagent.edges.bootid`): one last seen in an earlier boot did not come back after the
+reboot (:attr:`KnownGpus.not_back`).  A file that cannot be read or written is one warning
+(the state's ``problems["known_gpus"]``) and the agent goes on with what it sees.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ class KnownGpus:
     def __init__(self, directory: str | None, log: EventLog, boot: str = "") -> None:
         self.boot = boot
         self.file = StateFile(directory, FILE, log, limit=MAX_SIZE, otherwise="the GPUs on the bus")
-        self.gpus: dict[str, Entry] = self.file.read(_parsed, "the GPUs this host had") or {}
+        known = self.file.read(_parsed, "the GPUs this host had") or ({}, {})
+        self.gpus: dict[str, Entry] = known[0]
+        # The slots root said left for good, with the expected_gpus of the clear: one GPU
+        # less to expect while that setting stands (an operator who lowers it has counted it).
+        self.removed: dict[str, int | None] = known[1]
 
     @property
     def error(self) -> str | None:
@@ -70,6 +75,9 @@ class KnownGpus:
         known), on the bus in this boot, and when (wall time ``now``) each of the others was
         first found missing; writes the file when that changes what it holds."""
         merged = dict(self.gpus)
+        back = [s for s in self.removed if s in present]
+        for slot in back:
+            del self.removed[slot]
         for slot, gpu in present.items():
             old = merged.get(slot, {})
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in ("uuid", "name")}
@@ -78,27 +86,31 @@ class KnownGpus:
         for slot in set(merged) - set(present):
             if now is not None and merged[slot].get("gone_at") is None:
                 merged[slot] = {**merged[slot], "gone_at": now}
-        if merged != self.gpus:
+        if merged != self.gpus or back:
             self.gpus = merged
             self._write()
 
-    def forget(self, slots: Iterable[str]) -> None:
-        """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good)."""
+    def forget(self, slots: Iterable[str], expected: int | None = None) -> None:
+        """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good), each
+        one GPU less to expect while ``expected_gpus`` is ``expected``."""
         gone = [s for s in slots if s in self.gpus]
         for slot in gone:
             del self.gpus[slot]
+            self.removed[slot] = expected
         if gone:
             self._write()
 
     def _write(self) -> None:
         gpus = [{"pci_slot": s, **g} for s, g in sorted(self.gpus.items())]
-        self.file.write({"gpus": gpus}, "the GPUs this host has")
+        removed = [{"pci_slot": s, "expected_gpus": n} for s, n in sorted(self.removed.items())]
+        self.file.write({"gpus": gpus, "removed": removed}, "the GPUs this host has")
 
 
-def _parsed(data: Any) -> dict[str, Entry]:
+def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None]]:
     """The GPUs of the file's JSON ``{"gpus": [{"pci_slot": str, "uuid": str|null, "name":
-    str|null, "boot": str|null, "gone_at": finite number|null}, ...]}``; raises ValueError
-    naming what is not so."""
+    str|null, "boot": str|null, "gone_at": finite number|null}, ...], "removed":
+    [{"pci_slot": str, "expected_gpus": int|null}, ...]}`` (``removed`` absent in an older
+    agent's file), and those removed; raises ValueError naming what is not so."""
     gpus = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(gpus, list):
         raise TypeError('expected {"gpus": [...]}')
@@ -115,4 +127,18 @@ def _parsed(data: Any) -> dict[str, Entry]:
         ):
             raise TypeError(f"gpus[{i}]: gone_at must be a number or null")
         out[g["pci_slot"]] = entry
+    return out, _removed(data.get("removed", []))
+
+
+def _removed(data: Any) -> dict[str, int | None]:
+    if not isinstance(data, list):
+        raise TypeError('expected "removed": [...]')
+    out: dict[str, int | None] = {}
+    for i, r in enumerate(data):
+        n = r.get("expected_gpus") if isinstance(r, dict) else None
+        if not isinstance(r, dict) or not isinstance(r.get("pci_slot"), str):
+            raise TypeError(f"removed[{i}]: expected an object with a pci_slot string")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+            raise TypeError(f"removed[{i}]: expected_gpus must be a whole number or null")
+        out[r["pci_slot"]] = n
     return out

@@ -195,6 +195,7 @@ class ModuleAbsence:
             CRITICAL,
             "check_host",
             f"the nvidia kernel module has not been loaded for {self.grace:g} s: {text}",
+            ends="when the nvidia module is loaded",
         )
 
 
@@ -361,4 +362,5 @@ def reboot_pending(
         WARNING,
         "reboot",
         f"{text}: reboot the host (or reload the nvidia modules) to finish the upgrade",
+        ends="when the loaded module is the installed driver's (after the reboot)",
     )

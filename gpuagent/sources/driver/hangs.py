@@ -46,4 +46,5 @@ class ProbeHangs:
             "reboot",
             f"nvidia-smi timed out {self.count} times within {self.window:g} s with the "
             "nvidia module loaded: the driver no longer answers",
+            ends=f"{self.window:g} s after the last timeout, or when the module is unloaded",
         )

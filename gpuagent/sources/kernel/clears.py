@@ -6,6 +6,7 @@ fields ``PCI_SLOT``, ``KIND`` (a kind, or ``all``) and ``CLEARED_BY`` (the calle
 name).  Anyone may log such text; only an entry journald stamped ``_UID=0`` counts
 (:func:`parse`).  A clear ends only the problems that hold until the next boot
 (:data:`LATCHING`); whatever is read live (nvidia-smi's values, the bus) ends with its cause.
+:func:`ending` says how each problem ends, in the words every surface shows.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from collections.abc import Mapping
 from gpuagent.sources.bus.pciaddr import parse_device
 from gpuagent.views import Clear
 
-__all__ = ["ALL", "GONE", "LATCHING", "covers", "fields", "parse", "refusal", "slot_of"]
+__all__ = [
+    "ALL",
+    "GONE",
+    "LATCHING",
+    "covers",
+    "ending",
+    "fields",
+    "parse",
+    "refusal",
+    "slot_of",
+]
 
 # The kinds that hold until the next boot unless an operator clears them.
 LATCHING = ("xid", "init_failed")
@@ -39,6 +50,32 @@ def refusal(kind: str) -> str | None:
         f"only {', '.join(LATCHING)} hold until a clear or the next boot, and {GONE} "
         "until a clear forgets the GPU"
     )
+
+
+def ending(slot: str, kind: str, when: str) -> tuple[str, bool]:
+    """How a problem of ``kind`` on ``slot`` (``""``: the host) ends, in the words of the
+    journal line, ``status``, the state and the alert (``It …``), and whether it latches:
+    only ``gpuagent clear``, or the next boot, ends it; a repair alone does not.  ``when`` is
+    what its rule says of its own end (``when nvidia-smi answers again``; ``""``: none).
+
+    ``("holds until the next boot; after the repair: gpuagent clear 0000:18:00.0 xid",
+    True)``; ``("ends by itself when the GPU is back on the PCI bus; if it left for good:
+    gpuagent clear 0000:18:00.0 gone_from_bus", False)``; ``("ends by itself when
+    nvidia-fabricmanager.service runs again", False)``.  A host's problem has no clear
+    (``gpuagent clear`` takes a GPU's slot)."""
+    command = f"gpuagent clear {slot} {kind}"
+    clear = None
+    if slot and kind in LATCHING:
+        clear = f"after the repair: {command}"
+    elif slot and kind == GONE:
+        clear = f"if it left for good: {command}"
+    if when:
+        said = f"ends by itself {when}"
+        return (f"{said}; {clear}" if clear else said), False
+    if clear:
+        return f"holds until the next boot; {clear}", True
+    # A host's Xid (an address that is no GPU): this boot's, with no slot to clear.
+    return ("ends at the next boot" if kind in LATCHING else "ends when its cause does"), False
 
 
 def slot_of(text: str) -> str | None:

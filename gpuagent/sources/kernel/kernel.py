@@ -378,6 +378,7 @@ def _others(addresses: int, overflow: int) -> Finding:
         "check_host",
         f"{'; '.join(words)}: check the host",
         (("address", "others"),),
+        ends="at the next boot",
     )
 
 
@@ -390,4 +391,5 @@ def _stray(f: Finding, slot: str, what: str) -> Finding:
         "check_host",
         f"{f.message}; logged for PCI {slot}, which is no GPU (sysfs: {what}): check the host",
         (*f.extra, ("address", slot)),
+        ends=f.ends,
     )

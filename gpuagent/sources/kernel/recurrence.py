@@ -83,7 +83,12 @@ class Recurrence:
         since = time.strftime("%Y-%m-%d", time.localtime(earlier[0][1]))
         said = f"{finding.name} on {slot} in {len(earlier) + 1} boots since {since}"
         return Finding(
-            finding.kind, CRITICAL, "drain_and_rma", f"{said}; {finding.message}", finding.extra
+            finding.kind,
+            CRITICAL,
+            "drain_and_rma",
+            f"{said}; {finding.message}",
+            finding.extra,
+            ends=finding.ends,
         )
 
 

@@ -71,6 +71,8 @@ def finding(
         # A warning that lapsed and came back starts again at its latest record.
         at=count.first if info.severity == CRITICAL else count.last,
         unit=unit,
+        # A warning lapses; a critical Xid holds until a clear or the next boot.
+        ends=f"{hold:g} s after its last record" if info.severity == WARNING and hold else "",
     )
 
 

@@ -65,6 +65,8 @@ _COUNTER = re.compile(
     r"^\s*Link\s+(?P<n>\d{1,4}):\s*(?P<name>[A-Za-z][A-Za-z -]*?):\s*(?P<value>\S+)\s*$"
 )
 _NO_VALUE = frozenset({"N/A", "[N/A]", "Not Supported", "[Not Supported]"})
+# nvlink_down's end: every link up earlier in the boot, and as many as its peers have, up.
+_UP = "when its links are up again"
 _COUNT_DIGITS = 20
 
 
@@ -300,10 +302,15 @@ class Watch:
         for key, gpu in self._gpus.items():
             down = self._down(gpu, active)
             if down:
-                out.setdefault(key, []).append(Finding("nvlink_down", CRITICAL, "reset_gpu", down))
+                out.setdefault(key, []).append(
+                    Finding("nvlink_down", CRITICAL, "reset_gpu", down, ends=_UP)
+                )
         for key, links in self._rising.items():
             text = f"NVLink error counters rising: {'; '.join(links)}"
-            out.setdefault(key, []).append(Finding("nvlink_errors", WARNING, "reset_gpu", text))
+            ends = f"when the counters have not risen for {self.window:g} s"
+            out.setdefault(key, []).append(
+                Finding("nvlink_errors", WARNING, "reset_gpu", text, ends=ends)
+            )
         return out
 
     def _down(self, gpu: Gpu, actives: Mapping[str, int | None]) -> str:

@@ -76,6 +76,8 @@ _RECOVERY: dict[str, tuple[str, str]] = {
     "Drain P2P": (WARNING, "drain_p2p"),
     "Drain and Reset": (CRITICAL, "drain_and_reset"),
 }
+# An infoROM does not heal: the problem ends only with another GPU (or a driver that reads it).
+_INFOROM = "when nvidia-smi no longer says the infoROM is corrupted (a new GPU)"
 # fabric.state: a GPU of an NVSwitch system runs no CUDA work until it has joined the fabric.
 _FABRIC_PENDING = frozenset({"Not Started", "In Progress"})
 
@@ -107,7 +109,13 @@ def _recovery(value: object) -> Finding | None:
     if not isinstance(value, str) or value == "None":
         return None
     severity, action = _RECOVERY.get(value, (CRITICAL, "reboot"))
-    return Finding("recovery_action", severity, action, f"the driver asks for recovery: {value}")
+    return Finding(
+        "recovery_action",
+        severity,
+        action,
+        f"the driver asks for recovery: {value}",
+        ends="when gpu_recovery_action reads None again",
+    )
 
 
 def _fabric(state: object, status: object) -> Finding | None:
@@ -117,7 +125,13 @@ def _fabric(state: object, status: object) -> Finding | None:
         text = f"failed to join the NVLink fabric: {status}"
     else:
         return None
-    return Finding("fabric", CRITICAL, "check_host", f"{text}; it cannot run CUDA work")
+    return Finding(
+        "fabric",
+        CRITICAL,
+        "check_host",
+        f"{text}; it cannot run CUDA work",
+        ends="when the GPU has joined the NVLink fabric",
+    )
 
 
 def _link(row: Row) -> Finding | None:
@@ -143,7 +157,11 @@ def _link(row: Row) -> Finding | None:
     if not faults:
         return None
     return Finding(
-        "pcie_link_degraded", WARNING, "check_host", f"PCIe link at {' and '.join(faults)}"
+        "pcie_link_degraded",
+        WARNING,
+        "check_host",
+        f"PCIe link at {' and '.join(faults)}",
+        ends="when the link runs at its full width (and, busy, its highest generation) again",
     )
 
 
@@ -155,6 +173,7 @@ def _mig(current: object, pending: object) -> Finding | None:
         WARNING,
         "reset_gpu",
         f"MIG mode is {current}, {pending} only after a GPU reset (mig.mode.pending)",
+        ends="when the pending MIG mode is the current one (after a GPU reset)",
     )
 
 
@@ -174,12 +193,21 @@ def row_findings(
                 CRITICAL,
                 "reset_gpu",
                 f"nvidia-smi says the GPU requires a reset ({', '.join(reset)})",
+                ends="when nvidia-smi reads its values again (after the reset)",
             )
         )
     if (f := _recovery(row.get("gpu_recovery_action"))) is not None:
         out.append(f)
     if _yes(row.get("remapped_rows.failure")):
-        out.append(Finding("row_remap_failed", CRITICAL, "drain_and_rma", "row remapping failed"))
+        out.append(
+            Finding(
+                "row_remap_failed",
+                CRITICAL,
+                "drain_and_rma",
+                "row remapping failed",
+                ends="when nvidia-smi no longer reads remapped_rows.failure Yes (a new GPU)",
+            )
+        )
     if _yes(row.get("remapped_rows.pending")):
         out.append(
             Finding(
@@ -187,6 +215,7 @@ def row_findings(
                 WARNING,
                 "reset_gpu",
                 "a memory row remap is pending until the GPU is reset",
+                ends="when the remap is done (after a GPU reset)",
             )
         )
     if _yes(row.get("retired_pages.pending")):
@@ -196,14 +225,29 @@ def row_findings(
                 WARNING,
                 "reset_gpu",
                 "a retired memory page is pending until the GPU is reset",
+                ends="when the page is retired (after a GPU reset)",
             )
         )
     if row.get("inforom.checksum_validation") == "invalid":
-        out.append(Finding("inforom", WARNING, "drain_and_rma", "the infoROM checksum is invalid"))
+        out.append(
+            Finding(
+                "inforom",
+                WARNING,
+                "drain_and_rma",
+                "the infoROM checksum is invalid",
+                ends=_INFOROM,
+            )
+        )
     reasons = throttle_reasons(row) if throttle else []
     if reasons:
         out.append(
-            Finding("throttled", WARNING, "check_host", f"clocks held down: {', '.join(reasons)}")
+            Finding(
+                "throttled",
+                WARNING,
+                "check_host",
+                f"clocks held down: {', '.join(reasons)}",
+                ends="when a sample shows no hardware slowdown",
+            )
         )
     if (f := _link(row)) is not None:
         out.append(f)
@@ -219,6 +263,7 @@ def row_findings(
                 WARNING,
                 "reset_gpu",
                 f"{ecc:g} uncorrected ECC errors since the driver loaded",
+                ends="when the count is 0 again (after a GPU reset or a reboot)",
             )
         )
     return out
@@ -227,7 +272,13 @@ def row_findings(
 def error_finding(text: str) -> Finding:
     """``lost``: nvidia-smi printed an error line for the GPU instead of its row."""
     action = "reset_gpu" if "reset" in text.lower() and "reboot" not in text.lower() else "reboot"
-    return Finding("lost", CRITICAL, action, f"nvidia-smi cannot reach the GPU: {text}")
+    return Finding(
+        "lost",
+        CRITICAL,
+        action,
+        f"nvidia-smi cannot reach the GPU: {text}",
+        ends="when nvidia-smi reports the GPU again",
+    )
 
 
 def missing_finding() -> Finding:
@@ -238,12 +289,19 @@ def missing_finding() -> Finding:
         "reboot",
         "missing from nvidia-smi, though bound to nvidia on the PCI bus (fallen off the bus "
         "or failed: look for Xid 79)",
+        ends="when nvidia-smi reports the GPU again",
     )
 
 
 def inforom_warning() -> Finding:
     """``inforom``: nvidia-smi warned that the GPU's infoROM is corrupted (exit 14)."""
-    return Finding("inforom", WARNING, "drain_and_rma", "nvidia-smi says the infoROM is corrupted")
+    return Finding(
+        "inforom",
+        WARNING,
+        "drain_and_rma",
+        "nvidia-smi says the infoROM is corrupted",
+        ends=_INFOROM,
+    )
 
 
 def bus_findings(
@@ -265,7 +323,16 @@ def bus_findings(
         text = "did not come back on the PCI bus after the reboot" if slot in earlier else ""
         text = f"the GPU {text or 'is no longer on the PCI bus'}"
         at = (gone_since or {}).get(slot)
-        out[slot] = [Finding("gone_from_bus", CRITICAL, "reboot", text, at=at)]
+        out[slot] = [
+            Finding(
+                "gone_from_bus",
+                CRITICAL,
+                "reboot",
+                text,
+                at=at,
+                ends="when the GPU is back on the PCI bus",
+            )
+        ]
     if module_loaded:
         for g in on_bus:
             if g.driver is None:
@@ -276,6 +343,7 @@ def bus_findings(
                         "reboot",
                         "the nvidia module is loaded but no driver is bound to the GPU "
                         "(the driver failed to initialise it; see dmesg)",
+                        ends="when a driver is bound to the GPU",
                     )
                 ]
     return out
@@ -293,6 +361,7 @@ def wrong_driver_findings(on_bus: Iterable[PciGpu]) -> dict[str, list[Finding]]:
                 "check_host",
                 f"bound to {g.driver}, not nvidia: blacklist {g.driver} "
                 "(modprobe.d, and the initramfs), then reboot",
+                ends="when nvidia holds the GPU",
             )
         ]
         for g in on_bus
@@ -306,20 +375,33 @@ def deliberate(gpu: PciGpu) -> bool:
     return not gpu.probeable and gpu.driver not in DISPLAY_DRIVERS
 
 
-def count_findings(on_bus: int, expected: int | None, missing: Iterable[str] = ()) -> list[Finding]:
+def count_findings(
+    on_bus: int, expected: int | None, missing: Iterable[str] = (), removed: Iterable[str] = ()
+) -> list[Finding]:
     """``gpu_count`` (host-level) when fewer than ``expected`` GPUs are on the bus, naming
-    the ``missing`` slots (the GPUs known to this host that are not on it)."""
-    if expected is None or on_bus >= expected:
+    the ``missing`` slots (the GPUs known to this host that are not on it); each slot of
+    ``removed`` (root cleared its ``gone_from_bus``: it left for good) is one GPU less to
+    expect."""
+    out = sorted(set(removed))
+    if expected is None or on_bus >= expected - len(out):
         return []
     gone = sorted(set(missing))
+    less = f", less {len(out)} removed for good ({', '.join(out)})" if out else ""
     named = f"; missing: {', '.join(gone)}" if gone else ""
+    # Only a GPU this host knows can be said to have left for good.
+    clear = ""
+    if gone:
+        which, slot = ("it", gone[0]) if len(gone) == 1 else ("one", "SLOT")
+        clear = f"; if {which} left for good: gpuagent clear {slot} gone_from_bus"
     return [
         Finding(
             "gpu_count",
             CRITICAL,
             "check_host",
             f"{on_bus} NVIDIA GPU{'' if on_bus == 1 else 's'} on the PCI bus where "
-            f"expected_gpus is {expected}{named}",
+            f"expected_gpus is {expected}{less}{named}",
+            ends=f"when {expected - len(out)} GPUs are on the PCI bus{clear}, or expected_gpus "
+            "is lowered",
         )
     ]
 

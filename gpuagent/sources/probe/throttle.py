@@ -171,6 +171,8 @@ class ThrottleWindow:
             "check_host",
             f"clocks held down in {gpu.held} of {gpu.samples} samples over the last "
             f"{max(self.window, span):g} s: {', '.join(names)}",
+            ends=f"when fewer than {self.fraction:.0%} of at least {MIN_SAMPLES} samples over "
+            f"the last {self.window:g} s are held down",
         )
 
     def _prune(self, gpu: _Gpu, now: float) -> None:

@@ -95,7 +95,8 @@ def fabricmanager_findings(nvswitches: Sequence[str], fm: UnitFacts | None) -> l
         f"{FABRICMANAGER} is {fm.describe()} and {n} NVSwitch{'es' if n > 1 else ''} on the "
         "PCI bus need it: no GPU can join the NVLink fabric"
     )
-    return [Finding("fabricmanager_down", CRITICAL, "restart_service", text)]
+    ends = f"when {FABRICMANAGER} runs again"
+    return [Finding("fabricmanager_down", CRITICAL, "restart_service", text, ends=ends)]
 
 
 def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:
@@ -107,7 +108,8 @@ def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:
         f"{PERSISTENCED} is {unit.describe()}: without it every nvidia-smi run "
         "initialises the GPUs again"
     )
-    return [Finding("persistenced_down", WARNING, "restart_service", text)]
+    ends = f"when {PERSISTENCED} runs again"
+    return [Finding("persistenced_down", WARNING, "restart_service", text, ends=ends)]
 
 
 def persistence_findings(
@@ -122,8 +124,9 @@ def persistence_findings(
         f"persistence mode is off and {PERSISTENCED} is {why}: each nvidia-smi run "
         "initialises the GPU again (1-3 s)"
     )
+    ends = f"when persistence mode is on, or {PERSISTENCED} runs"
     return {
-        slot: [Finding("persistence_off", WARNING, "restart_service", text)]
+        slot: [Finding("persistence_off", WARNING, "restart_service", text, ends=ends)]
         for slot, row in rows.items()
         if row.get("persistence_mode") == "Disabled"
     }
@@ -184,4 +187,5 @@ class RestartWatch:
             f"{FABRICMANAGER} restarted {risen} times within {minutes} (NRestarts "
             f"{self._last}): it keeps crashing; see journalctl -u {FABRICMANAGER}"
         )
-        return [Finding("fabricmanager_flapping", WARNING, "restart_service", text)]
+        ends = f"when it has not restarted for {minutes}"
+        return [Finding("fabricmanager_flapping", WARNING, "restart_service", text, ends=ends)]
