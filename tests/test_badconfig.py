@@ -48,14 +48,14 @@ def test_the_problem_names_the_first_error_and_counts_the_others() -> None:
     assert problem.startswith("/etc/x.toml: intervall: unknown key (+2 more); running on")
 
 
-def test_only_a_trusted_resolve_runs_on_the_valid_settings(tmp_path: str) -> None:
+def test_only_a_salvaging_resolve_runs_on_the_valid_settings(tmp_path: str) -> None:
     host, dropin = bad_host(str(tmp_path))
     load = RunConfig(recorder()[0], env={})
     with pytest.raises(ConfigError, match="intervall"):
         load.resolve(host.conf, True)
     # The files it read are named all the same: a refusing run says so first.
     assert load.files.startswith(f"configuration read from {host.conf}, {dropin}")
-    cfg, _ = load.resolve(host.conf, True, trusted=True)
+    cfg, _ = load.resolve(host.conf, True, salvage=True)
     assert (cfg.interval, cfg.retry_max, cfg.sysfs_root) == (10, 30, host.root)
     assert [str(e).split(" (")[0] for e in load.errors] == [f"{dropin}: unknown key 'intervall'"]
 
@@ -109,7 +109,7 @@ def test_a_reload_refuses_a_bad_file_and_a_good_one_ends_the_problem(tmp_path: s
     host, dropin = bad_host(str(tmp_path))
     log, logs = recorder()
     load = RunConfig(log, env={})
-    cfg, _ = load.resolve(host.conf, True, trusted=True)
+    cfg, _ = load.resolve(host.conf, True, salvage=True)
     daemon = Daemon(cfg, (host.conf, True), log=log, load=load, problem=config_problem(load.errors))
     assert CONFIG in daemon.step().state["problems"]
     with open(dropin, "w", encoding="utf-8") as f:

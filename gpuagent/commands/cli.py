@@ -134,7 +134,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     load = runconfig.RunConfig(log)
     try:
         # The service runs on a bad file's valid settings, and says so; a hand run refuses it.
-        cfg, note = load.resolve(path, required, trusted=runconfig.is_service(os.environ))
+        cfg, note = load.resolve(path, required, salvage=runconfig.is_service(os.environ))
     except config.ConfigError as e:
         log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
         sys.exit(config.EX_CONFIG)

@@ -150,7 +150,7 @@ class RunConfig:
         self._said: str | None = None
         # What the last resolve read, for the run's first line (:func:`files_line`).
         self.files = ""
-        # The errors the last resolve ran on the valid settings despite (``trusted``).
+        # The errors of the files the last resolve ran on the valid settings of (``salvage``).
         self.errors: tuple[config.ConfigError, ...] = ()
 
     def __call__(self, path: str, required: bool) -> config.Config:
@@ -163,14 +163,14 @@ class RunConfig:
         return cfg
 
     def resolve(
-        self, path: str, required: bool, *, trusted: bool = False
+        self, path: str, required: bool, *, salvage: bool = False
     ) -> tuple[config.Config, str | None]:
         """The configuration this run uses, and what to say about it (nothing locked); sets
         :attr:`files` and :attr:`errors`.  A bad file raises its first error, unless
-        ``trusted`` (the service's start): then its valid settings are used."""
+        ``salvage`` (the service's start): then its valid settings are used."""
         reading = config.read(path, required=required)
         self.files = files_line(path, reading, _service_dropins(path))
-        if reading.errors and not trusted:
+        if reading.errors and not salvage:
             raise reading.errors[0]
         self.errors = reading.errors
         cfg, sources = reading.config, reading.sources
