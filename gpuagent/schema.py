@@ -181,7 +181,7 @@ class Exit(TypedDict):
 
 class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
-    ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
+    ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
     nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
     earlier boots, this boot only, N earlier boots)."""
 

@@ -72,21 +72,6 @@ def _salvage(ctx: click.Context) -> config.Config:
     return cfg
 
 
-def _load_or_exit(path: str, required: bool) -> config.Config:
-    """The config, or exit 78 with the error logged as the agent logs it: to the journal
-    with its MESSAGE_ID under systemd, else to stderr."""
-    try:
-        return config.load(path, required=required)
-    except config.ConfigError as e:
-        import logging  # noqa: PLC0415
-
-        from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
-
-        setup("info")
-        EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
-        sys.exit(config.EX_CONFIG)
-
-
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     # Not click.version_option: that wants the version at import, and a checkout asks git.
     if value and not ctx.resilient_parsing:
@@ -138,26 +123,36 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
     import logging  # noqa: PLC0415
 
-    from gpuagent.commands.runconfig import RunConfig, state_dir_problem  # noqa: PLC0415
+    from gpuagent.commands import runconfig  # noqa: PLC0415
     from gpuagent.daemon import Daemon  # noqa: PLC0415
     from gpuagent.lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
     from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    setup(_load_or_exit(path, required).log_level)
+    setup(config.salvage(path, required=required)[0].log_level)
     log = EventLog()
-    load = RunConfig(log)
+    load = runconfig.RunConfig(log)
     try:
-        cfg, note = load.resolve(path, required)
+        # The service runs on a bad file's valid settings, and says so; a hand run refuses it.
+        cfg, note = load.resolve(path, required, salvage=runconfig.is_service(os.environ))
     except config.ConfigError as e:
         log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
         sys.exit(config.EX_CONFIG)
     log(logging.INFO, None, load.files)
-    problem = state_dir_problem(cfg, os.environ)
+    for error in load.errors:
+        log(logging.ERROR, Event.CONFIG_ERROR, f"{error}; not used", config_file=path)
+    problem = runconfig.state_dir_problem(cfg, os.environ)
     if problem is not None:
         log(logging.ERROR, None, f"not starting: {problem}")
         sys.exit(config.EX_CONFIG)
-    daemon = Daemon(cfg, (path, required), interval=interval, log=log, load=load)
+    daemon = Daemon(
+        cfg,
+        (path, required),
+        interval=interval,
+        log=log,
+        load=load,
+        problem=runconfig.config_problem(load.errors),
+    )
     try:
         # The state file's lock first (the daemon keeps it), then the textfile's.
         daemon.lock.acquire(cfg.state_file)
@@ -316,14 +311,13 @@ def link_textfile(ctx: click.Context, remove: bool) -> None:
     from gpuagent.edges import textlink  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    cfg, error = config.salvage(path, required=required)
+    # A bad file's valid settings: the service runs on them (and node_exporter must see its
+    # problem ``config``), so a bad file is linked all the same.
+    cfg = config.salvage(path, required=required)[0]
     default = config.Config().textfile
     if remove:
         # Whatever the file says now, the links made at start go: none may dangle.
         textlink.unlink([cfg.textfile, default])
-        return
-    if error is not None:
-        # The agent will not start (or reload) on this file, and says why itself: once.
         return
     try:
         textlink.link(cfg.textfile, [default])
