@@ -177,17 +177,18 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 @click.option(
     "--format",
     "form",
-    type=click.Choice(["text", "json", "npd"]),
+    type=click.Choice(["text", "json", "npd", "npd-warning"]),
     default="text",
-    help="npd: one line for node-problem-detector; exit 0 ok, 1 a problem, 2 unknown.",
+    help="npd: one line for node-problem-detector's condition; exit 0 ok, 1 a critical "
+    "problem, 2 unknown.  npd-warning: the same for a warning (its event).",
 )
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
-    if form == "npd":
+    if form in ("npd", "npd-warning"):
         from gpuagent.commands import schedcli  # noqa: PLC0415
 
-        schedcli.npd(ctx)
+        schedcli.npd(ctx, warning=form == "npd-warning")
     as_json = as_json or form == "json"
     from gpuagent import state  # noqa: PLC0415
     from gpuagent.commands.status import ExitCode, checked, judge  # noqa: PLC0415
