@@ -344,11 +344,13 @@ def detect(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the whole answer and its findings as JSON."
+)
 @click.pass_context
 def probe(ctx: click.Context, as_json: bool) -> None:
-    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure, or
-    when nvidia-smi names a GPU in an error line instead of its row."""
+    """Run nvidia-smi once and print each GPU's findings and their actions; exit 1 on
+    failure, or when nvidia-smi names a GPU in an error line instead of its row."""
     from gpuagent.commands import oneshot  # noqa: PLC0415
 
     sys.exit(oneshot.probe(_load(ctx), as_json))
