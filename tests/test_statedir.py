@@ -113,3 +113,27 @@ def test_an_unwritable_directory_is_one_warning_while_it_lasts(tmp_path: str) ->
         pass
     file.write({"n": 4}, "the things seen")
     assert len(records) == 2 and file.error is not None
+
+
+def test_a_directory_it_may_not_search_is_one_warning_not_no_file(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a user who may not search the directory (root is never refused: the refusal is
+    # injected where the file is opened), os.path.lexists would say "no file".
+    path = os.path.join(tmp_path, NAME)
+    real = os.open
+
+    def refused(name: str, *args: Any, **kwargs: Any) -> int:
+        if name == path:
+            raise PermissionError(13, "Permission denied", name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refused)
+    monkeypatch.setattr(os.path, "lexists", lambda _p: False)
+    log, records = recorder()
+    file = things(str(tmp_path), log)
+    assert file.read(counted, "the things seen before") is None
+    assert [r.getMessage() for r in records] == [
+        f"{path}: cannot read the things seen before: Permission denied; "
+        "going on with the things seen"
+    ]

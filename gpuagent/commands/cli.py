@@ -198,7 +198,9 @@ def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     try:
         st = state.read(cfg.state_file)
     except state.StateError as e:
-        if not os.path.lexists(cfg.state_file):
+        # Only a file that is not there (not one refused: a state directory this user may
+        # not search) means the service stopped.
+        if isinstance(e, state.NoStateFile):
             from gpuagent.edges.systemd import unitstate  # noqa: PLC0415
 
             # systemd removed it at stop: it knows since when, or that the agent never ran.
