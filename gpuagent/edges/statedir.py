@@ -52,9 +52,10 @@ class StateFile:
             return None
         try:
             return parse(safefile.load_json(self.path, self.limit))
-        except FileNotFoundError:
-            # No file yet.  Not os.path.lexists: it says False for a directory this user
-            # may not search, a refusal that must be said.
+        except (FileNotFoundError, NotADirectoryError):
+            # No file yet (a directory that is none: the first write says so).  Not
+            # os.path.lexists: it says False for a directory this user may not search, a
+            # refusal that must be said.
             return None
         except (OSError, ValueError, TypeError) as e:
             self._note(f"{self.path}: cannot read {what}: {state.why(e)}")
