@@ -24,6 +24,7 @@ from gpuagent.sources.kernel.xidcatalog import lookup
 from gpuagent.views import Failure, Gate, KernelView, ProbeView, XidCount
 from tests import states
 from tests.states import NOW, SLOT
+from tests.test_statedir import unsearchable
 
 STRAY = 2**22 + 7  # a pid no process has (above pid_max's 2**22)
 ABSENT = "0000:2a:00.0"
@@ -542,19 +543,10 @@ def test_one_failure_and_one_spawn_are_singular() -> None:
 def test_a_state_file_it_may_not_read_is_said_not_taken_for_a_stopped_service(
     tmp_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A state directory this user may not search: os.path.lexists says False, the open
-    # EACCES (injected: root is never refused); systemd would say the service is stopped.
+    # A state directory this user may not search, where systemd says the service stopped.
     monkeypatch.setattr(unitstate, "query", lambda: STOPPED)
     path = os.path.join(tmp_path, "state.json")
-    real = os.open
-
-    def refused(name: str, *args: Any, **kwargs: Any) -> int:
-        if name == path:
-            raise PermissionError(13, "Permission denied", name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refused)
-    monkeypatch.setattr(os.path, "lexists", lambda _p: False)
+    unsearchable(monkeypatch, path)
     conf = os.path.join(tmp_path, "c.toml")
     with open(conf, "w") as f:
         f.write(f'state_file = "{path}"\n')
