@@ -123,7 +123,9 @@ class ServiceEntry(TypedDict):
 
 
 class ClearEntry(TypedDict):
-    """An operator's clear of ``kind`` (``all``: every latching kind) ``by`` a user ``at``."""
+    """An operator's clear of ``kind`` (``all``: every latching kind) ``by`` a person (the
+    login uid's user, else ``SUDO_USER``, else root: :func:`gpuagent.sources.kernel.clears.person`)
+    ``at``."""
 
     kind: str
     by: str

@@ -172,17 +172,18 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 @click.option(
     "--format",
     "form",
-    type=click.Choice(["text", "json", "npd"]),
+    type=click.Choice(["text", "json", "npd", "npd-warning"]),
     default="text",
-    help="npd: one line for node-problem-detector; exit 0 ok, 1 a problem, 2 unknown.",
+    help="npd: one line for node-problem-detector's condition; exit 0 ok, 1 a critical "
+    "problem, 2 unknown.  npd-warning: the same for a warning (its event).",
 )
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
-    if form == "npd":
+    if form in ("npd", "npd-warning"):
         from gpuagent.commands import schedcli  # noqa: PLC0415
 
-        schedcli.npd(ctx)
+        schedcli.npd(ctx, warning=form == "npd-warning")
     as_json = as_json or form == "json"
     from gpuagent import state  # noqa: PLC0415
     from gpuagent.commands.status import ExitCode, checked, judge  # noqa: PLC0415
@@ -192,7 +193,9 @@ def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     try:
         st = state.read(cfg.state_file)
     except state.StateError as e:
-        if not os.path.lexists(cfg.state_file):
+        # Only a file that is not there (not one refused: a state directory this user may
+        # not search) means the service stopped.
+        if isinstance(e, state.NoStateFile):
             from gpuagent.edges.systemd import unitstate  # noqa: PLC0415
 
             # systemd removed it at stop: it knows since when, or that the agent never ran.
@@ -337,11 +340,13 @@ def detect(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the whole answer and its findings as JSON."
+)
 @click.pass_context
 def probe(ctx: click.Context, as_json: bool) -> None:
-    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure, or
-    when nvidia-smi names a GPU in an error line instead of its row."""
+    """Run nvidia-smi once and print each GPU's findings and their actions; exit 1 on
+    failure, or when nvidia-smi names a GPU in an error line instead of its row."""
     from gpuagent.commands import oneshot  # noqa: PLC0415
 
     sys.exit(oneshot.probe(_load(ctx), as_json))
