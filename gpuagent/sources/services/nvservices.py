@@ -11,8 +11,10 @@ the probe's rows), :class:`~gpuagent.health.Finding` out:
   or more within 10 minutes; it ends once it has not risen for 10 minutes.
 - ``persistenced_down`` (host, warning, ``restart_service``): ``nvidia-persistenced.service``
   installed (not masked) and not active.
-- ``persistence_off`` (per GPU, warning, ``restart_service``): the GPU's ``persistence_mode``
-  is Disabled and nvidia-persistenced is not running.
+- ``persistence_off`` (per GPU, warning): the GPU's ``persistence_mode`` is Disabled and
+  nvidia-persistenced is not running: ``restart_service`` where it is installed, else (not
+  installed, or masked: off on purpose) ``check_host`` with ``nvidia-smi -pm 1``, which turns
+  persistence on until the next reboot (a restart of a unit that is not there cannot work).
 
 A unit whose state is not known (no system bus) is never a problem.  While
 ``fabricmanager_down`` holds, :func:`fold_fabric` marks each GPU's ``fabric`` problem with
@@ -116,17 +118,27 @@ def persistence_findings(
     rows: Mapping[str, Row], persistenced: UnitFacts | None
 ) -> dict[str, list[Finding]]:
     """``persistence_off`` for each GPU (by slot) whose ``persistence_mode`` is Disabled
-    while nvidia-persistenced is not running."""
+    while nvidia-persistenced is not running; its advice fits what the host has."""
     if persistenced is None or persistenced.running:
         return {}
-    why = "not installed" if not persistenced.installed else persistenced.active_state
-    text = (
-        f"persistence mode is off and {PERSISTENCED} is {why}: each nvidia-smi run "
-        "initialises the GPU again (1-3 s)"
-    )
+    text = f"persistence mode is off and {PERSISTENCED} is "
+    if persistenced.installed and persistenced.load_state != "masked":
+        action = "restart_service"
+        text += (
+            f"{persistenced.active_state}: each nvidia-smi run initialises the GPU again (1-3 s); "
+            "start it (systemctl restart nvidia-persistenced)"
+        )
+    else:
+        action = "check_host"
+        why = "masked" if persistenced.installed else "not installed"
+        text += (
+            f"{why}: each nvidia-smi run initialises the GPU again (1-3 s); turn persistence "
+            "on with nvidia-smi -pm 1 (as root; until the next reboot, which nvidia-persistenced "
+            "would outlast)"
+        )
     ends = f"when persistence mode is on, or {PERSISTENCED} runs"
     return {
-        slot: [Finding("persistence_off", WARNING, "restart_service", text, ends=ends)]
+        slot: [Finding("persistence_off", WARNING, action, text, ends=ends)]
         for slot, row in rows.items()
         if row.get("persistence_mode") == "Disabled"
     }
