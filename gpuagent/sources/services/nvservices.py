@@ -7,6 +7,12 @@ the probe's rows), :class:`~gpuagent.health.Finding` out:
   bus and ``nvidia-fabricmanager.service`` not active, or not installed.  A GB200-class
   compute tray has an NVLink fabric but no NVSwitch on its own bus and no local fabric
   manager: it never has this problem.
+- ``fabricmanager_mismatch`` (host, critical, ``check_host``): instead of
+  ``fabricmanager_down`` where the unit's own journal records of this boot say the driver
+  refused it for its version ("fabric manager NVIDIA GPU driver interface version 590.48.01
+  don't match with driver version 580.126.09", NVIDIA/gpu-driver-container#735): a restart
+  starts the same binary and fails again; the matching nvidia-fabricmanager is to be
+  installed.  Its restarts are no ``fabricmanager_flapping`` then: the cause is said once.
 - ``fabricmanager_flapping`` (host, warning, ``restart_service``): its ``NRestarts`` rose by 3
   or more within 10 minutes; it ends once it has not risen for 10 minutes.
 - ``persistenced_down`` (host, warning, ``restart_service``): ``nvidia-persistenced.service``
@@ -17,12 +23,13 @@ the probe's rows), :class:`~gpuagent.health.Finding` out:
   persistence on until the next reboot (a restart of a unit that is not there cannot work).
 
 A unit whose state is not known (no system bus) is never a problem.  While
-``fabricmanager_down`` holds, :func:`fold_fabric` marks each GPU's ``fabric`` problem with
-``cause: fabricmanager_down``: one cause, said once.
+``fabricmanager_down`` (or ``fabricmanager_mismatch``) holds, :func:`fold_fabric` marks each
+GPU's ``fabric`` problem with that ``cause``: one cause, said once.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -41,6 +48,7 @@ __all__ = [
     "RestartWatch",
     "UnitFacts",
     "fabricmanager_findings",
+    "fm_mismatch",
     "fold_fabric",
     "persistence_findings",
     "persistenced_findings",
@@ -51,7 +59,23 @@ PERSISTENCED = "nvidia-persistenced.service"
 # Shown, not judged: DCGM is an optional monitoring daemon.
 DCGM = "nvidia-dcgm.service"
 UNITS = (FABRICMANAGER, PERSISTENCED, DCGM)
-KINDS = ("fabricmanager_down", "fabricmanager_flapping", "persistenced_down", "persistence_off")
+KINDS = (
+    "fabricmanager_down",
+    "fabricmanager_mismatch",
+    "fabricmanager_flapping",
+    "persistenced_down",
+    "persistence_off",
+)
+# The host kinds a GPU's fabric problem is folded under.
+_FABRIC_CAUSES = ("fabricmanager_down", "fabricmanager_mismatch")
+# nv-fabricmanager's refusal, in both of its spellings: "... interface version 590.48.01 don't
+# match with driver version 580.126.09. Please update with matching NVIDIA driver package."
+# (NVIDIA/gpu-driver-container#735) and, in newer packages, "doesn't match" (with a curly
+# apostrophe where a console or a poster made one).
+_MISMATCH = re.compile(
+    r"fabric manager NVIDIA GPU driver interface version (?P<fm>\d+(?:\.\d+)+) "
+    r"(?:don|doesn)[\u2019']t match with driver version (?P<driver>\d+(?:\.\d+)+)"
+)
 FLAP_RESTARTS = 3
 FLAP_WINDOW = 600.0
 # The fabric manager's reload is a running daemon, as is a refresh of its unit.
@@ -87,11 +111,32 @@ class UnitFacts:
         return how
 
 
-def fabricmanager_findings(nvswitches: Sequence[str], fm: UnitFacts | None) -> list[Finding]:
+def fm_mismatch(messages: Sequence[str]) -> tuple[str, str] | None:
+    """The fabric manager's and the driver's versions of the newest refusal in ``messages``
+    (the unit's journal records, oldest first), or None."""
+    for message in reversed(messages):
+        if m := _MISMATCH.search(message):
+            return m["fm"], m["driver"]
+    return None
+
+
+def fabricmanager_findings(
+    nvswitches: Sequence[str], fm: UnitFacts | None, mismatch: tuple[str, str] | None = None
+) -> list[Finding]:
     """``fabricmanager_down`` when ``nvswitches`` (slots) are on the bus and ``fm`` is not
-    running; ``fm`` None: its state is not known."""
+    running (``fm`` None: its state is not known); ``fabricmanager_mismatch`` instead where
+    its journal said the driver refused its version (``mismatch``: :func:`fm_mismatch`)."""
     if not nvswitches or fm is None or fm.running:
         return []
+    if mismatch is not None:
+        have, driver = mismatch
+        text = (
+            f"{FABRICMANAGER} is {fm.describe()}: the driver {driver} refuses nv-fabricmanager "
+            f"{have} (its journal says the versions do not match); install nvidia-fabricmanager "
+            f"{driver}, the driver's version, then start it: a restart alone fails again"
+        )
+        ends = f"when {FABRICMANAGER} runs again"
+        return [Finding("fabricmanager_mismatch", CRITICAL, "check_host", text, ends=ends)]
     n = len(nvswitches)
     text = (
         f"{FABRICMANAGER} is {fm.describe()} and {n} NVSwitch{'es' if n > 1 else ''} on the "
@@ -147,11 +192,13 @@ def persistence_findings(
 def fold_fabric(
     host: Sequence[Finding], gpus: Mapping[str, Sequence[Finding]]
 ) -> dict[str, list[Finding]]:
-    """``gpus``' findings with each ``fabric`` one marked ``cause: fabricmanager_down`` while
-    ``host`` holds that problem (the agent logs and pages the host's problem alone)."""
-    if not any(f.kind == "fabricmanager_down" for f in host):
+    """``gpus``' findings with each ``fabric`` one marked ``cause: fabricmanager_down`` (or
+    ``fabricmanager_mismatch``) while ``host`` holds that problem (the agent logs and pages the
+    host's problem alone)."""
+    kind = next((f.kind for f in host if f.kind in _FABRIC_CAUSES), None)
+    if kind is None:
         return {slot: list(fs) for slot, fs in gpus.items()}
-    cause = ("cause", "fabricmanager_down")
+    cause = ("cause", kind)
     return {
         slot: [
             replace(f, extra=(*f.extra, cause))
