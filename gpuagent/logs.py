@@ -94,6 +94,7 @@ class Event(Enum):
     PROBLEM_FABRICMANAGER_FLAPPING = "7df8d492d2d34ef6aca96964d79ce58a"
     PROBLEM_PERSISTENCED_DOWN = "c6917e13111f4d199d0c5cef868afe41"
     PROBLEM_PERSISTENCE_OFF = "5318e12b841749d2bd3236606526fe7b"
+    PROBLEM_IMEX_DOWN = "22a6066f8ac34fb5b55013c97e476cf0"
     PROBLEM_CLEARED = "ab7e7a89442b441ba8b34cd8d0a968d0"
     # A problem that held before a restart, restated by the agent after it: no new start.
     STILL_HOLDS = "7570bcdcefa74a158fd45d65000eb219"

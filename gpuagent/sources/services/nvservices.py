@@ -1,4 +1,4 @@
-"""NVIDIA's host services, judged: the fabric manager and the persistence daemon (pure).
+"""NVIDIA's host services, judged: the fabric manager, the persistence daemon and IMEX (pure).
 
 Facts in (the units' states from :mod:`gpuagent.edges.systemd.units`, the NVSwitches on the PCI bus,
 the probe's rows), :class:`~gpuagent.health.Finding` out:
@@ -22,6 +22,15 @@ the probe's rows), :class:`~gpuagent.health.Finding` out:
   installed, or masked: off on purpose) ``check_host`` with ``nvidia-smi -pm 1``, which turns
   persistence on until the next reboot (a restart of a unit that is not there cannot work).
 
+- ``imex_down`` (host, critical, ``restart_service``): ``nvidia-imex.service`` enabled
+  (systemd's ``UnitFileState``) and not active.  IMEX shares GPU memory between the trays of
+  a multi-node NVLink domain (GB200/GB300 NVL72); a host uses it where its operator enabled
+  the daemon (NVIDIA's IMEX guide: ``systemctl enable nvidia-imex``).  The package installs it
+  disabled, and a Kubernetes host runs it in its ComputeDomain's pods instead: installed but
+  disabled is no problem (NVIDIA/aicr#2641, NVSentinel#1471, DCGM#308: an idle GB300 or a
+  single HGX box called unhealthy for an IMEX daemon nobody needed).  The domain's readiness
+  (``nvidia-imex-ctl -N``) would cost a spawn; it is not read.
+
 A unit whose state is not known (no system bus) is never a problem.  While
 ``fabricmanager_down`` (or ``fabricmanager_mismatch``) holds, :func:`fold_fabric` marks each
 GPU's ``fabric`` problem with that ``cause``: one cause, said once.
@@ -32,7 +41,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.views import Row
@@ -42,6 +51,7 @@ __all__ = [
     "FABRICMANAGER",
     "FLAP_RESTARTS",
     "FLAP_WINDOW",
+    "IMEX",
     "KINDS",
     "PERSISTENCED",
     "UNITS",
@@ -50,6 +60,7 @@ __all__ = [
     "fabricmanager_findings",
     "fm_mismatch",
     "fold_fabric",
+    "imex_findings",
     "persistence_findings",
     "persistenced_findings",
 ]
@@ -58,13 +69,15 @@ FABRICMANAGER = "nvidia-fabricmanager.service"
 PERSISTENCED = "nvidia-persistenced.service"
 # Shown, not judged: DCGM is an optional monitoring daemon.
 DCGM = "nvidia-dcgm.service"
-UNITS = (FABRICMANAGER, PERSISTENCED, DCGM)
+IMEX = "nvidia-imex.service"
+UNITS = (FABRICMANAGER, PERSISTENCED, DCGM, IMEX)
 KINDS = (
     "fabricmanager_down",
     "fabricmanager_mismatch",
     "fabricmanager_flapping",
     "persistenced_down",
     "persistence_off",
+    "imex_down",
 )
 # The host kinds a GPU's fabric problem is folded under.
 _FABRIC_CAUSES = ("fabricmanager_down", "fabricmanager_mismatch")
@@ -80,6 +93,8 @@ FLAP_RESTARTS = 3
 FLAP_WINDOW = 600.0
 # The fabric manager's reload is a running daemon, as is a refresh of its unit.
 _RUNNING = frozenset({"active", "reloading", "refreshing"})
+# UnitFileState of a unit its operator enabled (for good, or until the next boot).
+_ENABLED = frozenset({"enabled", "enabled-runtime"})
 
 
 @dataclass(frozen=True)
@@ -92,10 +107,17 @@ class UnitFacts:
     sub_state: str = ""
     result: str = ""
     n_restarts: int | None = None
+    # systemd's UnitFileState (enabled, disabled, static …; "" not read): whether the host
+    # means to run it, not how it runs, so no part of the unit's state to compare.
+    file_state: str = field(default="", compare=False)
 
     @property
     def installed(self) -> bool:
         return self.load_state != "not-found"
+
+    @property
+    def enabled(self) -> bool:
+        return self.file_state in _ENABLED
 
     @property
     def running(self) -> bool:
@@ -157,6 +179,19 @@ def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:
     )
     ends = f"when {PERSISTENCED} runs again"
     return [Finding("persistenced_down", WARNING, "restart_service", text, ends=ends)]
+
+
+def imex_findings(unit: UnitFacts | None) -> list[Finding]:
+    """``imex_down`` where ``unit`` (nvidia-imex.service) is enabled and not running: the host
+    uses IMEX (see the module's note); installed and disabled, or not installed, says nothing."""
+    if unit is None or not unit.installed or not unit.enabled or unit.running:
+        return []
+    text = (
+        f"{IMEX} is {unit.describe()} and enabled: the IMEX domain of this host's NVLink "
+        "trays is down, and jobs that share GPU memory across trays fail"
+    )
+    ends = f"when {IMEX} runs again, or is disabled"
+    return [Finding("imex_down", CRITICAL, "restart_service", text, ends=ends)]
 
 
 def persistence_findings(

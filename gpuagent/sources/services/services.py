@@ -8,7 +8,7 @@ once per change of its state while it is down and NVSwitches need it: a version 
 refuses), and says once that the units are not watched (no system bus socket), or once per
 outage that the bus fails (then ``error`` is the state's ``system_bus`` trouble).  Its findings
 go to the verdict: the host's (``fabricmanager_down`` or ``fabricmanager_mismatch``,
-``fabricmanager_flapping``, ``persistenced_down``) as source ``services``, each GPU's
+``fabricmanager_flapping``, ``persistenced_down``, ``imex_down``) as source ``services``, each GPU's
 ``persistence_off`` (judged on the last tick's samples) as ``persistence``.
 """
 
@@ -116,6 +116,7 @@ class ServicesSource(Source):
             *nvservices.fabricmanager_findings(self.nvswitches, fm, mismatch),
             *(flapping if mismatch is None else []),
             *nvservices.persistenced_findings(pd),
+            *nvservices.imex_findings(units.get(nvservices.IMEX)),
         ]
         return nvservices.persistence_findings(rows, pd)
 
