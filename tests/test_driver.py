@@ -84,6 +84,10 @@ REASONS = {
     # The kernel's "Loading of module with unavailable key is rejected" (Talos' own "load
     # nvidia failed: key was rejected by service" is a loader's words: LOADER_REASONS).
     "kernel-talos-module-unavailable-key-rejected-nvidia-TRIMMED": [KEY_REJECTED],
+    # The fabric manager's refusal by the driver is its own journal's (test_fmjournal), no
+    # reason for an absent module.
+    "fabricmanager-journal-hgx-h200-driver580.126.09-fm590.48.01-version-mismatch": [],
+    "fabricmanager-systemctl-status-driver550.120-fm550.127.05-version-mismatch-doesnt": [],
 }
 # What the same records give read as a module loader's (loader_reason): only the loaders'
 # own words, never the kernel's.

@@ -11,12 +11,15 @@ from gpuagent.commands.status import clean
 
 __all__ = ["HIDDEN_MIB", "clock", "count", "nvlink_row", "process_rows", "services_row"]
 
-# How the row names each unit; DCGM is shown only when installed (it is optional).
+# How the row names each unit; DCGM and IMEX are shown only when installed (they are
+# optional: IMEX only on multi-node NVLink trays).
 _NAMES = (
     ("nvidia-fabricmanager.service", "fabric manager"),
     ("nvidia-persistenced.service", "persistenced"),
     ("nvidia-dcgm.service", "dcgm"),
+    ("nvidia-imex.service", "imex"),
 )
+_OPTIONAL = frozenset({"dcgm", "imex"})
 
 
 # Memory in use with no process listed, above what a display's own use is (a desktop GPU's
@@ -62,7 +65,7 @@ def services_row(services: object) -> str | None:
         if not isinstance(u, Mapping):
             continue
         if u.get("load_state") == "not-found":
-            if name != "dcgm":
+            if name not in _OPTIONAL:
                 parts.append(f"{name} not installed")
             continue
         state = clean(u.get("active_state"))

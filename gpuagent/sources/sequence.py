@@ -41,6 +41,7 @@ from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
+from gpuagent.sources.services.unitlog import unit_messages
 
 __all__ = ["READY_AFTER", "Systemd", "sources", "system_units"]
 
@@ -82,7 +83,14 @@ def sources(
     nvlink = NvlinkSource(
         config, prober.runner, log, monotonic=monotonic, state_directory=state_directory, boot=boot
     )
-    services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
+    services = ServicesSource(
+        config.sysfs_root,
+        log,
+        reader=systemd,
+        monotonic=monotonic,
+        unit_log=lambda directory, unit: unit_messages(directory, unit, boot),
+        journal_directory=config.journal_directory,
+    )
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
     return (scan, kernel, had, services, probe, driver, nvlink, processes)
