@@ -13,7 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["REMOTES", "append", "kernel_records", "xid", "write_file"]
+__all__ = ["REMOTES", "append", "kernel_records", "write_file", "xid"]
 
 REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
 
@@ -40,7 +40,9 @@ def kernel_records(messages: Iterable[str]) -> bytes:
             "_TRANSPORT=kernel\nPRIORITY=3\nSYSLOG_FACILITY=0\nSYSLOG_IDENTIFIER=kernel\n"
         )
         data = message.encode()
-        out.append(fields.encode() + b"MESSAGE\n" + len(data).to_bytes(8, "little") + data + b"\n\n")
+        out.append(
+            fields.encode() + b"MESSAGE\n" + len(data).to_bytes(8, "little") + data + b"\n\n"
+        )
     return b"".join(out)
 
 
