@@ -113,7 +113,6 @@ class Daemon:
         interval: float | None = None,
         load: Callable[[str, bool], config.Config] | None = None,
         problem: str | None = None,
-        events: bool = True,
     ) -> None:
         # ``load`` reads the config on reload (run's RunConfig; config.load by default).
         # ``problem``: why ``cfg`` is a bad file's valid settings (the agent problem config).
@@ -147,8 +146,7 @@ class Daemon:
         )
         self.agent.flag(CONFIG, problem)
         self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier)
-        # ``events`` False: news waits for the next tick (bench/latency.py's baseline).
-        self.waits = Waits(self.agent.sources if events else (), self.agent.news)
+        self.waits = Waits(self.agent.sources, self.agent.news)
         self.pace = Pace()
         # The last tick's report (None before the first tick).
         self.report: Report | None = None

@@ -386,3 +386,32 @@ def test_a_unit_stopping_is_seen_within_a_second(
             assert running.state()["ticks"] == 1
         finally:
             running.daemon.finish("ticks")
+
+
+# `gpuagent run` as a real process ----------------------------------------------------------
+
+
+def test_gpuagent_run_says_an_appended_record_in_its_status_line_at_once(tmp_path: str) -> None:
+    from tests import test_daemon  # noqa: PLC0415
+
+    remote()
+    journal = os.path.join(tmp_path, "journal")
+    os.mkdir(journal)
+    journalfeed.append(journal, ["Linux version 6.1.0"])
+    host = fakehost.create(str(tmp_path), 2, interval=INTERVAL, journal_directory=journal)
+    notify = test_daemon.Notify(os.path.join(tmp_path, "notify.sock"), abstract=False)
+    proc = test_daemon.start(host, notify)
+    try:
+        notify.wait_for("READY=1", 30)
+        notify.wait_for("STATUS=2 GPUs, sampling", 30)
+        journalfeed.append(journal, [journalfeed.xid(host.slots[0])])
+        written = time.monotonic()
+        notify.wait_for("Xid 79", 5)
+        said = next(at for at, text in notify.messages if "Xid 79" in text)
+        assert said - written < 1.0
+        with open(os.path.join(host.dir, "state.json"), encoding="utf-8") as f:
+            assert json.load(f)["ticks"] == 1
+    finally:
+        code, _ = test_daemon.stop(proc)
+        notify.sock.close()
+    assert code == 0
