@@ -9,7 +9,9 @@ line (on stderr here, as it reaches journald under systemd) and (c) the textfile
 run then starts the agent again with the loop waiting on the signal pipe alone (no event wait:
 :class:`gpuagent.events.Waits` waits on nothing, as before issue 25) and times that too; and
 measures each agent's CPU (utime+stime from ``/proc``, children excluded) over ``--idle`` s
-without a record.  Usage::
+without a record, and over 12 s from the start of a storm of 10,000 records (the agent without
+the event wait reads them at its tick in that window: what reading them costs anyway), then
+a record's latency right after the storm.  Usage::
 
     /usr/bin/python3 -m bench.latency [--records 24] [--idle 60]
 """
@@ -34,6 +36,8 @@ PYTHON = "/usr/bin/python3"
 GPUS = 8
 # Each record a new (GPU, code): its first line, state entry and series.
 CODES = (48, 74, 79)
+# The storm's window (s): longer than the interval, so that each agent reads the storm in it.
+STORM_WINDOW = 12.0
 # The loop as before issue 25: gpuagent run with nothing but the signal pipe to wait on.
 NO_WAIT = (
     "import runpy, sys; import gpuagent.events as e; e.Waits.fds = lambda self: {}; "
@@ -85,11 +89,14 @@ def _read_json(path: str) -> dict[str, object] | None:
         return None
 
 
-def counted(state: dict[str, object] | None, slot: str, code: int) -> bool:
+def counted(state: dict[str, object] | None, slot: str, code: int, count: int = 1) -> bool:
+    """Whether ``state`` counts ``count`` records of Xid ``code`` on ``slot``."""
     if state is None:
         return False
     for gpu in state["gpus"]:  # type: ignore[attr-defined]
-        if gpu["pci_slot"] == slot and any(x["xid"] == code for x in gpu["xids"]):
+        if gpu["pci_slot"] == slot and any(
+            x["xid"] == code and x["count"] >= count for x in gpu["xids"]
+        ):
             return True
     return False
 
@@ -140,10 +147,37 @@ def latencies(
     pairs = [(slot, code) for code in CODES for slot in host.slots][:records]
     out = []
     for slot, code in pairs:
-        # A random moment of the tick grid (the interval is 10 s).
-        time.sleep(rng.uniform(0.3, 3.0))
+        # A random moment of the tick grid (the interval is 10 s), whenever the last came.
+        time.sleep(rng.uniform(0.3, 10.3))
         out.append(time_one(agent, host, journal, slot, code))
     return out
+
+
+def storm(agent: Agent, host: fakehost.FakeHost, journal: str) -> dict[str, float]:
+    """10,000 Xid 13 records on the first GPU, in ten batches back to back: the agent's CPU
+    over :data:`STORM_WINDOW` s from the storm's start (one tick in it, whether or not the
+    agent waits on the journal), and then a record's latency to all three outputs."""
+    slot = host.slots[0]
+    record = journalfeed.xid(slot, 13, "Graphics Exception")
+    state_file = os.path.join(host.dir, "state.json")
+    cpu, start = agent.cpu(), time.monotonic()
+    for _ in range(10):
+        journalfeed.append(journal, [record] * 1000)
+    written = time.monotonic() - start
+    while not counted(_read_json(state_file), slot, 13, 10_000):
+        if time.monotonic() > start + 60:
+            raise SystemExit("bench.latency: the storm was never counted")
+        time.sleep(0.01)
+    counted_in = time.monotonic() - start
+    time.sleep(max(start + STORM_WINDOW - time.monotonic(), 0.0))
+    used = agent.cpu() - cpu
+    after = time_one(agent, host, journal, slot, 63)
+    return {
+        "written_s": round(written, 2),
+        "counted_s": round(counted_in, 2),
+        "cpu_s": round(used, 2),
+        "after_ms": round(max(after) * 1000, 1),
+    }
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -171,6 +205,7 @@ def run(wait: bool, records: int, idle: float, rng: random.Random) -> dict[str, 
             time.sleep(idle)
             idle_cpu = (agent.cpu() - cpu) / (time.monotonic() - t0)
             lat = latencies(agent, host, journal, records, rng)
+            stormed = storm(agent, host, journal)
         finally:
             agent.stop()
     columns = list(zip(*lat, strict=True))
@@ -185,6 +220,7 @@ def run(wait: bool, records: int, idle: float, rng: random.Random) -> dict[str, 
             for name, v in zip(("state", "line", "textfile"), columns, strict=True)
         },
         "records": len(lat),
+        "storm": stormed,
     }
 
 
