@@ -251,6 +251,32 @@ def test_a_journal_file_moved_in_is_read_at_once(running: Running, tmp_path: str
     assert running.state()["ticks"] == 1
 
 
+def test_a_file_vacuumed_away_is_no_news_and_no_trouble(running: Running, tmp_path: str) -> None:
+    made = os.path.join(tmp_path, "old.journal")
+    journalfeed.write_file(
+        made, journalfeed.kernel_records([journalfeed.xid(running.host.slots[1])])
+    )
+    os.rename(made, os.path.join(running.journal, "old.journal"))
+    running.wait(0.5)
+    steps = len(running.steps)
+    assert steps == 1
+    asked: list[bool] = []
+    news = running.daemon.waits._news
+
+    def counting(source: Source) -> bool:
+        asked.append(news(source))
+        return asked[-1]
+
+    running.daemon.waits._news = counting
+    # What journald's vacuum does: the oldest file goes (a rotation adds one: moved in above).
+    os.remove(os.path.join(running.journal, "old.journal"))
+    running.wait(1.0)
+    assert len(running.steps) == steps
+    assert 1 <= len(asked) <= 3, asked  # woken by the deletion, then quiet: no spin
+    assert not any(asked)
+    assert "journal" not in running.daemon.agent.tick().state["problems"]
+
+
 def test_a_storm_coalesces_and_a_record_after_it_is_seen_at_once(running: Running) -> None:
     slot = running.host.slots[0]
     record = journalfeed.xid(slot, 13, "Graphics Exception")
