@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
@@ -25,7 +25,7 @@ from gpuagent.logs import EventLog
 from gpuagent.sources import Source
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.probe.probe import Prober, lookup
-from gpuagent.sources.sequence import READY_AFTER, Systemd, sources, system_units
+from gpuagent.sources.sequence import EVENT_STEP, READY_AFTER, Systemd, sources, system_units
 from gpuagent.state import SCHEMA
 from gpuagent.verdict import Verdict
 from gpuagent.views import Tick
@@ -145,8 +145,35 @@ class Agent:
         an unexpected error is logged once by the source it came from and held as the
         ``internal`` trouble, while the other sources go on."""
         self.ticks += 1
+        return self._run(self.sources, scanned, published)
+
+    def event(self, *, published: Mapping[str, str] | None = None) -> report.Report:
+        """Run an event step (news between ticks, :mod:`gpuagent.events`): the sources of
+        :data:`~gpuagent.sources.sequence.EVENT_STEP` and the verdict, the other sources'
+        views the last tick's; not a tick (``ticks`` stays).  Never raises, as :meth:`tick`."""
+        return self._run([s for s in self.sources if s.name in EVENT_STEP], None, published)
+
+    def news(self, source: Source) -> bool:
+        """Whether ``source``, its descriptor readable, has news for an event step; a bug
+        in it is the ``internal`` trouble, and news (the step publishes it)."""
+        where = f"in the {source.name} source's news"
+        bug = self._bugs.setdefault(where, Bug(self.log, where))
+        try:
+            got = source.news()
+        except Exception as e:  # noqa: BLE001 - see Bug
+            bug.caught(e)
+            return True
+        bug.passed()
+        return got
+
+    def _run(
+        self,
+        steps: Iterable[Source],
+        scanned: Callable[[str], None] | None,
+        published: Mapping[str, str] | None,
+    ) -> report.Report:
         tick = self.last.next(self.wall(), self.monotonic(), self.config)
-        for source in self.sources:
+        for source in steps:
             tick = self._step(source, tick)
             if scanned is not None and source.name == READY_AFTER:
                 scanned(self._report(tick).status)

@@ -7,7 +7,9 @@ of a start on a bad file's valid settings) and probes at once, whatever the back
 counted.  The watchdog is fed from this loop itself, also while a probe hangs and when the
 interval is longer than the watchdog period.  What of this boot's kernel records the first
 tick left unread (a flood) is read on before the next, in slices, with the watchdog fed and
-SIGTERM heeded between them.  One agent runs per state file (:mod:`.lock`).
+SIGTERM heeded between them.  Between ticks the loop also waits on the journal and the system
+bus: their news runs an event step (:mod:`.events`), off the grid.  One agent runs per state
+file (:mod:`.lock`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from types import FrameType
 from gpuagent import __version__, config
 from gpuagent.agent import Agent
 from gpuagent.edges.runner import Runner
+from gpuagent.events import Pace, Waits
 from gpuagent.lock import EX_RUNNING, AlreadyRunning, StateLock
 from gpuagent.logs import Event, EventLog, setup
 from gpuagent.notify import Notifier, watchdog_period
@@ -143,6 +146,8 @@ class Daemon:
         )
         self.agent.flag(CONFIG, problem)
         self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier)
+        self.waits = Waits(self.agent.sources, self.agent.news)
+        self.pace = Pace()
         # The last tick's report (None before the first tick).
         self.report: Report | None = None
 
@@ -211,8 +216,17 @@ class Daemon:
         )
         self.publisher.publish(self.report)
         self.watchdog.ping_if_due()
+        self.pace.ticked()
         if first:
             self.log(logging.INFO, None, f"first tick: {self.report.status}")
+        return self.report
+
+    def event_step(self) -> Report:
+        """An event step (news between ticks) and its one publication."""
+        self.report = self.agent.event(published=self.publisher.trouble)
+        self.publisher.publish(self.report)
+        self.watchdog.ping_if_due()
+        self.pace.ran(self.monotonic())
         return self.report
 
     def _read_boot(self) -> bool:
@@ -229,17 +243,28 @@ class Daemon:
         return not self.signals.stop
 
     def _wait_until(self, when: float) -> bool:
-        """Sleep until ``when`` (monotonic s), pinging the watchdog; True if asked to stop."""
+        """Sleep until ``when`` (monotonic s), pinging the watchdog and running an event step
+        for the news the sources' descriptors bring; True if asked to stop."""
         while not self.signals.stop and not self.signals.reload:
             self.watchdog.ping_if_due()
             now = self.monotonic()
             if now >= when:
                 return False
-            every = self.watchdog.every
-            until = min(when, self.watchdog.next_ping) if every else when
-            ready, _, _ = select.select([self.signals.wake_fd], [], [], max(until - now, 0.0))
-            if ready:
+            if self.pace.ready(now):
+                self.event_step()
+                continue
+            until = min(when, self.watchdog.next_ping) if self.watchdog.every else when
+            # While a step is due, what comes waits for it: a storm wakes the loop once a step.
+            due = self.pace.due
+            waited = self.waits.fds() if due is None else {}
+            if due is not None:
+                until = min(until, due)
+            fds = [self.signals.wake_fd, *waited]
+            ready, _, _ = select.select(fds, [], [], max(until - now, 0.0))
+            if self.signals.wake_fd in ready:
                 self.signals.drain()
+            if self.waits.news(ready, waited):
+                self.pace.news()
         return self.signals.stop
 
     def reload(self) -> bool:

@@ -49,6 +49,12 @@ class FakeUnits:
         self.reads += 1
         return self.result
 
+    def fileno(self) -> int | None:
+        return None
+
+    def news(self) -> bool:
+        return False
+
     def close(self) -> None:
         self.closed = True
 

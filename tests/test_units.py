@@ -217,6 +217,9 @@ class Counting:
             return
         self.bus.recv_messages(timeout=timeout)
 
+    def fileno(self) -> int:
+        return self.bus.fileno()
+
     def close(self) -> None:
         self.bus.close()
 

@@ -209,3 +209,24 @@ def test_clear_forgets_what_was_kept_and_lost() -> None:
     box.append(props_from(SYSTEMD_NOW))
     box.clear()
     assert box.take(PATHS) == Changes()
+
+
+def test_pending_says_what_take_would_and_keeps_it() -> None:
+    # The loop asks between ticks whether an event step is due; the step's read takes them.
+    box = inbox(capacity=2)
+    assert not box.pending(PATHS)
+    box.append(props_from(SYSTEMD_NOW))
+    assert box.pending(PATHS)
+    assert not box.pending({})  # a unit no longer watched
+    assert box.take(PATHS) == Changes(frozenset({FM}))
+    box.append(Msg(SYSTEMD_NOW, MANAGER_PATH, MANAGER, "UnitNew", "other.service", "/o"))
+    assert not box.pending(PATHS)
+    box.append(Msg(SYSTEMD_NOW, MANAGER_PATH, MANAGER, "Reloading", False))
+    assert box.pending(PATHS)
+    box.append(props_from(SYSTEMD_NOW))  # past the capacity: lost
+    assert box.pending(PATHS)
+    assert box.take(PATHS) == Changes(everything=True)
+    box.append(owner_changed(BUS, SYSTEMD, SYSTEMD_NOW, ":1.42"))
+    assert box.pending(PATHS)
+    assert box.take(PATHS) == Changes(everything=True)
+    assert not box.pending(PATHS)

@@ -62,6 +62,16 @@ class Source(Protocol):
         """Read on for one slice of the backlog (between ticks, while there is one)."""
         return
 
+    def waits_on(self) -> int | None:
+        """A descriptor readable when the source may have news between ticks (the journal's
+        inotify, the system bus connection), or ``None``: nothing to wait on now."""
+        return None
+
+    def news(self) -> bool:
+        """Its descriptor was readable: take in what came, without waiting, and say whether
+        the source has news for an event step (:mod:`gpuagent.events`)."""
+        return False
+
     def reset(self, old: Config, new: Config) -> None:
         """A reload: ``old`` replaced by ``new`` (drop what no longer holds)."""
         return

@@ -14,7 +14,11 @@ processes   ``probe``                                         only while the pro
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
-hang.  Adding a source: one folder under ``sources/``, one entry here, one field of
+hang.  An event step (news between ticks: :mod:`gpuagent.events`) runs, in the same order,
+only the sources of :data:`EVENT_STEP`, which spawn nothing: those that wait on news (kernel,
+services), the PCI scan (cheap, and it tells a GPU gone from the bus), ``bus`` after it, and
+``driver``, which judges what the kernel's records said of the driver; the others' views are
+the last tick's.  Adding a source: one folder under ``sources/``, one entry here, one field of
 :class:`gpuagent.views.Tick`, its key in the state (:mod:`gpuagent.report`) and its events.
 """
 
@@ -43,9 +47,10 @@ from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
 from gpuagent.sources.services.unitlog import unit_messages
 
-__all__ = ["READY_AFTER", "Systemd", "sources", "system_units"]
+__all__ = ["EVENT_STEP", "READY_AFTER", "Systemd", "sources", "system_units"]
 
 READY_AFTER = "bus"
+EVENT_STEP = frozenset({"scan", "kernel", "bus", "services", "driver"})
 
 
 class Systemd(UnitsReader, PidLookup, Protocol):

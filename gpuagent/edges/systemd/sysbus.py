@@ -49,6 +49,8 @@ class Bus(Protocol):
 
     def recv_messages(self, *, timeout: float | None = None) -> None: ...
 
+    def fileno(self) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -97,6 +99,10 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
 
         def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
             return super().send_and_get_reply(message, timeout=timeout or self._timeout)
+
+        def fileno(self) -> int:
+            # Readable when a message came: the loop waits on it between ticks.
+            return int(self.sock.fileno())
 
     sock = prep_socket(where, timeout=timeout)
     try:

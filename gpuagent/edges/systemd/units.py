@@ -253,9 +253,34 @@ class Units:
         follow = self._follow
         return follow if follow is not None and follow.enabled else None
 
+    def fileno(self) -> int | None:
+        """The connection's descriptor, readable when a signal came, while the signals are
+        followed (``None``: not connected, or every read reads every unit)."""
+        follow, bus = self._follow, self.connection.bus
+        if follow is None or not follow.enabled or bus is None:
+            return None
+        return bus.fileno()
+
+    def news(self) -> bool:
+        """Take in, without waiting, what came on the connection; whether a watched unit
+        changed (or any may have: the next read looks), or the bus failed (the next read
+        says how)."""
+        follow, bus = self._follow, self.connection.bus
+        if follow is None or not follow.enabled or bus is None:
+            return False
+        try:
+            self._take_in(bus)
+        except Failed:
+            return True
+        return follow.inbox.pending(follow.paths)
+
     def _take_signals(self, follow: _Follow) -> unitsignals.Changes:
         """What the signals that came since the last read say, without waiting for any."""
-        bus = self.connection.connected()
+        self._take_in(self.connection.connected())
+        return follow.inbox.take(follow.paths)
+
+    def _take_in(self, bus: Bus) -> None:
+        """The messages that came on ``bus`` (at most _MESSAGES_MAX), into the inbox."""
         for _ in range(_MESSAGES_MAX):
             self.ping()
             try:
@@ -264,7 +289,6 @@ class Units:
                 break
             except (OSError, ValueError) as e:
                 raise Failed(f"system bus: {_oserror(e)}") from None
-        return follow.inbox.take(follow.paths)
 
     def _match(self, rule: str) -> None:
         from jeepney.bus_messages import message_bus  # noqa: PLC0415

@@ -169,6 +169,14 @@ class Inbox:
             self.owner = str(body[2]) or None
             self._owner_changed = True
 
+    def pending(self, paths: Mapping[str, str]) -> bool:
+        """Whether what is kept says that a unit among ``paths`` changed, or that any may
+        have (:meth:`take` would say ``everything``); keeps it for :meth:`take`."""
+        if self._lost or self._owner_changed:
+            return True
+        changes = changed(self._signals, paths)
+        return changes.everything or bool(changes.names)
+
     def take(self, paths: Mapping[str, str]) -> Changes:
         """What the signals kept since the last take say of the units among ``paths``
         (object path → unit name): ``everything`` when some were lost or systemd's owner

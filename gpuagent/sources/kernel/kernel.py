@@ -100,6 +100,8 @@ class KernelRecords:
         self._summarised = False
         # Records read since the journal was opened (what the state says while reading).
         self._read = 0
+        # Whether the line that the journal cannot be waited on was logged.
+        self._unwaited = False
         # Each Xid's process named once, where it was seen then: a PID the kernel gives to
         # another job later must not rename an earlier Xid's source.
         self._sources: dict[tuple[str, int, int], Source] = {}
@@ -127,6 +129,28 @@ class KernelRecords:
     def reading(self) -> bool:
         """Whether this boot's records are still being read (and the journal can be)."""
         return self.journal.reading and self.journal.error is None
+
+    def waits_on(self) -> int | None:
+        """The journal's descriptor to wait on between ticks (``None``: none now); says once
+        at info where the journal cannot be waited on, and is then read at each tick."""
+        fd, why = self.journal.waitable()
+        if why is not None and not self._unwaited:
+            self._unwaited = True
+            self.log(
+                logging.INFO,
+                None,
+                f"{self.journal.where} cannot be waited on ({why}): the kernel's records are "
+                "read at each tick",
+                journal_directory=self.journal.directory or None,
+            )
+        return fd
+
+    def news(self) -> bool:
+        """Read what came since (the journal's descriptor was readable); whether a record
+        came or the journal failed: then an event step says so."""
+        before = self._read
+        self._take(SLICE)
+        return self._read != before or self.journal.error is not None
 
     def read(self, budget: float = SLICE) -> None:
         """Read on for at most ``budget`` s (between ticks, while :attr:`reading`); the next

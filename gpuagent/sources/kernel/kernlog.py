@@ -411,6 +411,23 @@ class KernelLog:
         journal is not open."""
         return None if self._reader is None else int(self._reader.fileno())
 
+    def waitable(self) -> tuple[int | None, str | None]:
+        """The descriptor to wait on for what is appended next (``None``: none now: the
+        journal not open, or its boot still being read) and, where it is open and cannot be
+        waited on, why; then :meth:`poll` at each tick is what reads it."""
+        if self._reader is None or self.reading:
+            return None, None
+        try:
+            fd = int(self._reader.fileno())
+            reliable = bool(self._reader.reliable_fd())
+        except (OSError, ValueError, RuntimeError) as e:
+            return None, f"it has no descriptor to wait on: {_reason(e)}"
+        if not reliable:
+            # sd-journal's word for files on a network file system: inotify sees only what
+            # this host writes there, so a wait could miss another writer's records.
+            return None, "its files are on a file system whose changes inotify does not see"
+        return fd, None
+
     def close(self) -> None:
         """Close the journal; the next :meth:`poll` reopens it and goes on where it stopped."""
         if self._reader is not None:

@@ -67,6 +67,12 @@ class Kernel(Source):
     def read_backlog(self) -> None:
         self.records.read()
 
+    def waits_on(self) -> int | None:
+        return self.records.waits_on()
+
+    def news(self) -> bool:
+        return self.records.news()
+
     def step(self, tick: Tick) -> Outcome:
         last = tick.last
         found = self.records.poll(

@@ -37,6 +37,10 @@ class Reader(Protocol):
 
     def read(self, names: Sequence[str] = ...) -> Result: ...
 
+    def fileno(self) -> int | None: ...
+
+    def news(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -87,6 +91,12 @@ class ServicesSource(Source):
             {"persistence": persistence, "services": {"": self.host}},
             {"system_bus": self.error},
         )
+
+    def waits_on(self) -> int | None:
+        return self.reader.fileno()
+
+    def news(self) -> bool:
+        return self.reader.news()
 
     @property
     def view(self) -> ServicesView:
