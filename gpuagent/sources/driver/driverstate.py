@@ -51,13 +51,14 @@ class DriverState:
 
     def configure(self, config: Config) -> None:
         """Apply a (reloaded) config: the grace, the hangs' limit, the NVML library (found
-        again), the sysfs and proc roots.  A wait for the module or a hang under way keeps
-        its start and its reasons."""
+        again), the sysfs and proc roots, the failures an outage starts after.  A wait for
+        the module or a hang under way keeps its start and its reasons."""
         self.absence.grace = config.driver_absent_grace
         self.hangs.after = config.driver_hung_after
         self.library = NvmlLibrary(config.nvml_library)
         self.sysfs_root = config.sysfs_root
         self.proc_root = config.proc_root
+        self.backoff_after = config.backoff_after
 
     def findings(
         self, bus: BusView, probe: ProbeView, records: DriverRecords
@@ -79,10 +80,12 @@ class DriverState:
         # no mismatch (driver_mismatch needs one), so neither file is looked at.
         loaded = loaded_version(self.sysfs_root) if bus.module_loaded else None
         installed = self.library.version() if loaded is not None else None
+        # nvidia-smi's exit 18 from the outage's start on, as smi_failing: a blip is none.
         refused = (
             bool(bus.probeable)
             and probe.state is ProbeState.FAILING
             and probe.failure is Failure.VERSION_MISMATCH
+            and probe.failures >= self.backoff_after
         )
         evidence = mismatch_evidence(installed, loaded, records.mismatch, refused=refused)
         after = self._installed_after_boot() if evidence else None

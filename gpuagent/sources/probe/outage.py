@@ -19,11 +19,12 @@ __all__ = ["DRIVERS", "outage"]
 DRIVERS = frozenset({Failure.TIMEOUT, Failure.VERSION_MISMATCH})
 
 
-def outage(probe: ProbeView) -> list[Finding]:
+def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
     """The probe's host problems as of ``probe`` (its state on a bus with GPUs to probe:
     ``idle`` has none): ``nvidia_smi_missing`` (warning) while it is not found, and
     ``smi_failing`` (critical: nothing is known of the GPUs) while it fails, its class and
-    error in the message."""
+    error in the message, from the ``after``-th failure in a row on (``backoff_after``: the
+    outage's start; one failed probe is a blip, no drain)."""
     if probe.state is ProbeState.GATED and probe.gate is Gate.NVIDIA_SMI_MISSING:
         return [
             Finding(
@@ -36,7 +37,7 @@ def outage(probe: ProbeView) -> list[Finding]:
             )
         ]
     failure = probe.failure or Failure.OTHER
-    if probe.state is not ProbeState.FAILING or failure in DRIVERS:
+    if probe.state is not ProbeState.FAILING or failure in DRIVERS or probe.failures < after:
         return []
     return [
         Finding(

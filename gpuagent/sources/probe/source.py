@@ -58,7 +58,8 @@ class Probe(Source):
             findings["smi"] = fold_fabric(tick.services.host, found)
         samples = self.samples.mark_stale(gpus, tick.config.interval)
         view = self._view()
-        findings["outage"] = {"": outage(view)} if tick.bus.probeable else {}
+        down = outage(view, tick.config.backoff_after) if tick.bus.probeable else []
+        findings["outage"] = {"": down} if down else {}
         return Outcome(replace(view, samples=samples), findings)
 
     def _view(self) -> ProbeView:
