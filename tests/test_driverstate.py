@@ -209,6 +209,8 @@ def test_nvidia_smi_s_exit_18_is_a_driver_mismatch(host: Host) -> None:
     host.make_agent()
     host.tick(2)
     assert host.probe["failure_class"] == "version_mismatch"
+    assert host_problems(host) == []  # two failures are a blip, no outage yet
+    host.tick()
     assert kinds(host) == [("driver_mismatch", "critical", "check_host")]
     assert host_problems(host)[0]["message"].startswith(
         "nvidia-smi: Driver/library version mismatch (exit 18): no new CUDA job can start"

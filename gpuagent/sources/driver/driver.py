@@ -418,12 +418,14 @@ def driver_mismatch(evidence: list[str], installed_after_boot: bool | None) -> F
             "the nvidia modules) to finish the upgrade",
             ends=ends,
         )
+    # Older than the boot: the reboot did not help; unknown (no library, no boot time): no
+    # claim either way, and no reboot asked for that might not help.
+    older = ", and is older than this boot" if installed_after_boot is False else ""
     return Finding(
         "driver_mismatch",
         CRITICAL,
         "check_host",
-        f"{text}; the installed driver does not match the module this kernel loads, and "
-        "is older than this boot: reinstall the driver, or rebuild its module (DKMS) for "
-        "this kernel",
+        f"{text}; the installed driver does not match the module this kernel loads{older}: "
+        "reinstall the driver, or rebuild its module (DKMS) for this kernel",
         ends=ends,
     )
