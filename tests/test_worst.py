@@ -67,7 +67,7 @@ STUCK = hung(stuck=True)
 BLIP = hung(stuck=False)
 MISMATCH_BEFORE = mismatch(installed_after_boot=True)
 MISMATCH_AFTER = mismatch(installed_after_boot=False)
-SMI_FAILING = outage(ProbeView(state=ProbeState.FAILING, failure=Failure.OTHER))[0]
+SMI_FAILING = outage(ProbeView(state=ProbeState.FAILING, failure=Failure.OTHER, failures=3), 3)[0]
 
 # (what it shows, the findings by slot, the worst: its slot and kind)
 TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
