@@ -79,6 +79,7 @@ class Config:
     journal_directory: str = _default("journal_directory")
     expected_gpus: int | None = _default("expected_gpus")
     driver_absent_grace: float = _default("driver_absent_grace")
+    driver_hung_after: float = _default("driver_hung_after")
     nvml_library: str = _default("nvml_library")
     xid_warning_hold: float = _default("xid_warning_hold")
     history_days: int = _default("history_days")

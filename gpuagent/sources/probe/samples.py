@@ -84,8 +84,10 @@ class Samples:
 
     def forget(self) -> None:
         """nvidia-smi cannot be asked (a gate holds): no sample is current any more, and the
-        throttle and retired-page verdicts it gave end with its other findings."""
+        throttle and retired-page verdicts it gave end with its other findings; nor is any GPU
+        missing from an answer that no longer holds (a reader would take it for one missing now)."""
         self._reported = set()
+        self._missing = []
         self.throttle.forget()
         self.pages.forget()
 
