@@ -250,8 +250,13 @@ def _gpus(
         }
         if slot in links:
             entry["nvlink"] = _nvlink(links[slot])
+            if slot in nvlink.stale:
+                stale: NvlinkEntry = {**entry["nvlink"], "stale": True}
+                entry["nvlink"] = _sealed(stale)
         if processes.gpus is not None and slot in processes.gpus:
             entry["processes"] = _listed(_process(p) for p in processes.gpus[slot])
+            if slot in processes.stale:
+                entry["processes_stale"] = True
         c = kernel.cleared.get(slot)
         if c is not None and not mine:
             cleared: ClearEntry = {"kind": c.kind, "by": c.by, "at": c.at}

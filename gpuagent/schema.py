@@ -88,12 +88,14 @@ class SXidEntry(TypedDict):
 class NvlinkEntry(TypedDict):
     """A GPU's NVLink as last read: ``links`` its links, ``active`` those up, ``inactive``
     the others' numbers, ``counters`` each link's error counters (``replay``, ``recovery``,
-    ``crc``; None: N/A) by link number."""
+    ``crc``; None: N/A) by link number; ``stale`` (true, else absent) where that read is not
+    current: nvidia-smi does not report the GPU now, or did not at the last read."""
 
     links: int
     active: int
     inactive: list[int]
     counters: dict[str, dict[str, int | None]]
+    stale: NotRequired[bool]
 
 
 class ProcessEntry(TypedDict):
@@ -136,7 +138,9 @@ class GpuEntry(TypedDict):
     """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
     without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
     critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
-    the GPU has no problem since."""
+    the GPU has no problem since; ``processes_stale`` (true, else absent) where ``processes``
+    are an earlier read's: nvidia-smi does not report the GPU now, or did not at the last
+    read."""
 
     pci_slot: str
     uuid: str | None
@@ -148,6 +152,7 @@ class GpuEntry(TypedDict):
     xids: list[XidEntry]
     nvlink: NotRequired[NvlinkEntry]
     processes: NotRequired[list[ProcessEntry]]
+    processes_stale: NotRequired[bool]
     cleared: NotRequired[ClearEntry]
 
 

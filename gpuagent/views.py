@@ -275,11 +275,14 @@ class NvlinkGpu:
 @dataclass(frozen=True)
 class NvlinkView:
     """The NVLink reads: each GPU's links by slot (GPUs in MIG mode and without NVLink left
-    out), whether the host's GPUs have no NVLink at all, and the reads' spawns so far."""
+    out), whether the host's GPUs have no NVLink at all, and the reads' spawns so far;
+    ``stale`` the slots of ``gpus`` whose links are an earlier read's (nvidia-smi does not
+    report the GPU now, or did not when the last read ran)."""
 
     gpus: Mapping[str, NvlinkGpu] = field(default_factory=dict)
     no_nvlink: bool = False
     spawns_total: int = 0
+    stale: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -302,11 +305,13 @@ class ProcessView:
 class ProcessesView:
     """The processes read: each GPU's, by slot (every GPU sampled; an idle one has none), or
     ``None`` while they are not known (not read yet, the read failing, the probe failing);
-    the reads' spawns so far."""
+    the reads' spawns so far; ``stale`` the slots of ``gpus`` whose processes are an earlier
+    read's (nvidia-smi does not report the GPU now, or did not when the last read ran)."""
 
     gpus: Mapping[str, tuple[ProcessView, ...]] | None = None
     spawns_total: int = 0
     last_seen: Mapping[int, Seen] = field(default_factory=dict)
+    stale: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ bus         ``scan``, ``kernel`` (root's clears, UUIDs)       the GPUs this host
 services    the last tick's samples                           before the probe: fabric
 probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-smi, samples
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
-nvlink      ``bus``, ``probe``                                only while the probe answers
-processes   ``probe``                                         only while the probe answers
+nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
+processes   ``probe``                                         for the GPUs the probe answers
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
