@@ -22,6 +22,7 @@ __all__ = [
     "ServiceEntry",
     "State",
     "Value",
+    "VgpuEntry",
     "XidEntry",
 ]
 
@@ -98,6 +99,17 @@ class NvlinkEntry(TypedDict):
     stale: NotRequired[bool]
 
 
+class VgpuEntry(TypedDict):
+    """A vGPU guest's GPU licence as ``nvidia-smi -q`` last said: ``mode`` (``Virtualization
+    Mode``: ``VGPU``, ``Pass-Through``), licensed ``product`` (``Product Name``) and
+    ``license_status`` (``Licensed (Expiry: ...)``, ``Unlicensed (Restricted)`` …); None where
+    it has no such line."""
+
+    mode: str | None
+    product: str | None
+    license_status: str | None
+
+
 class ProcessEntry(TypedDict):
     """A compute process on the GPU (``--query-compute-apps``): ``pid`` (nvidia-smi's PID
     namespace), ``name`` (``process_name``), ``used_memory_mib`` (``used_memory``, MiB; None:
@@ -140,7 +152,7 @@ class GpuEntry(TypedDict):
     critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
     the GPU has no problem since; ``processes_stale`` (true, else absent) where ``processes``
     are an earlier read's: nvidia-smi does not report the GPU now, or did not at the last
-    read."""
+    read; ``vgpu`` its licence on a vGPU guest (absent elsewhere)."""
 
     pci_slot: str
     uuid: str | None
@@ -153,6 +165,7 @@ class GpuEntry(TypedDict):
     nvlink: NotRequired[NvlinkEntry]
     processes: NotRequired[list[ProcessEntry]]
     processes_stale: NotRequired[bool]
+    vgpu: NotRequired[VgpuEntry]
     cleared: NotRequired[ClearEntry]
 
 

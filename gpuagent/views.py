@@ -36,6 +36,8 @@ __all__ = [
     "SamplesView",
     "ServicesView",
     "UnitView",
+    "VgpuGpu",
+    "VgpuView",
     "XidCount",
     "XidInfo",
     "plural",
@@ -315,6 +317,26 @@ class ProcessesView:
 
 
 @dataclass(frozen=True)
+class VgpuGpu:
+    """One GPU's licence on a vGPU guest as ``nvidia-smi -q`` last said: its virtualization
+    ``mode`` (``VGPU``, ``Pass-Through``), licensed ``product`` and ``status`` (``Licensed
+    (Expiry: ...)``, ``Unlicensed (Restricted)``); None where ``-q`` has no such line."""
+
+    mode: str | None
+    product: str | None
+    status: str | None
+
+
+@dataclass(frozen=True)
+class VgpuView:
+    """The licence reads: each GPU's with a licensed product, by slot (none on bare metal),
+    and the reads' spawns so far."""
+
+    gpus: Mapping[str, VgpuGpu] = field(default_factory=dict)
+    spawns_total: int = 0
+
+
+@dataclass(frozen=True)
 class UnitView:
     """One of NVIDIA's systemd units as last read over D-Bus."""
 
@@ -375,6 +397,7 @@ class Tick:
     probe: ProbeView = field(default_factory=ProbeView)
     nvlink: NvlinkView = field(default_factory=NvlinkView)
     processes: ProcessesView = field(default_factory=ProcessesView)
+    vgpu: VgpuView = field(default_factory=VgpuView)
 
     @property
     def last(self) -> Tick:

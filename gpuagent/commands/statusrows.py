@@ -9,7 +9,15 @@ from typing import Any
 
 from gpuagent.commands.status import clean
 
-__all__ = ["HIDDEN_MIB", "clock", "count", "nvlink_row", "process_rows", "services_row"]
+__all__ = [
+    "HIDDEN_MIB",
+    "clock",
+    "count",
+    "nvlink_row",
+    "process_rows",
+    "services_row",
+    "vgpu_row",
+]
 
 # How the row names each unit; DCGM is shown only when installed (it is optional).
 _NAMES = (
@@ -55,6 +63,15 @@ def nvlink_row(nvlink: object) -> str | None:
         which = ", ".join(clean(n) for n in inactive)
         text += f", link{'s' if len(inactive) > 1 else ''} {which} inactive"
     return f"{text} ({_STALE})" if nvlink.get("stale") is True else text
+
+
+def vgpu_row(vgpu: object) -> str | None:
+    """``vGPU NVIDIA Virtual Compute Server: Licensed (Expiry: N/A)``; None off a guest."""
+    if not isinstance(vgpu, Mapping):
+        return None
+    product = vgpu.get("product")
+    name = f" {clean(product)}" if isinstance(product, str) and product else ""
+    return f"vGPU{name}: {clean(vgpu.get('license_status') or 'licence not known')}"
 
 
 def services_row(services: object) -> str | None:

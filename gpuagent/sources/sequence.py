@@ -11,6 +11,7 @@ probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
+vgpu        ``bus``, ``probe``                                a guest's: for the GPUs answered
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
@@ -41,6 +42,7 @@ from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
+from gpuagent.sources.vgpu.source import VgpuSource
 
 __all__ = ["READY_AFTER", "Systemd", "sources", "system_units"]
 
@@ -85,7 +87,8 @@ def sources(
     services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
-    return (scan, kernel, had, services, probe, driver, nvlink, processes)
+    vgpu = VgpuSource(config, prober.runner, log, which=which)
+    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu)
 
 
 def system_units(ping: Callable[[], None]) -> Systemd:
