@@ -206,8 +206,21 @@ def queries(host: FakeHost) -> int:
 def test_no_spawn_where_nvidia_gridd_is_not_installed(host: FakeHost) -> None:
     host.scenario(stdout=guest())
     s, _ = source(host, installed=False, every=10.0)
-    assert all(s.read(host.smi, host.slots) in (None, {}) for _ in range(100))
+    assert all(s.read(host.smi, host.slots) == {} for _ in range(100))
     assert queries(host) == 0 and s.view.spawns_total == 0 and s.view.gpus == {}
+
+
+def test_nvidia_gridd_is_looked_for_once_a_period(host: FakeHost) -> None:
+    s, _ = source(host, installed=False, every=30.0)
+    looked: list[str] = []
+
+    def which(name: str) -> str | None:
+        looked.append(name)
+        return None
+
+    s.which = which
+    assert [s.read(host.smi, host.slots) for _ in range(6)] == [{}, None, None, {}, None, None]
+    assert looked == [GRIDD, GRIDD]
 
 
 def test_a_restricted_guest_is_critical_read_on_its_own_cadence(host: FakeHost) -> None:

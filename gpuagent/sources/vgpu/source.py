@@ -92,7 +92,10 @@ class VgpuSource(Source):
         if not gpus or self._not_licensed == gpus or not self.cadence.due():
             return None
         if self.which(GRIDD) is None:
-            return {}  # not a guest (or no longer one): nothing to read, nothing holds
+            # Not a guest (or no longer one): nothing holds, and the next look is a period
+            # away (a due read stays due until it starts: a stat of $PATH every tick else).
+            self.cadence.start()
+            return {}
         if binary is None or self.runner.busy():
             return None  # due again on the next tick
         if not self.cadence.start():
