@@ -21,6 +21,7 @@ from gpuagent.sources.vgpu import gridd, licence
 from gpuagent.sources.vgpu.source import GRIDD, VgpuSource
 from gpuagent.views import BusView, Gate, PciGpu, ProbeView, Tick, VgpuGpu, VgpuView
 from tests import fakehost, states
+from tests.conftest import Host
 from tests.fakehost import FakeHost
 from tests.replay import CORPUS
 
@@ -163,7 +164,8 @@ def test_gridd_conf_is_read_as_a_regular_file_or_not_at_all(tmp_path: str) -> No
 
 
 @pytest.fixture
-def host(tmp_path: str) -> FakeHost:
+def one(tmp_path: str) -> FakeHost:
+    """A fake host with one GPU, without an agent: the source alone reads through it."""
     return fakehost.create(str(tmp_path), gpus=1)
 
 
@@ -203,15 +205,15 @@ def queries(host: FakeHost) -> int:
     return sum(1 for argv in host.calls() if argv == ["-q"])
 
 
-def test_no_spawn_where_nvidia_gridd_is_not_installed(host: FakeHost) -> None:
-    host.scenario(stdout=guest())
-    s, _ = source(host, installed=False, every=10.0)
-    assert all(s.read(host.smi, host.slots) == {} for _ in range(100))
-    assert queries(host) == 0 and s.view.spawns_total == 0 and s.view.gpus == {}
+def test_no_spawn_where_nvidia_gridd_is_not_installed(one: FakeHost) -> None:
+    one.scenario(stdout=guest())
+    s, _ = source(one, installed=False, every=10.0)
+    assert all(s.read(one.smi, one.slots) == {} for _ in range(100))
+    assert queries(one) == 0 and s.view.spawns_total == 0 and s.view.gpus == {}
 
 
-def test_nvidia_gridd_is_looked_for_once_a_period(host: FakeHost) -> None:
-    s, _ = source(host, installed=False, every=30.0)
+def test_nvidia_gridd_is_looked_for_once_a_period(one: FakeHost) -> None:
+    s, _ = source(one, installed=False, every=30.0)
     looked: list[str] = []
 
     def which(name: str) -> str | None:
@@ -219,51 +221,51 @@ def test_nvidia_gridd_is_looked_for_once_a_period(host: FakeHost) -> None:
         return None
 
     s.which = which
-    assert [s.read(host.smi, host.slots) for _ in range(6)] == [{}, None, None, {}, None, None]
+    assert [s.read(one.smi, one.slots) for _ in range(6)] == [{}, None, None, {}, None, None]
     assert looked == [GRIDD, GRIDD]
 
 
-def test_a_restricted_guest_is_critical_read_on_its_own_cadence(host: FakeHost) -> None:
-    host.scenario(stdout=guest())
-    s, records = source(host)
-    found = s.read(host.smi, [SLOT])
+def test_a_restricted_guest_is_critical_read_on_its_own_cadence(one: FakeHost) -> None:
+    one.scenario(stdout=guest())
+    s, records = source(one)
+    found = s.read(one.smi, [SLOT])
     assert found is not None
     assert [(f.kind, f.severity) for f in found[SLOT]] == [(licence.UNLICENSED, "critical")]
     assert SERVER in found[SLOT][0].message
     assert s.view.gpus[SLOT].status == "Unlicensed (Restricted)"
     # Every 30 s at a 10 s tick: the next two ticks hold the last findings, the third reads.
-    assert [s.read(host.smi, [SLOT]) is None for _ in range(3)] == [True, True, False]
-    assert queries(host) == 2 and s.view.spawns_total == 2
+    assert [s.read(one.smi, [SLOT]) is None for _ in range(3)] == [True, True, False]
+    assert queries(one) == 2 and s.view.spawns_total == 2
     assert records == []
     # Licensed: the problem ends, the view says so.
-    host.scenario(stdout=guest(status="Licensed (Expiry: N/A)"))
+    one.scenario(stdout=guest(status="Licensed (Expiry: N/A)"))
     s.expedite()
-    assert s.read(host.smi, [SLOT]) == {}
+    assert s.read(one.smi, [SLOT]) == {}
     assert s.view.gpus[SLOT].status == "Licensed (Expiry: N/A)"
 
 
-def test_no_licensed_product_is_learnt_once_per_set_of_gpus(host: FakeHost) -> None:
-    host.scenario(stdout=capture("nvlink", H100))
-    s, _ = source(host, every=10.0)
-    assert s.read(host.smi, [SLOT]) == {}
+def test_no_licensed_product_is_learnt_once_per_set_of_gpus(one: FakeHost) -> None:
+    one.scenario(stdout=capture("nvlink", H100))
+    s, _ = source(one, every=10.0)
+    assert s.read(one.smi, [SLOT]) == {}
     for _ in range(50):
-        assert s.read(host.smi, [SLOT]) is None
-    assert queries(host) == 1
-    s.read(host.smi, [SLOT, "0000:01:00.0"])  # another set of GPUs is asked once more
-    assert queries(host) == 2
+        assert s.read(one.smi, [SLOT]) is None
+    assert queries(one) == 1
+    s.read(one.smi, [SLOT, "0000:01:00.0"])  # another set of GPUs is asked once more
+    assert queries(one) == 2
 
 
-def test_a_failing_read_is_one_warning_then_one_line(host: FakeHost) -> None:
-    host.scenario(stdout="Unable to determine the device handle for GPU0000:00:09.0\n", exit=255)
-    s, records = source(host, every=10.0)
+def test_a_failing_read_is_one_warning_then_one_line(one: FakeHost) -> None:
+    one.scenario(stdout="Unable to determine the device handle for GPU0000:00:09.0\n", exit=255)
+    s, records = source(one, every=10.0)
     for _ in range(3):
-        assert s.read(host.smi, [SLOT]) is None
+        assert s.read(one.smi, [SLOT]) is None
     (warning,) = [r for r in records if r.levelno == logging.WARNING]
     assert message_id(warning) == Event.VGPU_READ_FAILED.value
     assert warning.getMessage().startswith("vGPU licences not read: nvidia-smi -q: exit 255")
-    host.scenario(stdout=guest())
+    one.scenario(stdout=guest())
     for _ in range(8):  # backed off: a few ticks until the next try
-        if s.read(host.smi, [SLOT]) is not None:
+        if s.read(one.smi, [SLOT]) is not None:
             break
     assert [message_id(r) for r in records[1:]] == [Event.VGPU_READ_RECOVERED.value]
 
@@ -273,16 +275,16 @@ def _tick(cfg: Config, probe: ProbeView) -> Tick:
     return Tick(0.0, 0.0, cfg, bus=bus, probe=probe)
 
 
-def test_a_gate_ends_the_findings_and_a_failing_probe_holds_them(host: FakeHost) -> None:
-    host.scenario(stdout=guest())
-    s, _ = source(host)
+def test_a_gate_ends_the_findings_and_a_failing_probe_holds_them(one: FakeHost) -> None:
+    one.scenario(stdout=guest())
+    s, _ = source(one)
     cfg = Config(interval=10.0)
     gated = s.step(_tick(cfg, ProbeView(state=ProbeState.GATED, gate=Gate.DRIVER_NOT_LOADED)))
     assert gated.findings == {"vgpu": {}}
     assert s.step(_tick(cfg, ProbeView(state=ProbeState.FAILING))).findings == {}
-    ok = s.step(_tick(cfg, ProbeView(state=ProbeState.OK, binary=host.smi)))
+    ok = s.step(_tick(cfg, ProbeView(state=ProbeState.OK, binary=one.smi)))
     assert [f.kind for f in ok.findings["vgpu"][SLOT]] == [licence.UNLICENSED]
-    assert queries(host) == 1
+    assert queries(one) == 1
 
 
 def test_the_status_row() -> None:
@@ -318,3 +320,34 @@ def test_the_state_and_status_of_a_guest() -> None:
     plain = states.state()
     assert "vgpu" not in states.gpu(plain)
     assert "vGPU" not in statustext.render(plain, plain["updated_at"], 0, "", width=200)
+
+
+def test_a_restricted_guest_is_critical_in_the_state_and_the_status_line(
+    host: Host, tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot = host.slots[0]
+    text = guest().replace("GPU 00000000:00:09.0", f"GPU 0000{slot.upper()}")
+    host.healthy(query=text)
+    daemon = os.path.join(tmp_path, "bin", GRIDD)
+    os.makedirs(os.path.dirname(daemon))
+    with open(daemon, "w", encoding="utf-8") as f:
+        f.write("#!/bin/sh\n")
+    os.chmod(daemon, 0o700)
+    monkeypatch.setenv("PATH", f"{os.path.dirname(daemon)}:{os.environ['PATH']}")
+    host.make_agent(vgpu_interval=30.0)
+    st = host.tick(4).state
+    assert sum(1 for argv in host.calls() if argv == ["-q"]) == 2  # ticks 1 and 4
+    (p,) = [p for p in states.gpu(st, slot)["problems"] if p["kind"] == licence.UNLICENSED]
+    assert (p["severity"], p["action"]) == ("critical", "check_host")
+    assert "client configuration token" in p["message"]  # this host has no gridd.conf
+    assert states.gpu(st, slot)["vgpu"]["license_status"] == "Unlicensed (Restricted)"
+    assert st["status"].startswith("1 critical")
+    assert host.events(Event.PROBLEM_VGPU_UNLICENSED)
+
+
+def test_a_healthy_host_without_nvidia_gridd_never_runs_q(host: Host) -> None:
+    host.healthy()
+    host.make_agent(vgpu_interval=10.0)
+    st = host.tick(5).state
+    assert not any(argv == ["-q"] for argv in host.calls())
+    assert not any("vgpu" in g for g in st["gpus"]) and st["status"] == "8 GPUs, sampling"
