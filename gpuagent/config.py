@@ -93,6 +93,7 @@ class Config:
     nvlink_replay_budget: int = _default("nvlink_replay_budget")
     processes_interval: float | None = _default("processes_interval")
     proc_root: str = _default("proc_root")
+    vgpu_interval: float = _default("vgpu_interval")
 
 
 class _Refused(Exception):

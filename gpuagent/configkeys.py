@@ -254,6 +254,8 @@ KEYS: tuple[Key, ...] = (
     # Rounded up to whole ticks; None (unset) or less than a tick: every tick.
     Key("processes_interval", _SECONDS, None, "how often who is on each GPU is read"),
     Key("proc_root", _absolute_path, "/proc", "where proc is mounted"),
+    # Rounded up to whole ticks; read only on a vGPU guest (nvidia-gridd installed).
+    Key("vgpu_interval", _SECONDS, 300.0, "how often a vGPU guest's licences are read"),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 
