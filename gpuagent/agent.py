@@ -100,6 +100,11 @@ class Agent:
             if s.backlog:
                 s.read_backlog()
 
+    def flag(self, kind: str, reason: str | None) -> None:
+        """Hold the agent's own trouble ``kind`` that no source has (the daemon's ``config``)
+        with ``reason``, or end it (None), from the next report on."""
+        self._trouble[kind] = reason
+
     def configure(self, config: Config | None = None) -> report.Report:
         """Apply a reloaded config (``None``: keep the current one) and look now: the next
         tick reads whatever the cadences and the backoff had counted.  Counters, samples and

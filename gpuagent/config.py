@@ -7,9 +7,10 @@ The file ``PATH`` is read first, then each drop-in ``PATH.d/*.toml`` in lexical 
 key overriding an earlier one: edits go into drop-ins, so that the shipped file stays as
 shipped and an upgrade never asks about it.  Every error is a :class:`ConfigError` whose
 message is one line naming the file (the main one or a drop-in), the key and what was
-expected; the daemon exits 78 (EX_CONFIG) on it at start and keeps its old configuration on
-it at reload.  :func:`salvage` is for the commands that must work whatever the files say
-(``status``, ``detect``, ``link-textfile``): it keeps what can be used.
+expected; a run by hand exits 78 (EX_CONFIG) on it, the service runs on what can be used
+(the agent problem ``config``), and a reload keeps the old configuration.  :func:`salvage` is
+for what must work whatever the files say (``status``, ``detect``, ``link-textfile``, the
+service's start): it keeps what can be used.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the Prometheus textfile.
 
 SIGTERM and SIGINT stop the loop (within 2 s even mid-probe); SIGHUP reloads the config
-(a bad file is logged and the old config kept) and probes at once, whatever the backoff had
+(a bad file is logged and the old config kept; a good one ends the agent problem ``config``
+of a start on a bad file's valid settings) and probes at once, whatever the backoff had
 counted.  The watchdog is fed from this loop itself, also while a probe hangs and when the
 interval is longer than the watchdog period.  What of this boot's kernel records the first
 tick left unread (a flood) is read on before the next, in slices, with the watchdog fed and
@@ -30,7 +31,10 @@ from gpuagent.report import Report
 from gpuagent.schedule import deadline, next_index
 from gpuagent.sources.probe.probe import Prober
 
-__all__ = ["Daemon"]
+__all__ = ["CONFIG", "Daemon"]
+
+# The agent problem of a run on a bad file's valid settings, until a reload reads good ones.
+CONFIG = "config"
 
 # Fraction of the watchdog period between pings; systemd asks for at most half.
 _PING_FRACTION = 0.4
@@ -105,8 +109,10 @@ class Daemon:
         log: EventLog | None = None,
         interval: float | None = None,
         load: Callable[[str, bool], config.Config] | None = None,
+        problem: str | None = None,
     ) -> None:
         # ``load`` reads the config on reload (run's RunConfig; config.load by default).
+        # ``problem``: why ``cfg`` is a bad file's valid settings (the agent problem config).
         self.load_config = load or (lambda path, required: config.load(path, required=required))
         # ``interval`` (run --interval) overrides the file's, on reloads too.
         self.interval_override = interval
@@ -135,6 +141,7 @@ class Daemon:
         self.agent = Agent(
             cfg, Prober(self.runner), self.log, monotonic=monotonic, state_directory=remembered
         )
+        self.agent.flag(CONFIG, problem)
         self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier)
         # The last tick's report (None before the first tick).
         self.report: Report | None = None
@@ -255,6 +262,7 @@ class Daemon:
             )
         else:
             self.config = cfg
+            self.agent.flag(CONFIG, None)
             self.publisher.configure(cfg.state_file, cfg.textfile)
             setup(cfg.log_level)
             self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}; {then}")

@@ -123,7 +123,9 @@ class ServiceEntry(TypedDict):
 
 
 class ClearEntry(TypedDict):
-    """An operator's clear of ``kind`` (``all``: every latching kind) ``by`` a user ``at``."""
+    """An operator's clear of ``kind`` (``all``: every latching kind) ``by`` a person (the
+    login uid's user, else ``SUDO_USER``, else root: :func:`gpuagent.sources.kernel.clears.person`)
+    ``at``."""
 
     kind: str
     by: str
@@ -181,7 +183,7 @@ class Exit(TypedDict):
 
 class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
-    ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
+    ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
     nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
     earlier boots, this boot only, N earlier boots)."""
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpuagent.edges import safefile
 
-__all__ = ["SCHEMA", "StateError", "read", "why", "write"]
+__all__ = ["SCHEMA", "NoStateFile", "StateError", "read", "why", "write"]
 
 SCHEMA = 1
 # A state file of hundreds of GPUs is a few MiB; this keeps a planted huge file from eating
@@ -22,6 +22,11 @@ MAX_SIZE = 64 * 1024 * 1024
 
 class StateError(Exception):
     """A state file that is missing, unreadable or not a gpuagent state."""
+
+
+class NoStateFile(StateError):
+    """No state file at all (the agent never wrote one, or systemd removed it at stop), as
+    opposed to one this user may not read."""
 
 
 def write(path: str, state: Mapping[str, object]) -> None:
@@ -45,7 +50,7 @@ def read(path: str) -> dict[str, Any]:
     try:
         state = json.loads(safefile.read_regular(path, MAX_SIZE))
     except FileNotFoundError:
-        raise StateError(f"{path}: no state file (is gpuagent running?)") from None
+        raise NoStateFile(f"{path}: no state file (is gpuagent running?)") from None
     except OSError as e:
         raise StateError(f"{path}: cannot read: {e.strerror}") from None
     except RecursionError:

@@ -233,9 +233,9 @@ class SXidCount:
 
 @dataclass(frozen=True)
 class Clear:
-    """An operator's clear of ``kind`` (or ``all``) on the GPU in ``slot`` by user ``by`` at
-    ``at`` (s since the epoch); which problems it ends,
-    :func:`gpuagent.sources.kernel.clears.covers` says."""
+    """An operator's clear of ``kind`` (or ``all``) on the GPU in ``slot`` by the person
+    ``by`` (:func:`gpuagent.sources.kernel.clears.person`, else root) at ``at`` (s since the
+    epoch); which problems it ends, :func:`gpuagent.sources.kernel.clears.covers` says."""
 
     slot: str
     kind: str

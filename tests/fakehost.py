@@ -7,6 +7,7 @@ by the benchmarks and by ``scripts/demo``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,9 @@ FAKE_SMI = os.path.join(HERE, "fake_nvidia_smi.py")
 # A probe timeout (s) that this Python fake meets on a busy machine too (tens of ms to start,
 # far more under load), whatever the interval: above a short one it is a warning, no error.
 PATIENT = 5.0
+# The interval of a fake host given PATIENT (the demos): above it, so that check-config and the
+# agent do not warn of a probe_timeout not below the interval.
+PATIENT_INTERVAL = PATIENT + 1
 H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
 REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
@@ -174,3 +178,53 @@ def create(directory: str, gpus: int = 8, **config: object) -> FakeHost:
     host = FakeHost(directory, root, smi, conf, slots, os.path.join(directory, "calls.log"), proc)
     host.healthy()
     return host
+
+
+def _field(name: str, value: str) -> bytes:
+    """One field in the journal export format (systemd.io/JOURNAL_EXPORT_FORMATS): a value
+    with a newline in the binary form."""
+    data = value.encode()
+    if b"\n" in data:
+        return name.encode() + b"\n" + len(data).to_bytes(8, "little") + data + b"\n"
+    return name.encode() + b"=" + data + b"\n"
+
+
+def kernel_journal(out: str, messages: list[str], *, boot: str, start_usec: int) -> bool:
+    """Write ``messages`` to the journal file ``out`` (a name ending in ``.journal``) as the
+    kernel's records of boot ``boot`` as journald stores them, one a second from
+    ``start_usec`` (realtime, µs) on: the entries ``../shared/tools/make-test-journal``
+    writes, through Debian's systemd-journal-remote (package systemd-journal-remote).
+    Returns False, writing nothing, where that is not installed."""
+    remote = next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+    if remote is None:
+        return False
+    stream = bytearray()
+    for n, message in enumerate(messages, 1):
+        mono = str(n * 1_000_000)
+        for name, value in (
+            ("__REALTIME_TIMESTAMP", str(start_usec + n * 1_000_000)),
+            ("__MONOTONIC_TIMESTAMP", mono),
+            ("_BOOT_ID", boot),
+            ("_MACHINE_ID", "f" * 32),
+            ("_HOSTNAME", "testhost"),
+            ("_TRANSPORT", "kernel"),
+            ("PRIORITY", "4"),
+            ("SYSLOG_FACILITY", "0"),
+            ("SYSLOG_IDENTIFIER", "kernel"),
+            ("_SOURCE_MONOTONIC_TIMESTAMP", mono),
+            ("MESSAGE", message),
+        ):
+            stream += _field(name, value)
+        stream += b"\n"
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(out)  # journal-remote appends to a file that is there
+    subprocess.run(
+        [remote, f"--output={out}", "-"],
+        input=bytes(stream),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    os.chmod(out, 0o644)  # journal-remote makes it 0640: any test user may read it
+    return True

@@ -43,9 +43,15 @@ def clear_entry(
     kind: str = "xid",
     by: str = "root",
     boot: str | None = None,
+    login: str | None = None,
+    sudo_user: str | None = None,
 ) -> bytes:
     """The entry `gpuagent clear` sends, as journald stores it from a sender of ``uid``
-    (stamped with ``boot``, this machine's boot by default)."""
+    (stamped with ``boot``, this machine's boot by default, and with the sender's ``login``
+    uid where it has one: journald's ``_AUDIT_LOGINUID``); ``sudo_user`` the ``SUDO_USER`` it
+    sends."""
+    stamped = [("_AUDIT_LOGINUID", login.encode())] if login is not None else []
+    sent = [("SUDO_USER", sudo_user.encode())] if sudo_user is not None else []
     return export_entry(
         [
             ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
@@ -53,11 +59,13 @@ def clear_entry(
             ("_BOOT_ID", (boot or this_boot()).encode()),
             ("_TRANSPORT", b"journal"),
             ("_UID", uid.encode()),
+            *stamped,
             ("MESSAGE_ID", Event.OPERATOR_CLEAR.value.encode()),
             ("SYSLOG_IDENTIFIER", b"gpuagent"),
             ("PCI_SLOT", slot.encode()),
             ("KIND", kind.encode()),
             ("CLEARED_BY", by.encode()),
+            *sent,
             ("MESSAGE", f"GPU {slot}: {kind} cleared by {by}".encode()),
         ]
     )
@@ -104,6 +112,40 @@ def test_a_clear_from_root_ends_the_xid_and_survives_a_restart(host: Host, make:
     st = host.tick().state
     assert xid_problems(st) == [] and entry(st)["cleared"]["by"] == "root"
     assert len(host.events(Event.XID_PROBLEM)) == 1  # not opened again
+
+
+# A user the test machine's user database has (Debian's nobody), as journald's login uid.
+PERSON_UID = 65534
+
+
+def test_the_clear_records_the_person_behind_sudo(host: Host, make: Any) -> None:
+    # `sudo gpuagent clear …` from a login of PERSON_UID: journald stamps its login uid.
+    person = pwd.getpwuid(PERSON_UID).pw_name
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    append(journal, clear_entry("0", LATER, login=str(PERSON_UID), sudo_user="forged"))
+    st = host.tick().state
+    assert entry(st)["cleared"] == {"kind": "xid", "by": person, "at": LATER}
+    (end,) = host.events(Event.PROBLEM_CLEARED)
+    clock = time.strftime("%H:%M:%S", time.localtime(LATER))
+    assert end.getMessage() == f"GPU {SLOT}: Xid 79 cleared by an operator ({person} at {clock})"
+    assert vars(end)["CLEARED_BY"] == person
+    text = statustext.render(st, host.agent.wall(), 0, "", width=200)  # type: ignore[union-attr]
+    assert f"cleared by {person} at {clock}" in text
+    # A restart reads it back the same.
+    host.make_agent(journal_directory=journal)
+    assert entry(host.tick().state)["cleared"]["by"] == person
+
+
+def test_without_a_login_uid_the_clear_names_sudo_s_user(host: Host, make: Any) -> None:
+    journal = make(FELL_OFF)
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    # A process no login started (a unit, a container without audit): no login uid.
+    unset = str(clears.NO_LOGIN)
+    append(journal, clear_entry("0", LATER, login=unset, sudo_user="alice"))
+    assert entry(host.tick().state)["cleared"]["by"] == "alice"
 
 
 def test_the_same_entry_from_another_uid_does_nothing(host: Host, make: Any) -> None:
@@ -156,6 +198,20 @@ def test_parse_honours_root_only_and_latching_kinds() -> None:
         {k: v for k, v in good.items() if k != "KIND"},
     ):
         assert clears.parse(bad, 5.0) is None
+    # The person: the login uid journald stamps, named; else SUDO_USER; else CLEARED_BY.
+    names = {1000: "alice"}.get
+    login = {**good, "_AUDIT_LOGINUID": b"1000", "SUDO_USER": b"bob"}
+    assert clears.parse(login, 5.0, names) == Clear(SLOT, "xid", "alice", 5.0)
+    assert clears.parse(login, 5.0) == Clear(SLOT, "xid", "uid 1000", 5.0)
+    root = {**good, "_AUDIT_LOGINUID": b"0"}
+    assert clears.parse(root, 5.0, {0: "root"}.get) == Clear(SLOT, "xid", "root", 5.0)
+    unset = {**good, "_AUDIT_LOGINUID": b"4294967295", "SUDO_USER": b"bob"}
+    assert clears.parse(unset, 5.0, names) == Clear(SLOT, "xid", "bob", 5.0)
+    for odd in (b"4294967295", b"-1", b"x", b""):
+        assert clears.parse({**good, "_AUDIT_LOGINUID": odd}, 5.0, names) == Clear(
+            SLOT, "xid", "root", 5.0
+        )
+    assert clears.parse({**good, "SUDO_USER": b""}, 5.0) == Clear(SLOT, "xid", "root", 5.0)
     assert clears.covers("all", "init_failed")
     assert not clears.covers("xid", "init_failed")
     assert not clears.covers("all", "throttled")
@@ -192,8 +248,23 @@ def test_the_command_sends_root_s_entry(tmp_path: str, monkeypatch: pytest.Monke
     assert e["MESSAGE_ID"] == Event.OPERATOR_CLEAR.value
     assert (e["PCI_SLOT"], e["KIND"]) == (SLOT, "xid")
     assert e["CLEARED_BY"] == pwd.getpwuid(os.getuid()).pw_name
+    assert "SUDO_USER" not in e
     assert clear_cli(conf, "18:00.0", "--all")[0] == 0
     assert sent.entries[-1]["KIND"] == "all"
+
+
+def test_the_command_sends_the_person_sudo_ran_it_for(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    monkeypatch.setenv("SUDO_USER", "alice")
+    conf = write_state(str(tmp_path), xid_state())
+    code, out, _ = clear_cli(conf, SLOT, "xid")
+    by = pwd.getpwuid(os.getuid()).pw_name
+    assert (code, out) == (0, f"{SLOT}: xid cleared by alice (as {by})\n")
+    (e,) = sent.entries
+    assert (e["CLEARED_BY"], e["SUDO_USER"]) == (by, "alice")
+    assert e["MESSAGE"] == f"GPU {SLOT}: xid cleared by alice (as {by})"
 
 
 def test_the_command_refuses_what_it_cannot_clear(

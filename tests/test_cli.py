@@ -114,7 +114,8 @@ def test_probe_output_is_stripped_of_control_characters(tmp_path: str) -> None:
         f.write(f'sysfs_root = "{host.root}"\nnvidia_smi = "{host.smi}"\n')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
     assert res.exit_code == 0, res.stderr
-    assert "name=evil?]0;pwned?name" in res.stdout
+    assert res.stdout.splitlines()[1].split()[:2] == [host.slots[0], "evil?]0;pwned?name"]
+    assert "\x1b" not in res.stdout and "\x07" not in res.stdout
 
 
 def test_probe_prints_a_dash_where_nvidia_smi_said_nothing(tmp_path: str) -> None:
@@ -124,12 +125,13 @@ def test_probe_prints_a_dash_where_nvidia_smi_said_nothing(tmp_path: str) -> Non
     )
     first, rest = rows.split(", ", 1)
     host.scenario(stdout=f"{first}, , {rest.split(', ', 1)[1]}", exit=0)
-    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
     assert res.exit_code == 0, res.stderr
-    assert f"{FIELDS[1]}=-," in res.stdout
+    out = json.loads(res.stdout)
+    (row,), (said,) = out["rows"], out["reasons"]
+    assert row[FIELDS[1]] is None and FIELDS[1] not in said  # nothing said, no bracket
     # "None" is nvidia-smi's own word for gpu_recovery_action; no other value may read so.
-    values = dict(pair.split("=", 1) for pair in res.stdout.strip().split(", "))
-    assert [k for k, v in values.items() if v == "None"] == ["gpu_recovery_action"]
+    assert [k for k, v in row.items() if v == "None"] == ["gpu_recovery_action"]
 
 
 def test_probe_without_a_gpu_does_not_blame_the_module(tmp_path: str) -> None:
@@ -301,7 +303,17 @@ def test_probe_names_a_gpu_nvidia_smi_cannot_reach(tmp_path: str) -> None:
     host.healthy(prepend="device-handle-unknown-error.txt", exit=255)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
     assert res.exit_code == 1
-    assert len(res.stdout.splitlines()) == 2  # the two GPUs that answered
+    header, lost, *answered = res.stdout.splitlines()
+    assert header.split() == ["SLOT", "NAME", "ACTION", "FINDING"]
+    assert lost.split(None, 3) == [
+        "0000:0b:00.0",
+        "-",
+        "reboot",
+        "critical lost: nvidia-smi cannot reach the GPU: Unknown Error",
+    ]
+    assert [line.split() for line in answered] == [
+        [s, "NVIDIA", "H200", "-", "ok"] for s in host.slots
+    ]
     assert res.stderr == "gpuagent: GPU 0000:0b:00.0: Unknown Error\n"
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
     assert res.exit_code == 1
@@ -314,14 +326,20 @@ def test_probe_shows_what_nvidia_smi_said_instead_of_a_value(tmp_path: str) -> N
     host.healthy(override={host.slots[0]: {"temperature.gpu": reset, "power.draw": "[N/A]"}})
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
     assert res.exit_code == 0, res.stderr
-    first, second = res.stdout.splitlines()
-    assert f"temperature.gpu={reset}, " in first
-    assert "power.draw=[N/A]" in first
-    assert reset not in second
-    assert "=-" not in res.stdout  # every missing value of this capture is bracketed
+    _, first, second = res.stdout.splitlines()
+    assert first.split(None, 4)[3:] == [
+        "reset_gpu",
+        "critical requires_reset: nvidia-smi says the GPU requires a reset (temperature.gpu)",
+    ]
+    assert second.split() == [host.slots[1], "NVIDIA", "H200", "-", "ok"]
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
-    row = json.loads(res.stdout)["rows"][0]
+    out = json.loads(res.stdout)
+    row, said = out["rows"][0], out["reasons"][0]
     assert (row["temperature.gpu"], row["power.draw"]) == (None, None)
+    assert (said["temperature.gpu"], said["power.draw"]) == (reset, "[N/A]")
+    assert out["reasons"][1].get("temperature.gpu") != reset
+    assert [f["kind"] for f in out["findings"][host.slots[0]]] == ["requires_reset"]
+    assert out["findings"][host.slots[1]] == []
 
 
 def test_probe_says_the_gate_the_agent_would_hold(tmp_path: str) -> None:

@@ -181,12 +181,22 @@ def failing() -> State:
     return states.state(now=NOW - 1, probe=probe)
 
 
+def both(at: float = NOW) -> State:
+    """A critical problem on SLOT and a warning on OTHER."""
+    bus = (states.nvidia(), states.nvidia(OTHER))
+    bad = states.problem("recovery_action", "critical", "reset_gpu", slot=SLOT, since=at - 60)
+    meh = states.problem("ecc_uncorrected", "warning", "reset_gpu", slot=OTHER, since=at - 60)
+    return states.state(now=at - 1, bus=bus, problems={SLOT: [bad], OTHER: [meh]})
+
+
 def test_npd() -> None:
+    # The condition (a permanent rule): set by a critical problem only.
     assert npd(healthy(), "", NOW) == (0, "ok: 1 GPU, sampling")
     assert npd(sick(), "", NOW) == (1, f"critical: {SLOT} recovery_action: reset_gpu")
+    assert npd(both(), "", NOW) == (1, f"critical: {SLOT} recovery_action: reset_gpu")
     assert npd(sick(severity="warning", action="none"), "", NOW) == (
-        1,
-        f"warning: {SLOT} recovery_action: none",
+        0,
+        f"ok; warning: {SLOT} recovery_action: none",
     )
     code, line = npd(failing(), "", NOW)
     assert code == 1 and line.startswith("critical: 1 GPU, nvidia-smi failing (version_mismatch)")
@@ -197,6 +207,25 @@ def test_npd() -> None:
     assert code == 2 and len(line) == drain.NPD_WIDTH and line.endswith("...")
     long = sick(kind="k" * 90)
     assert len(npd(long, "", NOW)[1]) == drain.NPD_WIDTH
+
+
+def test_npd_warning() -> None:
+    # The event (a temporary rule): a warning, whatever critical problem holds beside it.
+    warn = drain.npd_warning
+    assert warn(healthy(), "", NOW) == (0, "ok: no warning")
+    assert warn(sick(), "", NOW) == (0, "ok: no warning")
+    assert warn(failing(), "", NOW) == (0, "ok: no warning")
+    assert warn(both(), "", NOW) == (1, f"warning: {OTHER} ecc_uncorrected: reset_gpu")
+    assert warn(sick(severity="warning", action="none"), "", NOW) == (
+        1,
+        f"warning: {SLOT} recovery_action: none",
+    )
+    # A warning of the agent's own (no GPU's problem) is one too.
+    trouble = states.state(now=NOW - 1, trouble={"metrics": "cannot write"})
+    assert warn(trouble, "", NOW) == (1, "warning: metrics: cannot write")
+    assert warn(None, "no state file", NOW) == (2, "unknown: no state file")
+    assert warn(sick(at=NOW - 600), "", NOW)[0] == 2
+    assert len(warn(sick(kind="k" * 90, severity="warning"), "", NOW)[1]) == drain.NPD_WIDTH
 
 
 def test_reason() -> None:
@@ -371,9 +400,15 @@ def test_status_format_npd(tmp_path: str) -> None:
     assert (res.exit_code, res.stdout) == (0, "ok: 1 GPU, sampling\n")
     res = runner.invoke(main, ["--config", conf, "status", "--format=json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["health"] == "ok"
+    res = runner.invoke(main, ["--config", conf, "status", "--format=npd-warning"])
+    assert (res.exit_code, res.stdout) == (0, "ok: no warning\n")
+    write_state(str(tmp_path), both(time.time()))
+    res = runner.invoke(main, ["--config", conf, "status", "--format=npd-warning"])
+    assert (res.exit_code, res.stdout) == (1, f"warning: {OTHER} ecc_uncorrected: reset_gpu\n")
     os.unlink(os.path.join(str(tmp_path), "state.json"))
-    res = runner.invoke(main, ["--config", conf, "status", "--format=npd"])
-    assert res.exit_code == 2 and res.stdout.startswith("unknown: ")
+    for form in ("npd", "npd-warning"):
+        res = runner.invoke(main, ["--config", conf, "status", f"--format={form}"])
+        assert res.exit_code == 2 and res.stdout.startswith("unknown: ")
 
 
 def test_the_npd_plugin_config_runs_the_npd_format() -> None:
@@ -381,9 +416,20 @@ def test_the_npd_plugin_config_runs_the_npd_format() -> None:
         cfg = json.load(f)
     assert cfg["plugin"] == "custom"
     assert cfg["pluginConfig"]["max_output_length"] == drain.NPD_WIDTH
-    (rule,) = cfg["rules"]
-    assert (rule["path"], rule["args"]) == ("/usr/bin/gpuagent", ["status", "--format=npd"])
-    assert rule["condition"] in {c["type"] for c in cfg["conditions"]}
+    # NPD's convention: a permanent rule sets a condition, a temporary one emits an event.
+    condition, event = cfg["rules"]
+    assert condition["type"] == "permanent"
+    assert (condition["path"], condition["args"]) == (
+        "/usr/bin/gpuagent",
+        ["status", "--format=npd"],
+    )
+    assert condition["condition"] in {c["type"] for c in cfg["conditions"]}
+    assert (event["type"], event["reason"]) == ("temporary", "GPUWarning")
+    assert "condition" not in event
+    assert (event["path"], event["args"]) == (
+        "/usr/bin/gpuagent",
+        ["status", "--format=npd-warning"],
+    )
 
 
 # NHC's die and log, as NHC defines them: die records the failure and its message.

@@ -264,18 +264,34 @@ def test_no_system_bus_lists_the_processes_without_a_word(host: Host) -> None:
     assert entry(host.state, host.slots[0])["processes"][0]["unit_kind"] is None
 
 
-def test_memory_in_use_with_no_process_visible_says_so(host: Host) -> None:
+HIDDEN_LINE = (
+    "      no process visible to the agent, 29.3 GiB in use "
+    "(a process in another PID namespace, or a leaked context)"
+)
+
+
+def test_memory_in_use_with_no_process_visible_is_no_note_on_a_healthy_host(host: Host) -> None:
+    # A container's processes are in another PID namespace: the normal case of a busy host.
     idle = {slot: {"memory.used": "300 MiB"} for slot in host.slots}  # a display's own use
     host.healthy(override={**idle, host.slots[0]: {"memory.used": "30000 MiB"}})
     host.make_agent()
     state = host.tick().state
     text = statustext.render(state, state["updated_at"], 0, "", width=200)
-    assert (
-        "      no process visible to the agent, 29.3 GiB in use "
-        "(a process in another PID namespace, or a leaked context)"
-    ) in text
+    assert "no process visible" not in text
+    assert all(not g["problems"] for g in state["gpus"])
+
+
+def test_memory_in_use_with_no_process_visible_explains_a_problem(host: Host) -> None:
+    idle = {slot: {"memory.used": "300 MiB"} for slot in host.slots}
+    sick = {"memory.used": "30000 MiB", "ecc.errors.uncorrected.volatile.total": "2"}
+    also = {"memory.used": "30000 MiB"}  # busy and healthy: no note
+    host.healthy(override={**idle, host.slots[0]: sick, host.slots[1]: also})
+    host.make_agent()
+    state = host.tick().state
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert HIDDEN_LINE in text
     assert text.count("no process visible") == 1
-    assert all(p["kind"] != "processes" for g in state["gpus"] for p in g["problems"])
+    assert [p["kind"] for p in entry(state, host.slots[0])["problems"]] == ["ecc_uncorrected"]
 
 
 def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -> None:

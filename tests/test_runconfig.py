@@ -52,15 +52,18 @@ def test_a_hand_run_says_first_which_files_it_read(tmp_path: str) -> None:
     host = fakehost.create(str(tmp_path), 2)
     d = config.dropin_dir(host.conf)
     os.mkdir(d)
-    for name in ("50-site.toml", "60-x.conf"):
+    for name, interval in (("50-site.toml", 7), ("60-x.conf", 9)):
         with open(os.path.join(d, name), "w", encoding="utf-8") as f:
-            f.write("retry_max = 30\n")
+            f.write(f"interval = {interval}\n")
     res = hand_run(host.conf)
     assert res.returncode == 0, res.stderr
     assert res.stderr.splitlines()[0] == (
         f"info: configuration read from {host.conf}, {d}/50-site.toml; not read (a drop-in's "
         f"name must end in .toml): {d}/60-x.conf"
     )
+    # FILE.d's drop-in is read as the service reads its own: its settings hold.
+    with open(os.path.join(tmp_path, "state.json"), encoding="utf-8") as f:
+        assert json.load(f)["interval"] == 7
 
 
 def test_the_first_line_names_what_was_not_read(tmp_path: str) -> None:

@@ -113,3 +113,31 @@ def test_an_unwritable_directory_is_one_warning_while_it_lasts(tmp_path: str) ->
         pass
     file.write({"n": 4}, "the things seen")
     assert len(records) == 2 and file.error is not None
+
+
+def unsearchable(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """``path`` as a user who may not search its directory sees it: os.path.lexists says
+    False, and opening it fails with EACCES (injected: root is never refused)."""
+    real = os.open
+
+    def refused(name: str, *args: Any, **kwargs: Any) -> int:
+        if name == path:
+            raise PermissionError(13, "Permission denied", name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refused)
+    monkeypatch.setattr(os.path, "lexists", lambda _p: False)
+
+
+def test_a_directory_it_may_not_search_is_one_warning_not_no_file(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = os.path.join(tmp_path, NAME)
+    unsearchable(monkeypatch, path)
+    log, records = recorder()
+    file = things(str(tmp_path), log)
+    assert file.read(counted, "the things seen before") is None
+    assert [r.getMessage() for r in records] == [
+        f"{path}: cannot read the things seen before: Permission denied; "
+        "going on with the things seen"
+    ]

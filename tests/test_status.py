@@ -24,6 +24,7 @@ from gpuagent.sources.kernel.xidcatalog import lookup
 from gpuagent.views import Failure, Gate, KernelView, ProbeView, XidCount
 from tests import states
 from tests.states import NOW, SLOT
+from tests.test_statedir import unsearchable
 
 STRAY = 2**22 + 7  # a pid no process has (above pid_max's 2**22)
 ABSENT = "0000:2a:00.0"
@@ -537,3 +538,20 @@ def test_one_failure_and_one_spawn_are_singular() -> None:
     p = failing(Failure.TIMEOUT, failures=1, spawns_total=1, next_in_ticks=1)
     st = base(probe=p, interval=10.0)
     assert "(timeout, 1 failure, next try in 10 s), 1 spawn," in render(st, NOW, *judge(st, NOW))
+
+
+def test_a_state_file_it_may_not_read_is_said_not_taken_for_a_stopped_service(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A state directory this user may not search, where systemd says the service stopped.
+    monkeypatch.setattr(unitstate, "query", lambda: STOPPED)
+    path = os.path.join(tmp_path, "state.json")
+    unsearchable(monkeypatch, path)
+    conf = os.path.join(tmp_path, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f'state_file = "{path}"\n')
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
+    assert (res.exit_code, res.stdout) == (ExitCode.UNKNOWN, "")
+    assert res.stderr == f"gpuagent: {path}: cannot read: Permission denied\n"
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
+    assert json.loads(res.stdout)["health_reason"] == f"{path}: cannot read: Permission denied"

@@ -115,7 +115,7 @@ def test_a_planted_record_cannot_make_root_write_or_remove_elsewhere(tmp_path: s
     assert os.path.exists(victim)
 
 
-def test_remove_does_not_depend_on_the_config(tmp_path: str) -> None:
+def test_a_bad_file_is_linked_and_unlinked_all_the_same(tmp_path: str) -> None:
     path, conf, runner = linked_by_the_command(tmp_path)
     with open(conf, "a") as f:
         f.write("intervall = 5\n")
@@ -125,4 +125,5 @@ def test_remove_does_not_depend_on_the_config(tmp_path: str) -> None:
     assert not os.path.lexists(path)
     res = runner.invoke(main, ["--config", conf, "link-textfile"])
     assert (res.exit_code, res.stdout, res.stderr) == (0, "", "")
-    assert not os.path.lexists(path)  # the agent will not start on this file: no link
+    # The service runs on the file's valid settings, and says so: node_exporter must see it.
+    assert os.readlink(path) == textlink.RUN_FILE

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from gpuagent.commands.cli import main
 from gpuagent.logs import Event
-from tests.test_clear import LATER, clear_entry
+from tests.test_clear import LATER, PERSON_UID, clear_entry
 from tests.test_kernel import FELL_OFF
 from tests.test_kernlog import append, export_entry, make, this_boot
 
@@ -59,7 +60,7 @@ def test_the_story_across_two_boots(make: Any, tmp_path: str) -> None:
     )
     fields = {"PCI_SLOT": SLOT, "PROBLEM": "xid", "XID": "79", "ACTION": "reboot"}
     append(journal, agent_line(LATER - 5, Event.XID_PROBLEM, **fields))
-    append(journal, clear_entry("0", LATER))
+    append(journal, clear_entry("0", LATER, login=str(PERSON_UID), sudo_user="alice"))
     append(journal, clear_entry("1000", LATER + 1))  # not root's: no step
     append(journal, agent_line(LATER + 2, Event.PROBLEM_CLEARED, **fields))
     code, out = history(journal, str(tmp_path), SLOT, "--json")
@@ -74,17 +75,21 @@ def test_the_story_across_two_boots(make: Any, tmp_path: str) -> None:
         ("clear", this_boot()[:4], None),
         ("problem_end", this_boot()[:4], 79),
     ]
-    assert set(steps[1]) == {"boot", "time", "pci_slot", "uuid", "event", "kind", "xid", "action"}
+    keys = {"boot", "time", "pci_slot", "uuid", "event", "kind", "xid", "action", "by"}
+    assert set(steps[1]) == keys and steps[1]["by"] is None
     assert steps[1]["pci_slot"] == SLOT
     assert steps[1]["uuid"] == "GPU-11111111-2222-3333-4444-555555555555"
     assert steps[1]["action"] == "reboot"
     assert steps[5]["kind"] == "xid" and steps[5]["time"] == LATER
+    # The person: the login uid journald stamped, named (not SUDO_USER, which the sender sets).
+    person = pwd.getpwuid(PERSON_UID).pw_name
+    assert steps[5]["by"] == person
     assert all(s["pci_slot"] != other for s in steps)
     code, text = history(journal, str(tmp_path))
     assert code == 0
     assert text.count("-- boot ") == 2
     assert f"{other}  xid           Xid 13" in text
-    assert f"{SLOT}  clear         xid" in text
+    assert f"{SLOT}  clear         xid by {person}\n" in text
 
 
 def test_a_journal_the_caller_may_not_read_is_said(

@@ -13,7 +13,7 @@ import pytest
 from gpuagent import metrics
 from gpuagent.commands import drain
 from gpuagent.commands.status import judge
-from gpuagent.health import CRITICAL, WARNING, Finding, Problem, Tracker, rank
+from gpuagent.health import CRITICAL, WARNING, Finding, Problem, Tracker, rank, ranked
 from gpuagent.schema import State
 from gpuagent.sources.kernel import clears
 from tests import states
@@ -142,7 +142,18 @@ def test_every_surface_names_the_same_worst(
     assert drain.reason(st, "", now) == (True, said)
     update = drain.decide(node(), st, "", now).update
     assert update == (("update", "NodeName=n1", "State=DRAIN", f"Reason={said}") if said else ())
-    assert drain.npd(st, "", now) == (1, f"{f.severity}: {where} {kind}: {f.action}")
+    said = f"{where} {kind}: {f.action}"
+    # node-problem-detector: the worst critical sets the condition, the worst warning its event.
+    warned = [(s or "host", p) for s, p in ranked(st) if p["severity"] == WARNING]
+    if warned:
+        (s, p) = warned[0]
+        assert drain.npd_warning(st, "", now) == (1, f"warning: {s} {p['kind']}: {p['action']}")
+    else:
+        assert drain.npd_warning(st, "", now) == (0, "ok: no warning")
+    if f.severity == CRITICAL:
+        assert drain.npd(st, "", now) == (1, f"critical: {said}")
+    else:
+        assert drain.npd(st, "", now) == (0, f"ok; warning: {said}")
 
 
 @pytest.mark.parametrize(("name", "found", "expected"), TABLE[:3], ids=IDS[:3])

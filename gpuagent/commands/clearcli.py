@@ -2,7 +2,8 @@
 (thin; what a clear may end is :mod:`gpuagent.sources.kernel.clears`').
 
 The running agent reads the entry in order with the kernel's records and honours it only
-from ``_UID=0``, which journald sets from the sender's credentials.
+from ``_UID=0``, which journald sets from the sender's credentials; the person behind it is
+the login uid journald stamps beside it, else ``SUDO_USER``.
 """
 
 from __future__ import annotations
@@ -78,15 +79,18 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
             click.echo(f"gpuagent: {where} has no {what} problem to clear{said}", err=True)
             sys.exit(1)
     by = pwd.getpwuid(os.getuid()).pw_name
+    # The person sudo ran it for; journald adds the login uid (_AUDIT_LOGINUID) itself.
+    person = os.environ.get("SUDO_USER") or None
+    who = f"{person} (as {by})" if person and person != by else by
     try:
         send(
-            MESSAGE=f"GPU {where}: {what} cleared by {by}",
+            MESSAGE=f"GPU {where}: {what} cleared by {who}",
             MESSAGE_ID=Event.OPERATOR_CLEAR.value,
             PRIORITY="5",
             SYSLOG_IDENTIFIER="gpuagent",
-            **clears.fields(where, what, by),
+            **clears.fields(where, what, by, person),
         )
     except OSError as e:
         click.echo(f"gpuagent: cannot send the clear to the journal: {e.strerror or e}", err=True)
         sys.exit(1)
-    click.echo(f"{where}: {what} cleared by {by}{later}")
+    click.echo(f"{where}: {what} cleared by {who}{later}")

@@ -72,21 +72,6 @@ def _salvage(ctx: click.Context) -> config.Config:
     return cfg
 
 
-def _load_or_exit(path: str, required: bool) -> config.Config:
-    """The config, or exit 78 with the error logged as the agent logs it: to the journal
-    with its MESSAGE_ID under systemd, else to stderr."""
-    try:
-        return config.load(path, required=required)
-    except config.ConfigError as e:
-        import logging  # noqa: PLC0415
-
-        from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
-
-        setup("info")
-        EventLog()(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
-        sys.exit(config.EX_CONFIG)
-
-
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     # Not click.version_option: that wants the version at import, and a checkout asks git.
     if value and not ctx.resilient_parsing:
@@ -138,26 +123,36 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
     import logging  # noqa: PLC0415
 
-    from gpuagent.commands.runconfig import RunConfig, state_dir_problem  # noqa: PLC0415
+    from gpuagent.commands import runconfig  # noqa: PLC0415
     from gpuagent.daemon import Daemon  # noqa: PLC0415
     from gpuagent.lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
     from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    setup(_load_or_exit(path, required).log_level)
+    setup(config.salvage(path, required=required)[0].log_level)
     log = EventLog()
-    load = RunConfig(log)
+    load = runconfig.RunConfig(log)
     try:
-        cfg, note = load.resolve(path, required)
+        # The service runs on a bad file's valid settings, and says so; a hand run refuses it.
+        cfg, note = load.resolve(path, required, salvage=runconfig.is_service(os.environ))
     except config.ConfigError as e:
         log(logging.ERROR, Event.CONFIG_ERROR, str(e), config_file=path)
         sys.exit(config.EX_CONFIG)
     log(logging.INFO, None, load.files)
-    problem = state_dir_problem(cfg, os.environ)
+    for error in load.errors:
+        log(logging.ERROR, Event.CONFIG_ERROR, f"{error}; not used", config_file=path)
+    problem = runconfig.state_dir_problem(cfg, os.environ)
     if problem is not None:
         log(logging.ERROR, None, f"not starting: {problem}")
         sys.exit(config.EX_CONFIG)
-    daemon = Daemon(cfg, (path, required), interval=interval, log=log, load=load)
+    daemon = Daemon(
+        cfg,
+        (path, required),
+        interval=interval,
+        log=log,
+        load=load,
+        problem=runconfig.config_problem(load.errors),
+    )
     try:
         # The state file's lock first (the daemon keeps it), then the textfile's.
         daemon.lock.acquire(cfg.state_file)
@@ -177,17 +172,18 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 @click.option(
     "--format",
     "form",
-    type=click.Choice(["text", "json", "npd"]),
+    type=click.Choice(["text", "json", "npd", "npd-warning"]),
     default="text",
-    help="npd: one line for node-problem-detector; exit 0 ok, 1 a problem, 2 unknown.",
+    help="npd: one line for node-problem-detector's condition; exit 0 ok, 1 a critical "
+    "problem, 2 unknown.  npd-warning: the same for a warning (its event).",
 )
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
-    if form == "npd":
+    if form in ("npd", "npd-warning"):
         from gpuagent.commands import schedcli  # noqa: PLC0415
 
-        schedcli.npd(ctx)
+        schedcli.npd(ctx, warning=form == "npd-warning")
     as_json = as_json or form == "json"
     from gpuagent import state  # noqa: PLC0415
     from gpuagent.commands.status import ExitCode, checked, judge  # noqa: PLC0415
@@ -197,7 +193,9 @@ def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
     try:
         st = state.read(cfg.state_file)
     except state.StateError as e:
-        if not os.path.lexists(cfg.state_file):
+        # Only a file that is not there (not one refused: a state directory this user may
+        # not search) means the service stopped.
+        if isinstance(e, state.NoStateFile):
             from gpuagent.edges.systemd import unitstate  # noqa: PLC0415
 
             # systemd removed it at stop: it knows since when, or that the agent never ran.
@@ -316,14 +314,13 @@ def link_textfile(ctx: click.Context, remove: bool) -> None:
     from gpuagent.edges import textlink  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]
-    cfg, error = config.salvage(path, required=required)
+    # A bad file's valid settings: the service runs on them (and node_exporter must see its
+    # problem ``config``), so a bad file is linked all the same.
+    cfg = config.salvage(path, required=required)[0]
     default = config.Config().textfile
     if remove:
         # Whatever the file says now, the links made at start go: none may dangle.
         textlink.unlink([cfg.textfile, default])
-        return
-    if error is not None:
-        # The agent will not start (or reload) on this file, and says why itself: once.
         return
     try:
         textlink.link(cfg.textfile, [default])
@@ -343,11 +340,13 @@ def detect(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the whole answer and its findings as JSON."
+)
 @click.pass_context
 def probe(ctx: click.Context, as_json: bool) -> None:
-    """Run nvidia-smi once and print what the agent parses from it; exit 1 on failure, or
-    when nvidia-smi names a GPU in an error line instead of its row."""
+    """Run nvidia-smi once and print each GPU's findings and their actions; exit 1 on
+    failure, or when nvidia-smi names a GPU in an error line instead of its row."""
     from gpuagent.commands import oneshot  # noqa: PLC0415
 
     sys.exit(oneshot.probe(_load(ctx), as_json))

@@ -11,7 +11,8 @@ critical problem on this host, and which is the worst?  The answer is here, with
   gpuagent clear`` for a problem that only a clear ends, where it fits), resume only a
   node whose reason starts with ``gpuagent:``, leave every other drain alone, and touch
   nothing when the state cannot be trusted (missing, stale, the agent stopped);
-* :func:`npd` is node-problem-detector's exit status and line.
+* :func:`npd` and :func:`npd_warning` are node-problem-detector's exit status and line: a
+  critical problem sets its condition, a warning is an event.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuagent.commands.status import ExitCode, clean, judge
+from gpuagent.commands.status import ExitCode, clean, graded, judge
 from gpuagent.health import CRITICAL, ranked
 from gpuagent.schema import State
 
@@ -34,6 +35,7 @@ __all__ = [
     "critical",
     "decide",
     "npd",
+    "npd_warning",
     "parse_node",
     "worst",
 ]
@@ -204,18 +206,42 @@ def reason(st: State | None, why: str, now: float) -> tuple[bool, str]:
 
 
 def npd(st: State | None, why: str, now: float) -> tuple[int, str]:
-    """node-problem-detector's exit status and line for ``st`` (None: ``why`` it is missing):
-    0 ok, 1 a warning or critical problem (the worst one's slot and kind), 2 unknown."""
-    if st is not None:
-        code, why = judge(st, now)
-        if code == ExitCode.OK:
-            return 0, _fit(f"ok: {why}")
-        if code != ExitCode.UNKNOWN:
-            bad = worst(st)
-            if bad is not None and bad.severity == code.health:
-                return 1, _fit(f"{bad.severity}: {bad.slot} {bad.kind}: {bad.action}")
-            return 1, _fit(f"{code.health}: {why}")
-    return 2, _fit(f"unknown: {why}")
+    """node-problem-detector's exit status and line for ``st`` (None: ``why`` it is missing),
+    for a ``permanent`` rule that sets the node's condition: 0 no critical problem, 1 a
+    critical one (the worst one's slot, kind and action), 2 unknown.  A warning does not set
+    the condition (:func:`npd_warning` makes it an event): the line says it beside ``ok``."""
+    if st is None:
+        return 2, _fit(f"unknown: {why}")
+    code, why = judge(st, now)
+    if code == ExitCode.UNKNOWN:
+        return 2, _fit(f"unknown: {why}")
+    if code == ExitCode.CRITICAL:
+        bad = critical(st)
+        said = f"{bad.slot} {bad.kind}: {bad.action}" if bad is not None else why
+        return 1, _fit(f"critical: {said}")
+    if code == ExitCode.WARNING:
+        return 0, _fit(f"ok; warning: {_warnings(st)[0]}")
+    return 0, _fit(f"ok: {why}")
+
+
+def npd_warning(st: State | None, why: str, now: float) -> tuple[int, str]:
+    """node-problem-detector's exit status and line for a ``temporary`` rule, which NPD makes
+    an event (never a condition): 1 while a warning holds (the worst one, whatever critical
+    problem holds beside it: that one is the condition's), 0 none, 2 unknown."""
+    if st is None:
+        return 2, _fit(f"unknown: {why}")
+    code, why = judge(st, now)
+    if code == ExitCode.UNKNOWN:
+        return 2, _fit(f"unknown: {why}")
+    warnings = _warnings(st)
+    if warnings:
+        return 1, _fit(f"warning: {warnings[0]}")
+    return 0, _fit("ok: no warning")
+
+
+def _warnings(st: State) -> list[str]:
+    """Each warning of ``st``, worst first (``slot kind: action``, or the agent's trouble)."""
+    return [said for level, said in graded(st) if level == ExitCode.WARNING]
 
 
 def _fit(line: str) -> str:

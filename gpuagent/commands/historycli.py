@@ -28,6 +28,7 @@ def _read(directory: str, where: str | None, days: int) -> list[Step]:
     exits 1 for a journal the caller may not read at all."""
     from systemd import journal  # noqa: PLC0415
 
+    from gpuagent.edges.users import user_name  # noqa: PLC0415
     from gpuagent.logs import Event  # noqa: PLC0415
     from gpuagent.sources.kernel import timeline  # noqa: PLC0415
     from gpuagent.sources.kernel.earlier import entries  # noqa: PLC0415
@@ -50,7 +51,7 @@ def _read(directory: str, where: str | None, days: int) -> list[Step]:
         reader.add_disjunction()
         reader.add_match(MESSAGE_ID=Event.OPERATOR_CLEAR.value, _UID="0")
         reader.seek_realtime(max(time.time() - days * 86400, 0.0))
-        return timeline.events(entries(reader), where)
+        return timeline.events(entries(reader), where, user_name)
     finally:
         reader.close()
 

@@ -1,5 +1,6 @@
 """The one-shot commands: ``gpuagent detect`` (one PCI scan) and ``gpuagent probe`` (one
-nvidia-smi run), each printing what the agent would see and returning an exit status."""
+nvidia-smi run: a table of what it says about each GPU, :mod:`gpuagent.commands.probetable`),
+each printing what the agent would see and returning an exit status."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import click
 
 from gpuagent import config
+from gpuagent.commands import probetable
 from gpuagent.commands.status import clean
 from gpuagent.edges.runner import Runner
 from gpuagent.sources.bus import pci
@@ -73,15 +75,10 @@ def probe(cfg: config.Config, as_json: bool) -> int:
         click.echo(f"gpuagent: probe failed ({result.failure}): {clean(result.error)}", err=True)
         return 1
     if as_json:
-        out = {"fields": list(result.fields), "rows": result.rows, "gpu_errors": result.gpu_errors}
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(probetable.full(result, gpus), indent=2))
     else:
-        for i, row in enumerate(result.rows):
-            # None: what nvidia-smi said instead, in its brackets ([N/A], [GPU requires
-            # reset] …), or "-" where it said nothing.
-            said = result.reasons[i] if i < len(result.reasons) else {}
-            shown = (f"{k}={said.get(k, '-') if v is None else v}" for k, v in row.items())
-            click.echo(clean(", ".join(shown)))
+        for line in probetable.table(result, gpus):
+            click.echo(line)
     for warning in result.warnings:
         click.echo(f"gpuagent: nvidia-smi: {clean(warning)}", err=True)
     # A GPU nvidia-smi names in an error line instead of a row is lost: the probe failed for it.

@@ -14,6 +14,11 @@ the hand run exits.
 
 A run's first line names the files it read (:func:`files_line`): a hand run with ``--config
 FILE`` reads ``FILE.d``, not the service's drop-ins, and the line shows it.
+
+The service starts on a bad file all the same, on the settings :func:`config.read` can use of
+it (those ``gpuagent status`` reads: the state file it looks for is the one written), with
+the errors as the agent problem ``config`` (:func:`config_problem`): a typo and a restart
+must not turn monitoring off.  A run by hand refuses the file; so does every reload.
 """
 
 from __future__ import annotations
@@ -28,7 +33,14 @@ from gpuagent.edges import textlink
 from gpuagent.lock import StateLock
 from gpuagent.logs import EventLog
 
-__all__ = ["RunConfig", "files_line", "is_service", "state_dir_problem", "textfile_for"]
+__all__ = [
+    "RunConfig",
+    "config_problem",
+    "files_line",
+    "is_service",
+    "state_dir_problem",
+    "textfile_for",
+]
 
 SERVICE_DIR = os.path.dirname(textlink.RUN_FILE)
 
@@ -87,6 +99,18 @@ def files_line(path: str, reading: config.Reading, service_dropins: Sequence[str
     return line
 
 
+def config_problem(errors: Sequence[config.ConfigError]) -> str | None:
+    """The agent problem ``config`` of a run on a bad file's valid settings: the first error
+    (its file and key) and how many more; None without errors."""
+    if not errors:
+        return None
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return (
+        f"{errors[0]}{more}; running on the valid settings: fix the file, "
+        "`gpuagent check-config`, then reload"
+    )
+
+
 def state_dir_problem(cfg: config.Config, env: Mapping[str, str]) -> str | None:
     """Why a run by hand cannot keep its state file, or None."""
     directory = os.path.dirname(cfg.state_file)
@@ -126,6 +150,8 @@ class RunConfig:
         self._said: str | None = None
         # What the last resolve read, for the run's first line (:func:`files_line`).
         self.files = ""
+        # The errors of the files the last resolve ran on the valid settings of (``salvage``).
+        self.errors: tuple[config.ConfigError, ...] = ()
 
     def __call__(self, path: str, required: bool) -> config.Config:
         """Load, lock and say what differs; raises :class:`config.ConfigError`, and
@@ -136,14 +162,18 @@ class RunConfig:
         self.say(note)
         return cfg
 
-    def resolve(self, path: str, required: bool) -> tuple[config.Config, str | None]:
+    def resolve(
+        self, path: str, required: bool, *, salvage: bool = False
+    ) -> tuple[config.Config, str | None]:
         """The configuration this run uses, and what to say about it (nothing locked); sets
-        :attr:`files`."""
+        :attr:`files` and :attr:`errors`.  A bad file raises its first error, unless
+        ``salvage`` (the service's start): then its valid settings are used."""
         reading = config.read(path, required=required)
-        if reading.errors:
-            raise reading.errors[0]
-        cfg, sources = reading.config, reading.sources
         self.files = files_line(path, reading, _service_dropins(path))
+        if reading.errors and not salvage:
+            raise reading.errors[0]
+        self.errors = reading.errors
+        cfg, sources = reading.config, reading.sources
         textfile, note = textfile_for(cfg, sources, self.env)
         return replace(cfg, textfile=textfile), note
 

@@ -72,12 +72,13 @@ def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_onl
     sys.exit(done.code)
 
 
-def npd(ctx: click.Context) -> None:
-    """``gpuagent status --format=npd``: one line and node-problem-detector's exit status."""
-    from gpuagent.commands import slurmcheck  # noqa: PLC0415
-    from gpuagent.commands.drain import npd as judged  # noqa: PLC0415
+def npd(ctx: click.Context, warning: bool = False) -> None:
+    """``gpuagent status --format=npd`` (``npd-warning`` when ``warning``): one line and
+    node-problem-detector's exit status."""
+    from gpuagent.commands import drain, slurmcheck  # noqa: PLC0415
 
     st, why = slurmcheck.state_reason(_state_file(ctx))
+    judged = drain.npd_warning if warning else drain.npd
     status, line = judged(st, why, time.time())
     click.echo(line)
     sys.exit(status)

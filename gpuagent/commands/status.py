@@ -25,6 +25,7 @@ __all__ = [
     "clean",
     "conditions",
     "finite",
+    "graded",
     "judge",
     "malformed",
     "since",
@@ -183,14 +184,16 @@ def judge(st: State, now: float) -> tuple[ExitCode, str]:
         age = now - st["updated_at"]
         if age > max(SILENT_INTERVALS * st["interval"], SILENT_MIN):
             return ExitCode.UNKNOWN, f"gpuagent has not updated its state for {age:.0f} s"
-    found = _conditions(st)
+    found = graded(st)
     if not found:
         return ExitCode.OK, st["status"] or "ok"
     code = max(c for c, _ in found)
     return code, "; ".join(reason for c, reason in found if c == code)
 
 
-def _conditions(st: State) -> list[tuple[ExitCode, str]]:
+def graded(st: State) -> list[tuple[ExitCode, str]]:
+    """Every condition of ``st`` with its exit status: the problems first, worst first
+    (``slot kind: action``), then the host's :func:`conditions`."""
     found = [
         (_CODE[Severity(p["severity"])], f"{slot or 'host'} {p['kind']}: {p['action']}")
         for slot, p in ranked(st)

@@ -96,14 +96,16 @@ def _who(p: Mapping[str, Any]) -> str:
 
 def process_rows(gpu: Mapping[str, Any]) -> list[str]:
     """Who is on the GPU, a line per process, most memory first:
-    ``train@3.service 41.2 GiB (pid 48213 python3)``; a line saying that memory is in use
-    with no process visible; none when the processes were not read."""
+    ``train@3.service 41.2 GiB (pid 48213 python3)``; on a GPU with a problem, a line saying
+    that memory is in use with no process visible; none when the processes were not read."""
     processes = gpu.get("processes")
     if not isinstance(processes, list):
         return []
     if not processes:
         used = (gpu.get("fields") or {}).get("memory.used")
-        if isinstance(used, int | float) and used >= HIDDEN_MIB:
+        # On a healthy GPU it is the normal case of a container's process (another PID
+        # namespace): noise.  Beside a problem it may be why a reset is refused.
+        if gpu.get("problems") and isinstance(used, int | float) and used >= HIDDEN_MIB:
             return [
                 f"no process visible to the agent, {_mib(int(used))} in use "
                 "(a process in another PID namespace, or a leaked context)"

@@ -48,10 +48,15 @@ class StateFile:
         """What ``parse`` makes of the file's JSON; None when there is no file, or when it
         cannot be read or ``parse`` raises TypeError or ValueError (then ``{path}: cannot read
         {what}: {reason}`` holds)."""
-        if self.path is None or not os.path.lexists(self.path):
+        if self.path is None:
             return None
         try:
             return parse(safefile.load_json(self.path, self.limit))
+        except (FileNotFoundError, NotADirectoryError):
+            # No file yet (a directory that is none: the first write says so).  Not
+            # os.path.lexists: it says False for a directory this user may not search, a
+            # refusal that must be said.
+            return None
         except (OSError, ValueError, TypeError) as e:
             self._note(f"{self.path}: cannot read {what}: {state.why(e)}")
             return None

@@ -2,16 +2,19 @@
 agent reads it back (pure).
 
 The entry carries its own ``MESSAGE_ID`` (:attr:`gpuagent.logs.Event.OPERATOR_CLEAR`) and the
-fields ``PCI_SLOT``, ``KIND`` (a kind, or ``all``) and ``CLEARED_BY`` (the caller's user
-name).  Anyone may log such text; only an entry journald stamped ``_UID=0`` counts
-(:func:`parse`).  A clear ends only the problems that hold until the next boot
+fields ``PCI_SLOT``, ``KIND`` (a kind, or ``all``), ``CLEARED_BY`` (the caller's user
+name: root) and ``SUDO_USER`` (the person ``sudo`` ran it for, where it did).  Anyone may log
+such text; only an entry journald stamped ``_UID=0`` counts (:func:`parse`).  The person
+behind it is the login uid journald stamps (``_AUDIT_LOGINUID``: the user who logged in,
+whatever ``sudo`` or ``su`` came after, which the sender cannot forge), else ``SUDO_USER``,
+else ``CLEARED_BY`` (:func:`person`).  A clear ends only the problems that hold until the next boot
 (:data:`LATCHING`); whatever is read live (nvidia-smi's values, the bus) ends with its cause.
 :func:`ending` says how each problem ends, in the words every surface shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gpuagent.sources.bus.pciaddr import parse_device
 from gpuagent.views import Clear
@@ -20,10 +23,14 @@ __all__ = [
     "ALL",
     "GONE",
     "LATCHING",
+    "NO_LOGIN",
+    "Names",
     "covers",
     "ending",
     "fields",
+    "no_names",
     "parse",
+    "person",
     "refusal",
     "slot_of",
 ]
@@ -34,6 +41,10 @@ LATCHING = ("xid", "init_failed")
 ALL = "all"
 # The one kind read from the bus that a clear accepts: the GPU left for good, forget it.
 GONE = "gone_from_bus"
+# The login uid of a process no login started (a unit, cron): (uid_t)-1.
+NO_LOGIN = 4294967295
+# A user's name by uid, None where none is known (pwd.getpwuid's, injected).
+Names = Callable[[int], str | None]
 
 
 def covers(cleared: str, kind: str) -> bool:
@@ -89,9 +100,12 @@ def slot_of(text: str) -> str | None:
     return f"{device}.{function or 0}"
 
 
-def fields(slot: str, kind: str, by: str) -> dict[str, str]:
-    """The journal entry's fields beside MESSAGE_ID and MESSAGE."""
-    return {"PCI_SLOT": slot, "KIND": kind, "CLEARED_BY": by}
+def fields(slot: str, kind: str, by: str, sudo_user: str | None = None) -> dict[str, str]:
+    """The journal entry's fields beside MESSAGE_ID and MESSAGE (``SUDO_USER`` where given)."""
+    out = {"PCI_SLOT": slot, "KIND": kind, "CLEARED_BY": by}
+    if sudo_user:
+        out["SUDO_USER"] = sudo_user
+    return out
 
 
 def _text(value: object) -> str | None:
@@ -100,9 +114,24 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse(entry: Mapping[str, object], at: float) -> Clear | None:
+def no_names(_uid: int) -> str | None:
+    """Names no user: a clear's person is then ``uid N`` (tests, and readers that need none)."""
+    return None
+
+
+def person(entry: Mapping[str, object], names: Names = no_names) -> str | None:
+    """The person behind a clear: the user of its login uid (``uid N`` where ``names`` knows
+    none), else its ``SUDO_USER``; None where the entry says neither."""
+    login = _text(entry.get("_AUDIT_LOGINUID"))
+    if login is not None and login.isdigit() and int(login) != NO_LOGIN:
+        return names(int(login)) or f"uid {int(login)}"
+    return _text(entry.get("SUDO_USER")) or None
+
+
+def parse(entry: Mapping[str, object], at: float, names: Names = no_names) -> Clear | None:
     """The clear a journal entry logged at ``at`` says, or None: not from uid 0, no valid
-    slot, a kind a clear does not end, or no user."""
+    slot, or a kind a clear does not end.  Its ``by`` is the :func:`person` behind it, else
+    the user who ran it (``CLEARED_BY``, root)."""
     if _text(entry.get("_UID")) != "0":
         return None
     slot, kind, by = (_text(entry.get(k)) for k in ("PCI_SLOT", "KIND", "CLEARED_BY"))
@@ -111,4 +140,4 @@ def parse(entry: Mapping[str, object], at: float) -> Clear | None:
     slot = slot_of(slot)
     if slot is None:
         return None
-    return Clear(slot, kind, by or "root", at)
+    return Clear(slot, kind, person(entry, names) or by or "root", at)

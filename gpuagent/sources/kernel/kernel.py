@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from gpuagent.condition import Condition, Edge
 from gpuagent.configkeys import Override
+from gpuagent.edges.users import user_name
 from gpuagent.health import WARNING, Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus.pciaddr import device_of
@@ -65,9 +66,12 @@ class KernelRecords:
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         told: Iterable[tuple[str, str, int]] = (),
+        names: clears.Names = user_name,
     ) -> None:
         self.log = log
         self._open_log = open_log
+        # The user names of the clears' login uids: the person behind a `sudo gpuagent clear`.
+        self._names = names
         self.journal = open_log(directory)
         # The devices of the GPUs the agent knows of (the bus's, nvidia-smi's): never strays.
         self._gpus: set[str] = set()
@@ -296,7 +300,7 @@ class KernelRecords:
     def _clear(self, at: float, fields: dict[str, bytes]) -> None:
         if fields.get("MESSAGE_ID") != Event.OPERATOR_CLEAR.value.encode():
             return
-        clear = clears.parse(fields, at)
+        clear = clears.parse(fields, at, self._names)
         if clear is None:
             return  # not root's, or not a clear the agent honours
         self.xids.clear(clear.slot, clears.LATCHING if clear.kind == clears.ALL else (clear.kind,))

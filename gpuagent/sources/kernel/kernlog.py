@@ -39,7 +39,7 @@ __all__ = ["CLEARS", "LOADERS", "LOADER_UID", "KernelLog", "booted_at", "journal
 # (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
 CLEARS = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
 # The fields of such an entry handed to the clears' sink.
-_FIELDS = ("MESSAGE_ID", "_UID", "PCI_SLOT", "KIND", "CLEARED_BY")
+_FIELDS = ("MESSAGE_ID", "_UID", "_AUDIT_LOGINUID", "PCI_SLOT", "KIND", "CLEARED_BY", "SUDO_USER")
 
 # Records read between two reopenings of the journal while the boot is read (see poll()).
 START_CHUNK = 10_000
@@ -243,7 +243,7 @@ class KernelLog:
         replaced).  The module loaders' records (:data:`LOADERS`) go to ``loaders`` the same
         way, never to ``sink``; without ``loaders`` they are skipped.  Each entry matching
         ``also`` (root's clears), in order among them, goes to ``other(time, fields)`` (the
-        fields it has of MESSAGE_ID, _UID, PCI_SLOT, KIND, CLEARED_BY, as bytes), never to
+        fields it has of :data:`_FIELDS`, as bytes), never to
         the others.  Returns how many records it handed over (to any).
 
         With ``budget`` (s) it stops once that much time has passed, the clock read after each

@@ -34,6 +34,8 @@ FIELDS = (
     "XID",
     "KIND",
     "CLEARED_BY",
+    "_AUDIT_LOGINUID",
+    "SUDO_USER",
 )
 
 UNIT = "gpuagent.service"
@@ -46,7 +48,8 @@ _STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
 @dataclass(frozen=True)
 class Step:
     """One event of the timeline (``--json``'s objects): ``event`` is ``boot``, ``xid``,
-    ``problem_start``, ``problem_end`` or ``clear``; ``time`` in s since the epoch."""
+    ``problem_start``, ``problem_end`` or ``clear``; ``time`` in s since the epoch; ``by``
+    the person behind a clear (:func:`gpuagent.sources.kernel.clears.person`, else root)."""
 
     boot: str
     time: float
@@ -58,6 +61,7 @@ class Step:
     action: str | None = None
     # Not in the JSON: what recurrence counts (critical only).
     severity: str | None = None
+    by: str | None = None
 
     def as_json(self) -> dict[str, object]:
         out = asdict(self)
@@ -72,9 +76,13 @@ def _text(entry: Mapping[str, object], key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def events(entries: Iterable[tuple[float, Mapping[str, object]]], slot: str | None) -> list[Step]:
+def events(
+    entries: Iterable[tuple[float, Mapping[str, object]]],
+    slot: str | None,
+    names: clears.Names = clears.no_names,
+) -> list[Step]:
     """The timeline of the GPU in ``slot`` (None: every GPU) from ``(time, fields)`` entries
-    in journal order."""
+    in journal order; ``names`` gives the user names of the clears' login uids."""
     out: list[Step] = []
     boot = ""
     uuids: dict[str, str] = {}
@@ -85,7 +93,7 @@ def events(entries: Iterable[tuple[float, Mapping[str, object]]], slot: str | No
         if this != boot:
             boot = this
             out.append(Step(boot, at, None, None, "boot"))
-        for step in steps(boot, at, entry, uuids, told):
+        for step in steps(boot, at, entry, uuids, told, names=names):
             if want is None or (step.pci_slot and device_of(step.pci_slot) == want):
                 out.append(step)
     if slot is not None:
@@ -107,6 +115,8 @@ def steps(
     entry: Mapping[str, object],
     uuids: dict[str, str],
     told: set[tuple[str, str, int]],
+    *,
+    names: clears.Names = clears.no_names,
 ) -> list[Step]:
     """The steps one entry of ``boot`` at ``at`` makes; ``uuids`` (the driver's UUID lines by
     device) and ``told`` (the Xids already stepped) carry over from entry to entry."""
@@ -131,10 +141,10 @@ def steps(
     uuid = uuids.get(device_of(where)) if where else None
     message_id = _text(entry, "MESSAGE_ID")
     if message_id == Event.OPERATOR_CLEAR.value:
-        clear = clears.parse(entry, at)
+        clear = clears.parse(entry, at, names)
         if clear is None:
             return []
-        return [Step(boot, at, clear.slot, uuid, "clear", clear.kind)]
+        return [Step(boot, at, clear.slot, uuid, "clear", clear.kind, by=clear.by)]
     if _text(entry, "_SYSTEMD_UNIT") != UNIT or not where:
         return []
     code = _text(entry, "XID")
@@ -157,5 +167,6 @@ def render(steps: list[Step]) -> str:
             continue
         what = f"Xid {s.xid}" if s.xid is not None else (s.kind or "")
         action = f" (action: {s.action})" if s.action else ""
-        lines.append(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}")
+        by = f" by {s.by}" if s.by else ""
+        lines.append(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}{by}")
     return "\n".join(lines) if lines else "no GPU events in the journal"
