@@ -1,7 +1,7 @@
 """No upgrade turns monitoring off: `apt-get install -y </dev/null` of this tree's build over
 each released version, its main file edited, on Debian 12 and 13.
 
-Up to 0.7.0 /etc/gpuagent/gpuagent.toml was a conffile; an edited one made the upgrade stop
+Until issue 26 /etc/gpuagent/gpuagent.toml was a conffile; an edited one made the upgrade stop
 at dpkg's question, which `-y` does not answer, and the service stayed stopped. Each case
 installs a release (built from its own commit, the one that wrote its changelog heading),
 uncomments a key of the main file as an operator would, adds a drop-in, upgrades, and checks:
@@ -20,13 +20,12 @@ from typing import Any
 
 import pytest
 
-from gpuagent import RELEASE
+from gpuagent import RELEASE, version
 from tests.system.test_deb import NODE_EXPORTER, REPO, Container, booted, wait_for
 from tests.system.test_package import build
 
-pytestmark = pytest.mark.system
-
-# Each release and the commit that wrote its entry's heading in debian/changelog.
+# Each release and the commit that wrote its entry's heading in debian/changelog (the last to
+# change a heading while it was the top entry: what gpuagent/version.py calls the release).
 RELEASES = {
     "0.1.0": "e1f54cbcaec34607d97fbce7df495b589b6136d7",
     "0.2.0": "35d4883380972eb307be4f66095da102c23940f0",
@@ -35,7 +34,9 @@ RELEASES = {
     "0.5.0": "da92ffbc4ccaa63bceead2b1ec23079068d9a4aa",
     "0.6.0": "af3173ff6096f114fafaecca23f04eab4bb9a1cc",
     "0.7.0": "b03f9a126b2d8c6fa4c80c8e8e76796e19296bb7",
+    "0.8.0": "5bd6408048b9b24b3734d7fdbdc853396ac143ca",
 }
+LAST = list(RELEASES)[-1]
 MAIN = "/etc/gpuagent/gpuagent.toml"
 SITE = "/etc/gpuagent/gpuagent.toml.d/50-site.toml"
 # Every release's shipped file has this line; the operator uncomments it with a value.
@@ -128,10 +129,18 @@ def files_beside(c: Container) -> list[str]:
 
 # Each release with its main file edited; and once, from the last, a file left as shipped.
 CASES = [pytest.param(v, True, id=f"{v}-edited") for v in RELEASES] + [
-    pytest.param("0.7.0", False, id="0.7.0-as-shipped")
+    pytest.param(LAST, False, id=f"{LAST}-as-shipped")
 ]
 
 
+def test_every_release_is_upgraded_from() -> None:
+    """A new release's entry in debian/changelog needs its commit in RELEASES."""
+    with open(os.path.join(REPO, "debian", "changelog"), encoding="utf-8") as f:
+        released = {version.release_of(line) for line in f if line.startswith("gpuagent (")}
+    assert set(RELEASES) == released
+
+
+@pytest.mark.system
 @pytest.mark.parametrize(("before", "edited"), CASES)
 def test_an_upgrade_keeps_the_operators_settings_and_the_service(
     lab: Container, releases: dict[str, str], new_deb: str, before: str, edited: bool
@@ -185,6 +194,7 @@ def test_an_upgrade_keeps_the_operators_settings_and_the_service(
         raise
 
 
+@pytest.mark.system
 def test_a_host_left_at_the_conffile_prompt_recovers(
     lab: Container, releases: dict[str, str], new_deb: str
 ) -> None:
