@@ -34,7 +34,6 @@ RELEASES = {
     "0.5.0": "da92ffbc4ccaa63bceead2b1ec23079068d9a4aa",
     "0.6.0": "af3173ff6096f114fafaecca23f04eab4bb9a1cc",
     "0.7.0": "b03f9a126b2d8c6fa4c80c8e8e76796e19296bb7",
-    "0.8.0": "5bd6408048b9b24b3734d7fdbdc853396ac143ca",
 }
 LAST = list(RELEASES)[-1]
 MAIN = "/etc/gpuagent/gpuagent.toml"
@@ -134,10 +133,12 @@ CASES = [pytest.param(v, True, id=f"{v}-edited") for v in RELEASES] + [
 
 
 def test_every_release_is_upgraded_from() -> None:
-    """A new release's entry in debian/changelog needs its commit in RELEASES."""
+    """Each release before the tree's own (its top entry of debian/changelog, the release
+    being built) needs its commit in RELEASES: once a newer entry is written, the one it
+    follows is out and is upgraded from."""
     with open(os.path.join(REPO, "debian", "changelog"), encoding="utf-8") as f:
         released = {version.release_of(line) for line in f if line.startswith("gpuagent (")}
-    assert set(RELEASES) == released
+    assert set(RELEASES) == released - {RELEASE}
 
 
 @pytest.mark.system
