@@ -20,6 +20,7 @@ from tests.tools import need
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UNIT = os.path.join(REPO, "packaging", "gpuagent.service")
+SHIPPED = os.path.join(REPO, "packaging", "gpuagent.toml")
 
 
 def build(out: str, version: str | None = None, top: str = REPO) -> str:
@@ -99,6 +100,22 @@ def test_debhelper_places_and_enables_the_unit(deb: str, tmp_path: str) -> None:
     assert "try-reload-or-restart gpuagent.service" in postinst  # the node_exporter trigger
     # After debhelper's restart on upgrade: the line that says so.
     assert postinst.index("_dh_action=restart") < postinst.index('"gpuagent: upgraded from $2')
+
+
+def test_etc_is_the_operators_and_the_defaults_are_under_usr(deb: str, tmp_path: str) -> None:
+    # No conffile: an upgrade never asks (see debian/gpuagent.preinst); the drop-in directory
+    # is there to be found, and the reference file is the tree's, which the agent's defaults
+    # equal (test_default_config).
+    subprocess.run(["dpkg-deb", "-R", deb, str(tmp_path)], check=True, timeout=60)
+    assert not os.path.exists(os.path.join(tmp_path, "DEBIAN", "conffiles"))
+    etc = os.path.join(tmp_path, "etc", "gpuagent")
+    assert [(d, names) for d, _, names in os.walk(etc)] == [
+        (etc, []),
+        (os.path.join(etc, "gpuagent.toml.d"), []),
+    ]
+    shipped = os.path.join(tmp_path, "usr", "share", "gpuagent", "gpuagent.toml")
+    with open(shipped, "rb") as got, open(SHIPPED, "rb") as want:
+        assert got.read() == want.read()
 
 
 def test_the_rules_work_in_place_and_the_news_comes_along(deb: str, tmp_path: str) -> None:
