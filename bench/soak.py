@@ -44,12 +44,16 @@ FAULTS = [
 
 
 def _escalation(fault: str, ticks: int) -> int:
-    """The lines a fault lasting ``ticks`` (10 s each) may add to its start and end by turning
-    into a condition of its own: a module away past driver_absent_grace (600 s) is
-    no_driver_module; nvidia-smi timing out 3 times within an hour is driver_hung."""
-    if fault in ("module_unloaded", "driver_not_loaded") and ticks * 10 > 600:
-        return 2
-    return 2 if fault == "timeout" and ticks >= 3 else 0
+    """The lines a fault lasting ``ticks`` (10 s each) adds to its outage's start and end by
+    being a problem of its own (its start and end): a failing nvidia-smi is smi_failing or
+    driver_mismatch, a missing one nvidia_smi_missing, a timeout driver_hung (restated critical
+    once it has lasted driver_hung_after, 300 s), an absent module no_driver_module (restated
+    critical past driver_absent_grace, 600 s)."""
+    if fault in ("missing_gpu", "sysfs_problem"):
+        return 0  # the problem is the fault's two lines
+    if fault == "module_unloaded":
+        return 2 + (ticks * 10 > 600)
+    return 2 + (fault == "timeout" and ticks * 10 >= 300)
 
 
 def fds(pid: int | str = "self") -> int:

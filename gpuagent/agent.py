@@ -225,6 +225,7 @@ class Agent:
             nvlink=tick.nvlink,
             services=tick.services,
             processes=tick.processes,
+            vgpu=tick.vgpu,
             problems=self.verdict.problems(),
             trouble={k: v for k, v in trouble.items() if v is not None},
             history=tick.kernel.history,

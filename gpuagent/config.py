@@ -79,6 +79,7 @@ class Config:
     journal_directory: str = _default("journal_directory")
     expected_gpus: int | None = _default("expected_gpus")
     driver_absent_grace: float = _default("driver_absent_grace")
+    driver_hung_after: float = _default("driver_hung_after")
     nvml_library: str = _default("nvml_library")
     xid_warning_hold: float = _default("xid_warning_hold")
     history_days: int = _default("history_days")
@@ -92,6 +93,7 @@ class Config:
     nvlink_replay_budget: int = _default("nvlink_replay_budget")
     processes_interval: float | None = _default("processes_interval")
     proc_root: str = _default("proc_root")
+    vgpu_interval: float = _default("vgpu_interval")
 
 
 class _Refused(Exception):

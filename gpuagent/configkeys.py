@@ -231,6 +231,9 @@ KEYS: tuple[Key, ...] = (
     Key("expected_gpus", _integer(0, 1024), None, "the NVIDIA GPUs this host should have"),
     # Then it is a no_driver_module problem: a driver upgrade unloads it for about 80 s.
     Key("driver_absent_grace", _SECONDS, 600.0, "how long GPUs may wait for the nvidia module"),
+    # Timeouts of nvidia-smi (reaped) are a driver_hung warning until they have lasted this
+    # long; a child that outlives SIGKILL is critical at once.
+    Key("driver_hung_after", _SECONDS, 300.0, "how long timeouts last before a hung driver"),
     # Its file name carries the installed driver's version (libnvidia-ml.so.1 ->
     # libnvidia-ml.so.<version>): a name in the system's library directories, or a path.
     Key("nvml_library", _library, "libnvidia-ml.so.1", "the NVML library of the installed driver"),
@@ -251,6 +254,8 @@ KEYS: tuple[Key, ...] = (
     # Rounded up to whole ticks; None (unset) or less than a tick: every tick.
     Key("processes_interval", _SECONDS, None, "how often who is on each GPU is read"),
     Key("proc_root", _absolute_path, "/proc", "where proc is mounted"),
+    # Rounded up to whole ticks; read only on a vGPU guest (nvidia-gridd installed).
+    Key("vgpu_interval", _SECONDS, 300.0, "how often a vGPU guest's licences are read"),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

@@ -30,6 +30,7 @@ from gpuagent.schema import (
     ServiceEntry,
     State,
     SXidEntry,
+    VgpuEntry,
     XidEntry,
 )
 from gpuagent.sources.kernel import clears
@@ -47,6 +48,7 @@ from gpuagent.views import (
     ServicesView,
     SXidCount,
     UnitView,
+    VgpuView,
 )
 
 __all__ = ["STATE_FILE", "Origin", "Report", "build", "finished", "stored"]
@@ -219,6 +221,7 @@ def _gpus(
     *,
     nvlink: NvlinkView,
     processes: ProcessesView,
+    vgpu: VgpuView,
 ) -> list[GpuEntry]:
     """One entry per GPU known: on the bus now, seen on it before, named by nvidia-smi or by
     the kernel."""
@@ -250,8 +253,21 @@ def _gpus(
         }
         if slot in links:
             entry["nvlink"] = _nvlink(links[slot])
+            if slot in nvlink.stale:
+                stale: NvlinkEntry = {**entry["nvlink"], "stale": True}
+                entry["nvlink"] = _sealed(stale)
         if processes.gpus is not None and slot in processes.gpus:
             entry["processes"] = _listed(_process(p) for p in processes.gpus[slot])
+            if slot in processes.stale:
+                entry["processes_stale"] = True
+        licence = vgpu.gpus.get(slot)
+        if licence is not None:
+            lic: VgpuEntry = {
+                "mode": licence.mode,
+                "product": licence.product,
+                "license_status": licence.status,
+            }
+            entry["vgpu"] = _sealed(lic)
         c = kernel.cleared.get(slot)
         if c is not None and not mine:
             cleared: ClearEntry = {"kind": c.kind, "by": c.by, "at": c.at}
@@ -311,6 +327,7 @@ def build(
     services: ServicesView,
     problems: Problems,
     processes: ProcessesView | None = None,
+    vgpu: VgpuView | None = None,
     trouble: Mapping[str, str],
     published: Mapping[str, str] | None = None,
     history: str = "this boot only",
@@ -342,6 +359,7 @@ def build(
             problems,
             nvlink=nvlink,
             processes=processes or ProcessesView(),
+            vgpu=vgpu or VgpuView(),
         ),
         "sxids": _sxids(kernel),
         "host_problems": _listed(_problem(p) for p in problems.get("", ())),

@@ -22,6 +22,7 @@ __all__ = [
     "ServiceEntry",
     "State",
     "Value",
+    "VgpuEntry",
     "XidEntry",
 ]
 
@@ -88,12 +89,25 @@ class SXidEntry(TypedDict):
 class NvlinkEntry(TypedDict):
     """A GPU's NVLink as last read: ``links`` its links, ``active`` those up, ``inactive``
     the others' numbers, ``counters`` each link's error counters (``replay``, ``recovery``,
-    ``crc``; None: N/A) by link number."""
+    ``crc``; None: N/A) by link number; ``stale`` (true, else absent) where that read is not
+    current: nvidia-smi does not report the GPU now, or did not at the last read."""
 
     links: int
     active: int
     inactive: list[int]
     counters: dict[str, dict[str, int | None]]
+    stale: NotRequired[bool]
+
+
+class VgpuEntry(TypedDict):
+    """A vGPU guest's GPU licence as ``nvidia-smi -q`` last said: ``mode`` (``Virtualization
+    Mode``: ``VGPU``, ``Pass-Through``), licensed ``product`` (``Product Name``) and
+    ``license_status`` (``Licensed (Expiry: ...)``, ``Unlicensed (Restricted)`` …); None where
+    it has no such line."""
+
+    mode: str | None
+    product: str | None
+    license_status: str | None
 
 
 class ProcessEntry(TypedDict):
@@ -136,7 +150,9 @@ class GpuEntry(TypedDict):
     """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
     without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
     critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
-    the GPU has no problem since."""
+    the GPU has no problem since; ``processes_stale`` (true, else absent) where ``processes``
+    are an earlier read's: nvidia-smi does not report the GPU now, or did not at the last
+    read; ``vgpu`` its licence on a vGPU guest (absent elsewhere)."""
 
     pci_slot: str
     uuid: str | None
@@ -148,6 +164,8 @@ class GpuEntry(TypedDict):
     xids: list[XidEntry]
     nvlink: NotRequired[NvlinkEntry]
     processes: NotRequired[list[ProcessEntry]]
+    processes_stale: NotRequired[bool]
+    vgpu: NotRequired[VgpuEntry]
     cleared: NotRequired[ClearEntry]
 
 

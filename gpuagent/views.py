@@ -36,6 +36,8 @@ __all__ = [
     "SamplesView",
     "ServicesView",
     "UnitView",
+    "VgpuGpu",
+    "VgpuView",
     "XidCount",
     "XidInfo",
     "plural",
@@ -275,11 +277,14 @@ class NvlinkGpu:
 @dataclass(frozen=True)
 class NvlinkView:
     """The NVLink reads: each GPU's links by slot (GPUs in MIG mode and without NVLink left
-    out), whether the host's GPUs have no NVLink at all, and the reads' spawns so far."""
+    out), whether the host's GPUs have no NVLink at all, and the reads' spawns so far;
+    ``stale`` the slots of ``gpus`` whose links are an earlier read's (nvidia-smi does not
+    report the GPU now, or did not when the last read ran)."""
 
     gpus: Mapping[str, NvlinkGpu] = field(default_factory=dict)
     no_nvlink: bool = False
     spawns_total: int = 0
+    stale: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -302,11 +307,33 @@ class ProcessView:
 class ProcessesView:
     """The processes read: each GPU's, by slot (every GPU sampled; an idle one has none), or
     ``None`` while they are not known (not read yet, the read failing, the probe failing);
-    the reads' spawns so far."""
+    the reads' spawns so far; ``stale`` the slots of ``gpus`` whose processes are an earlier
+    read's (nvidia-smi does not report the GPU now, or did not when the last read ran)."""
 
     gpus: Mapping[str, tuple[ProcessView, ...]] | None = None
     spawns_total: int = 0
     last_seen: Mapping[int, Seen] = field(default_factory=dict)
+    stale: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class VgpuGpu:
+    """One GPU's licence on a vGPU guest as ``nvidia-smi -q`` last said: its virtualization
+    ``mode`` (``VGPU``, ``Pass-Through``), licensed ``product`` and ``status`` (``Licensed
+    (Expiry: ...)``, ``Unlicensed (Restricted)``); None where ``-q`` has no such line."""
+
+    mode: str | None
+    product: str | None
+    status: str | None
+
+
+@dataclass(frozen=True)
+class VgpuView:
+    """The licence reads: each GPU's with a licensed product, by slot (none on bare metal),
+    and the reads' spawns so far."""
+
+    gpus: Mapping[str, VgpuGpu] = field(default_factory=dict)
+    spawns_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -370,6 +397,7 @@ class Tick:
     probe: ProbeView = field(default_factory=ProbeView)
     nvlink: NvlinkView = field(default_factory=NvlinkView)
     processes: ProcessesView = field(default_factory=ProcessesView)
+    vgpu: VgpuView = field(default_factory=VgpuView)
 
     @property
     def last(self) -> Tick:

@@ -19,8 +19,9 @@ def unit(
     load: str = "loaded",
     result: str = "success",
     restarts: int | None = 0,
+    file_state: str = "",
 ) -> Unit:
-    return Unit(name, load, active, sub, result, restarts)
+    return Unit(name, load, active, sub, result, restarts, file_state)
 
 
 @dataclass

@@ -37,6 +37,7 @@ _DEFAULTS = {
     "SubState": "dead",
     "Result": "success",
     "NRestarts": 0,
+    "UnitFileState": "disabled",
 }
 
 
@@ -49,7 +50,10 @@ def _set(mock: Any, name: str, props: dict[str, Any], loaded: bool) -> str:
     values = {**_DEFAULTS, **props}
     unit = {
         "Id": dbus.String(name),
-        **{k: dbus.String(values[k]) for k in ("LoadState", "ActiveState", "SubState")},
+        **{
+            k: dbus.String(values[k])
+            for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")
+        },
     }
     service = {
         "Result": dbus.String(values["Result"]),

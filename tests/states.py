@@ -26,6 +26,7 @@ from gpuagent.views import (
     Sample,
     SamplesView,
     ServicesView,
+    VgpuView,
 )
 
 __all__ = ["H200", "NOW", "NO_KERNEL", "SLOT", "gpu", "nvidia", "problem", "sample", "state"]
@@ -85,6 +86,7 @@ def state(
     nvlink: NvlinkView | None = None,
     services: ServicesView | None = None,
     processes: ProcessesView | None = None,
+    vgpu: VgpuView | None = None,
     kernel: KernelView = NO_KERNEL,
     ended: tuple[str, float] | None = None,
 ) -> State:
@@ -120,6 +122,7 @@ def state(
         nvlink=nvlink or NvlinkView({}),
         services=services or ServicesView({}),
         processes=processes or ProcessesView(),
+        vgpu=vgpu,
         problems=held,
         trouble=trouble or {},
     )

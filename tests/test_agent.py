@@ -154,7 +154,11 @@ def test_seed_driver_upgrade(host: Host) -> None:
     # Module back at tick 0 of this phase: probes at 0, 1, 2 (warning), then 4.
     assert host.spawns == before + 4
     assert host.report is not None
-    assert host.report.status == "8 GPUs, nvidia-smi failing (version_mismatch), next try in 40 s"
+    assert host.report.status == (
+        "1 critical (host driver_mismatch); 8 GPUs, nvidia-smi failing (version_mismatch)"
+    )
+    # Within driver_absent_grace the module's absence was a warning, ended when it came back.
+    assert [r.PROBLEM for r in host.events(Event.PROBLEM_CLEARED)] == ["no_driver_module"]  # type: ignore[attr-defined]
 
     host.healthy()
     tick_until_ok(host, 10)  # the next probe is 4 ticks away
@@ -164,7 +168,9 @@ def test_seed_driver_upgrade(host: Host) -> None:
     assert all(not g["stale"] for g in snap["gpus"])
     assert snap["probe"]["consecutive_failures"] == 0
     infos_and_up = [r for r in host.logs.records if r.levelno >= INFO]
-    assert len(infos_and_up) == 4  # unloaded, loaded, one warning, one recovery
+    # Unloaded, loaded, one warning, one recovery; no_driver_module's and driver_mismatch's
+    # start and end (the problems each surface reads).
+    assert len(infos_and_up) == 8
 
 
 def test_failing_probe_backs_off_by_ticks(host: Host) -> None:
@@ -409,4 +415,9 @@ def test_access_blocked_by_a_sandbox_is_one_warning_naming_it(host: Host) -> Non
     assert warning.EXIT_CODE == "17"  # type: ignore[attr-defined]
     assert "GPU access blocked by the operating system" in warning.getMessage()
     assert "ProcSubset=" in warning.getMessage()
-    assert report.status.startswith("8 GPUs, nvidia-smi failing (blocked_by_os)")
+    assert (
+        report.status == "1 critical (host smi_failing); 8 GPUs, nvidia-smi failing (blocked_by_os)"
+    )
+    (failing,) = report.state["host_problems"]
+    assert failing["message"].startswith("nvidia-smi failing (blocked_by_os): exit 17: ")
+    assert "ProcSubset=" in failing["message"]

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from gpuagent.logs import Event
+from gpuagent.sources.probe import rules
 from tests.tools import tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,9 +67,12 @@ def test_entry_is_well_formed(message_id: str, text: list[str]) -> None:
     uses = set(re.findall(r"@([A-Z_]+)@", "\n".join(body)))
     if uses:
         assert uses == {"PCI_SLOT"}
-        # Events of a GPU only (an Xid may be the host's: an address that is no GPU).
-        gpus = (Event.GPU_MISSING, Event.GPU_BACK, Event.GPU_INIT_FAILED)
-        assert message_id in [e.value for e in (*gpus, Event.PROBLEM_GONE_FROM_BUS)]
+        # Events of a GPU only (an Xid may be the host's: an address that is no GPU; and
+        # gpu_count is the host's), which carry PCI_SLOT.
+        kinds = {*rules.KINDS, "nvlink_down", "nvlink_errors", "persistence_off"}
+        problems = [Event.problem(k) for k in sorted(kinds - {"missing", "gpu_count"})]
+        gpus = (Event.GPU_MISSING, Event.GPU_BACK, Event.GPU_INIT_FAILED, *problems)
+        assert message_id in [e.value for e in gpus]
 
 
 def test_journalctl_compiles_it(tmp_path: str) -> None:

@@ -14,8 +14,10 @@ from click.testing import CliRunner
 from gpuagent.commands import clearcli, statustext
 from gpuagent.commands.cli import main
 from gpuagent.edges import safefile
+from gpuagent.health import Problem
 from gpuagent.logs import Event
 from gpuagent.schema import GpuEntry, State
+from gpuagent.sources.driver.hangs import ProbeHangs
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
@@ -410,3 +412,38 @@ def test_a_journal_that_refuses_the_clear_is_one_line(
         "",
         "gpuagent: cannot send the clear to the journal: Permission denied\n",
     )
+
+
+def hung_state() -> State:
+    """A host whose nvidia-smi is stuck in the driver, as the agent writes it."""
+    hangs = ProbeHangs()
+    hangs.observe(0.0, module_loaded=True, stuck=True)
+    hung = hangs.finding(0.0)
+    assert hung is not None
+    return states.state(now=time.time(), problems={"": [Problem("", hung, time.time())]})
+
+
+def test_a_host_problem_is_refused_saying_how_it_ends(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 24: `gpuagent clear` refused driver_hung saying it is "read live"; a host's
+    # problem has no clear, and the refusal says what ends it.
+    sent = Sent(monkeypatch)
+    conf = write_state(str(tmp_path), hung_state())
+    code, out, err = clear_cli(conf, "host", "driver_hung")
+    assert (code, out) == (1, "")
+    assert err == (
+        "gpuagent: cannot clear host driver_hung: host driver_hung ends by itself once "
+        "nvidia-smi has answered normally 3 probes in a row, or the nvidia module is unloaded; "
+        "no clear ends it (a clear takes a GPU's slot and ends its xid, init_failed or "
+        "gone_from_bus)\n"
+    )
+    assert "read live" not in err
+    code, _, err = clear_cli(conf, "HOST", "gpu_count")
+    assert code == 1
+    assert err.startswith("gpuagent: cannot clear host gpu_count: the host has no gpu_count ")
+    assert clear_cli(conf, "host", "--all")[0] == 1
+    os.unlink(os.path.join(str(tmp_path), "state.json"))
+    code, _, err = clear_cli(conf, "host", "driver_hung")
+    assert code == 1 and "a host problem ends when its cause does; no clear ends it" in err
+    assert sent.entries == []

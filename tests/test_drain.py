@@ -20,6 +20,7 @@ from gpuagent.commands.drain import Node, decide, npd, parse_node, worst
 from gpuagent.edges import safefile
 from gpuagent.health import Finding, Problem
 from gpuagent.schema import ProbeState, State
+from gpuagent.sources.driver.driver import driver_mismatch, mismatch_evidence
 from gpuagent.views import Failure, ProbeView
 from tests import states
 from tests.states import NOW, SLOT
@@ -175,10 +176,13 @@ def test_an_unknown_state_changes_nothing() -> None:
 
 
 def failing() -> State:
+    """nvidia-smi's exit 18 as the agent writes it: the probe failing, and its problem."""
     probe = ProbeView(
         state=ProbeState.FAILING, failure=Failure.VERSION_MISMATCH, failures=3, spawns_total=9
     )
-    return states.state(now=NOW - 1, probe=probe)
+    f = driver_mismatch(mismatch_evidence(None, None, refused=True), None)
+    assert f is not None
+    return states.state(now=NOW - 1, probe=probe, problems={"": [Problem("", f, NOW - 30)]})
 
 
 def both(at: float = NOW) -> State:
@@ -198,8 +202,7 @@ def test_npd() -> None:
         0,
         f"ok; warning: {SLOT} recovery_action: none",
     )
-    code, line = npd(failing(), "", NOW)
-    assert code == 1 and line.startswith("critical: 1 GPU, nvidia-smi failing (version_mismatch)")
+    assert npd(failing(), "", NOW) == (1, "critical: host driver_mismatch: check_host")
     assert npd(None, "no state file", NOW) == (2, "unknown: no state file")
     code, line = npd(sick(at=NOW - 600), "", NOW)
     assert (code, line) == (2, "unknown: gpuagent has not updated its state for 601 s")

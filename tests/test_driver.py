@@ -1,5 +1,6 @@
-"""gpuagent.sources.driver.driver: why the nvidia module is absent, and whether a reboot is pending,
-from the real kernel lines of tests/data/corpus/host and the reports each test names."""
+"""gpuagent.sources.driver.driver: why the nvidia module is absent, and whether the driver is
+not the one installed (and a reboot can help), from the real kernel lines of
+tests/data/corpus/host and the reports each test names."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 import pytest
 
-from gpuagent.health import CRITICAL, WARNING
+from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.logs import Event
 from gpuagent.sources.driver import driver
 from gpuagent.sources.driver.driver import (
@@ -22,10 +23,12 @@ from gpuagent.sources.driver.driver import (
     NvmlLibrary,
     absence_reason,
     api_mismatch,
+    boot_time,
+    driver_mismatch,
     library_dirs,
     loaded_version,
     loader_reason,
-    reboot_pending,
+    mismatch_evidence,
     version_of,
 )
 from gpuagent.views import ApiMismatch
@@ -84,6 +87,10 @@ REASONS = {
     # The kernel's "Loading of module with unavailable key is rejected" (Talos' own "load
     # nvidia failed: key was rejected by service" is a loader's words: LOADER_REASONS).
     "kernel-talos-module-unavailable-key-rejected-nvidia-TRIMMED": [KEY_REJECTED],
+    # The fabric manager's refusal by the driver is its own journal's (test_fmjournal), no
+    # reason for an absent module.
+    "fabricmanager-journal-hgx-h200-driver580.126.09-fm590.48.01-version-mismatch": [],
+    "fabricmanager-systemctl-status-driver550.120-fm550.127.05-version-mismatch-doesnt": [],
 }
 # What the same records give read as a module loader's (loader_reason): only the loaders'
 # own words, never the kernel's.
@@ -193,7 +200,8 @@ def test_every_reason_is_explained() -> None:
         PROBE_FAILED,
     }
     assert Event.problem("no_driver_module").name == "PROBLEM_NO_DRIVER_MODULE"
-    assert Event.problem("reboot_pending").name == "PROBLEM_REBOOT_PENDING"
+    assert Event.problem("driver_mismatch").name == "PROBLEM_DRIVER_MISMATCH"
+    assert Event.PROBLEM_DRIVER_MISMATCH.value == "c989acf6585f4f64b25a3d9eacc8e748"
 
 
 def test_an_absent_module_is_a_problem_after_the_grace() -> None:
@@ -202,8 +210,14 @@ def test_an_absent_module_is_a_problem_after_the_grace() -> None:
     reason = loader_reason(
         "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"
     )
-    assert absent.update(100.0, loaded=False, wanted=True, reasons=[reason or ""]) is None
-    assert absent.update(699.9, loaded=False, wanted=True) is None
+    f = absent.update(100.0, loaded=False, wanted=True, reasons=[reason or ""])
+    # Within the grace a warning (status exits 1 for it), said by the writer, not a reader.
+    assert f is not None and (f.severity, f.action) == (WARNING, "check_host")
+    assert f.message.startswith(
+        "the nvidia kernel module is not loaded (critical after driver_absent_grace, 600 s): "
+        "the kernel rejected the module's signature"
+    )
+    assert absent.update(699.9, loaded=False, wanted=True) == f
     f = absent.update(700.0, loaded=False, wanted=True)
     assert f is not None
     assert (f.kind, f.severity, f.action, f.extra) == (
@@ -219,15 +233,16 @@ def test_an_absent_module_is_a_problem_after_the_grace() -> None:
     )
     # The module comes: the wait and its reasons are over.
     assert absent.update(701.0, loaded=True, wanted=True) is None
-    assert absent.update(702.0, loaded=False, wanted=True) is None
+    assert absent.update(702.0, loaded=False, wanted=True).severity == WARNING  # type: ignore[union-attr]
     f = absent.update(1302.0, loaded=False, wanted=True)
     assert f is not None and f.message.endswith(": nothing in the journal says why")
 
 
-def test_a_driver_upgrade_within_the_grace_is_no_problem() -> None:
+def test_a_driver_upgrade_within_the_grace_is_a_warning_only() -> None:
     absent = ModuleAbsence()
     for t in range(0, 80, 10):  # about 80 s without the module
-        assert absent.update(float(t), loaded=False, wanted=True) is None
+        f = absent.update(float(t), loaded=False, wanted=True)
+        assert f is not None and f.severity == WARNING
     assert absent.update(90.0, loaded=True, wanted=True) is None
     assert absent.update(2000.0, loaded=True, wanted=True) is None
 
@@ -248,34 +263,69 @@ def test_reasons_are_named_strongest_first_and_once() -> None:
     assert f.message.index("lockdown") < f.message.index("initialise")
 
 
+def pending(
+    installed: str | None,
+    loaded: str | None,
+    mismatch: ApiMismatch | None = None,
+    *,
+    refused: bool = False,
+    after_boot: bool | None = True,
+) -> Finding | None:
+    evidence = mismatch_evidence(installed, loaded, mismatch, refused=refused)
+    return driver_mismatch(evidence, after_boot)
+
+
 def test_the_api_mismatch_of_the_reports() -> None:
     # NVIDIA/nvidia-docker#182: "NVRM: API mismatch: the client has the version 367.44, but
     # NVRM: this kernel module has the version 367.35."; a reboot fixed it.
     (record,) = records("kernel-api-mismatch-journal-old-format-driver367.44-vs-367.35")
     mismatch = api_mismatch(record)
-    f = reboot_pending(None, "367.35", mismatch)
+    assert mismatch == ApiMismatch("367.44", "367.35")
+    # With the installed version unknown the record alone proves nothing (anyone may send
+    # one); nvidia-smi's own exit 18 does.
+    assert pending(None, "367.35", mismatch) is None
+    f = pending(None, "367.35", mismatch, refused=True)
     assert f is not None
-    assert (f.kind, f.severity, f.action) == ("reboot_pending", WARNING, "reboot")
+    assert (f.kind, f.severity, f.action) == ("driver_mismatch", CRITICAL, "reboot")
     assert f.message == (
-        "the kernel refused a client of version 367.44 (NVRM: API mismatch with kernel module "
-        "367.35): reboot the host (or reload the nvidia modules) to finish the upgrade"
+        "nvidia-smi: Driver/library version mismatch (exit 18): no new CUDA job can start; "
+        "the driver was installed after this boot: reboot the host (or reload the nvidia "
+        "modules) to finish the upgrade"
     )
     # Frogging-Family/nvidia-all#394: 595.84 user space, 595.80 module, kwin_wayland refused.
     record = records("kernel-api-mismatch-dmesg-client-name-pid-driver595.84-vs-595.80")[1]
-    f = reboot_pending("595.84", "595.80", api_mismatch(record))
+    f = pending("595.84", "595.80", api_mismatch(record))
     assert f is not None
     assert f.message == (
         "driver 595.84 is installed but kernel module 595.80 is loaded; the kernel refused a "
         "client 'kwin_wayland' of version 595.84 (NVRM: API mismatch with kernel module "
-        "595.80): reboot the host (or reload the nvidia modules) to finish the upgrade"
+        "595.80): no new CUDA job can start; the driver was installed after this boot: "
+        "reboot the host (or reload the nvidia modules) to finish the upgrade"
     )
     # After the reboot the module is the one the record refused no more.
-    assert reboot_pending("595.84", "595.84", api_mismatch(record)) is None
+    assert pending("595.84", "595.84", api_mismatch(record)) is None
     assert api_mismatch("NVRM: API mismatch: the client has the version 1.2, but") is None
 
 
+@pytest.mark.parametrize("after_boot", [False, None])
+def test_a_mismatch_the_reboot_did_not_end_is_no_reboot(after_boot: bool | None) -> None:
+    # illinois-scicomp/machine-shop-maintenance#70: after the reboot the mismatch is still
+    # there (the module built for another kernel): saying "reboot" again would loop.
+    f = pending("595.84", "595.80", refused=True, after_boot=after_boot)
+    assert f is not None
+    assert (f.kind, f.severity, f.action) == ("driver_mismatch", CRITICAL, "check_host")
+    assert "reboot" not in f.message
+    older = ", and is older than this boot" if after_boot is False else ""
+    assert f.message.endswith(
+        "no new CUDA job can start; the installed driver does not match the module this "
+        f"kernel loads{older}: reinstall the driver, or rebuild its module (DKMS) for this "
+        "kernel"
+    )
+    assert f.ends == "when the loaded module is the installed driver's"
+
+
 @pytest.mark.parametrize(
-    ("installed", "loaded", "pending"),
+    ("installed", "loaded", "found"),
     [
         ("595.84", "595.80", True),
         ("570.148.08", "570.148.08", False),
@@ -284,13 +334,36 @@ def test_the_api_mismatch_of_the_reports() -> None:
         (None, None, False),
     ],
 )
-def test_reboot_pending_needs_both_versions(
-    installed: str | None, loaded: str | None, pending: bool
+def test_a_mismatch_of_the_versions_needs_both(
+    installed: str | None, loaded: str | None, found: bool
 ) -> None:
-    f = reboot_pending(installed, loaded)
-    assert (f is not None) == pending
+    f = pending(installed, loaded)
+    assert (f is not None) == found
     if f is not None:
         assert f.message.startswith(f"driver {installed} is installed but kernel module {loaded}")
+
+
+def test_boot_time(tmp_path: str) -> None:
+    proc = str(tmp_path)
+    assert boot_time(proc) is None
+    with open(os.path.join(proc, "stat"), "w") as f:
+        f.write("cpu  1 2 3\nintr 5\nctxt 7\nbtime 1764650000\nprocesses 9\n")
+    assert boot_time(proc) == 1764650000.0
+    with open(os.path.join(proc, "stat"), "w") as f:
+        f.write("cpu  1 2 3\nbtime x\n")
+    assert boot_time(proc) is None
+    assert boot_time("/proc") is not None  # the live host's
+
+
+def test_the_library_mtime_is_the_file_it_resolves_to(tmp_path: str) -> None:
+    root = str(tmp_path)
+    real = os.path.join(root, "libnvidia-ml.so.595.80")
+    touch(real)
+    os.utime(real, (1000.0, 1000.0))
+    path = os.path.join(root, "libnvidia-ml.so.1")
+    os.symlink(real, path)
+    assert NvmlLibrary(path).mtime() == 1000.0
+    assert NvmlLibrary(os.path.join(root, "absent.so.1")).mtime() is None
 
 
 @pytest.mark.parametrize(

@@ -81,9 +81,16 @@ def error_row(name: str, code: int, failure: str) -> Fault:
         lambda h: h.scenario(error=name, exit=code),
         "failing",
         failure,
-        f"8 GPUs, nvidia-smi failing ({failure}), next try in 20 s",
-        1,
+        failing(failure),
+        2,  # the outage's warning, and its problem's start
     )
+
+
+def failing(failure: str) -> str:
+    """The status line of a failing probe: its problem (``smi_failing``, or for a version
+    mismatch ``driver_mismatch``), critical, then the probe's state."""
+    kind = "driver_mismatch" if failure == "version_mismatch" else "smi_failing"
+    return f"1 critical (host {kind}); 8 GPUs, nvidia-smi failing ({failure})"
 
 
 def _h200_rows(h: Host) -> str:
@@ -139,8 +146,8 @@ FAULTS = [
         ),
         "failing",
         "gpu_lost",
-        "8 GPUs, nvidia-smi failing (gpu_lost), next try in 20 s",
-        1,
+        failing("gpu_lost"),
+        2,
     ),
     # infoROM: a warning with exit 14 beside valid data is a success and a problem of the GPU it
     # names; alone it is not data.
@@ -165,16 +172,16 @@ FAULTS = [
         lambda h: h.scenario(error="inforom-corrupted-warning-exit14.txt", exit=14),
         "failing",
         "unparseable",
-        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
-        1,
+        failing("unparseable"),
+        2,
     ),
     Fault(
         "hang past the timeout",
         lambda h: h.scenario(hang=60),
         "failing",
         "timeout",
-        "1 critical (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
-        2,  # the outage's warning, and driver_hung: three timeouts with the module loaded
+        "1 warning (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
+        2,  # the outage's warning, and driver_hung: a warning until driver_hung_after
         timeout=0.3,
     ),
     Fault(
@@ -182,8 +189,8 @@ FAULTS = [
         lambda h: h.scenario(hang=60, ignore_term=True),
         "failing",
         "timeout",
-        "1 critical (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
-        2,  # the outage's warning, and driver_hung: three timeouts with the module loaded
+        "1 warning (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
+        2,  # the outage's warning, and driver_hung: a warning until driver_hung_after
         timeout=0.3,
     ),
     Fault(
@@ -199,80 +206,80 @@ FAULTS = [
         lambda h: h.scenario(stdout="Segmentation fault\n"),
         "failing",
         "unparseable",
-        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
-        1,
+        failing("unparseable"),
+        2,
     ),
     Fault(
         "truncated row",
         lambda h: h.scenario(stdout=_h200_rows(h)[:-40]),
         "failing",
         "unparseable",
-        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
-        1,
+        failing("unparseable"),
+        2,
     ),
     Fault(
         "extra columns",
         lambda h: h.scenario(stdout=_h200_rows(h).replace("\n", ", 1\n")),
         "failing",
         "unparseable",
-        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
-        1,
+        failing("unparseable"),
+        2,
     ),
     Fault(
         "non-UTF-8 bytes",
         lambda h: h.scenario(stdout_hex="30ff2c2034310a"),
         "failing",
         "unparseable",
-        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
-        1,
+        failing("unparseable"),
+        2,
     ),
     Fault(
         "10 MB of output",
         lambda h: h.scenario(stdout="x" * 1023 + "\n", repeat=10240),
         "failing",
         "unparseable",
-        "8 GPUs, nvidia-smi failing (unparseable), next try in 20 s",
-        1,
+        failing("unparseable"),
+        2,
     ),
     Fault(
         "error text with exit 0",
         lambda h: h.scenario(error="no-devices-were-found.txt"),
         "failing",
         "no_devices",
-        "8 GPUs, nvidia-smi failing (no_devices), next try in 20 s",
-        1,
+        failing("no_devices"),
+        2,
     ),
     Fault(
         "binary missing",
         lambda h: os.unlink(h.smi),
         "gated",
         None,
-        "8 GPUs, nvidia-smi not found",
-        1,
+        "1 warning (host nvidia_smi_missing); 8 GPUs, nvidia-smi not found",
+        2,
     ),
     Fault(
         "binary not executable",
         _not_executable,
         "failing",
         "permission_denied",
-        "8 GPUs, nvidia-smi failing (permission_denied), next try in 20 s",
-        1,
+        failing("permission_denied"),
+        2,
     ),
     Fault(
         "binary is a directory",
         _directory,
         "failing",
         "permission_denied",
-        "8 GPUs, nvidia-smi failing (permission_denied), next try in 20 s",
-        1,
+        failing("permission_denied"),
+        2,
     ),
     Fault(
         "module unloaded",
         lambda h: fakesysfs.set_module(h.root, False),
         "gated",
         None,
-        "8 GPUs, NVIDIA driver not loaded; not probing",
-        1,
+        "1 warning (host no_driver_module); 8 GPUs, NVIDIA driver not loaded; not probing",
+        2,  # the gate's warning, and no_driver_module's within driver_absent_grace
     ),
     Fault("one GPU re-bound to vfio-pci", _rebind_one, "ok", None, "8 GPUs, sampling", 0),
     Fault(
@@ -336,11 +343,25 @@ def test_stuck_child_blocks_new_probes_until_reaped(
     host.tick()
     assert host.probe["state"] == "stuck"
     assert len(host.events(Event.PROBE_STUCK)) == 1
+    (hung,) = host.events(Event.PROBLEM_DRIVER_HUNG)
+    assert hung.levelno == logging.ERROR
+    assert hung.getMessage() == (
+        "host: critical driver_hung: nvidia-smi did not exit after SIGKILL (stuck in the "
+        "driver) with the nvidia module loaded: the driver no longer answers; action: reboot; "
+        "ends by itself once nvidia-smi has answered normally 3 probes in a row, or the "
+        "nvidia module is unloaded"
+    )
     spawns = host.spawns
     report = host.tick(10)
     assert host.spawns == spawns
     assert report.state["probe"]["state"] == "stuck"
-    assert report.status == "8 GPUs, nvidia-smi stuck in the driver; not probing"
+    assert report.status == "1 critical (host driver_hung); 8 GPUs, nvidia-smi stuck in the driver"
+    (entry,) = report.state["host_problems"]
+    assert (entry["kind"], entry["severity"], entry["action"]) == (
+        "driver_hung",
+        "critical",
+        "reboot",
+    )
     assert host.runner is not None
     stuck = host.runner.stuck
     assert stuck is not None
@@ -355,6 +376,14 @@ def test_stuck_child_blocks_new_probes_until_reaped(
     else:
         pytest.fail(f"the probe is not ok 10 ticks after the stuck child was reaped: {host.probe}")
     assert host.spawns == spawns + 1
+    # One answer is no driver that answers again: three in a row are.
+    assert [p["kind"] for p in host.state["host_problems"]] == ["driver_hung"]
+    host.tick()
+    assert [p["kind"] for p in host.state["host_problems"]] == ["driver_hung"]
+    host.tick()
+    assert host.state["host_problems"] == []
+    (ended,) = [r for r in host.events(Event.PROBLEM_CLEARED) if r.PROBLEM == "driver_hung"]  # type: ignore[attr-defined]
+    assert ended.getMessage() == "host: driver_hung cleared"
 
 
 def test_nvidia_smi_removed_and_reinstalled(host: Host) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuagent.sources.driver.driver import absence_reason, api_mismatch, reboot_pending
+from gpuagent.sources.driver.driver import absence_reason, api_mismatch, mismatch_evidence
 from gpuagent.sources.kernel.xid import parse
 from gpuagent.views import ApiMismatch
 from tests import fakesysfs, test_driver, test_kernlog, xidcorpus
@@ -179,13 +179,15 @@ def test_a_client_version_of_another_shape_is_no_mismatch() -> None:
         assert api_mismatch(record(client)) is None
 
 
-def test_a_client_of_another_version_than_the_installed_is_no_pending_reboot() -> None:
-    # Any user may send /dev/nvidiactl a version of the driver's shape: where the installed
-    # driver is known, only a refused client of that version is the upgrade's.
+def test_a_client_of_another_version_than_the_installed_is_no_mismatch() -> None:
+    # Any user may send /dev/nvidiactl a version of the driver's shape: only a refused client
+    # of the installed version is the upgrade's, and with that version unknown a record
+    # alone is nothing (it would drain the host: driver_mismatch is critical).
     sent = ApiMismatch("595.79", "595.80", "evil")
-    assert reboot_pending("595.80", "595.80", sent) is None
-    assert reboot_pending("595.79", "595.80", sent) is not None
-    assert reboot_pending(None, "595.80", sent) is not None
+    assert mismatch_evidence("595.80", "595.80", sent) == []
+    assert mismatch_evidence(None, "595.80", sent) == []
+    assert mismatch_evidence(None, None, sent) == []
+    assert len(mismatch_evidence("595.79", "595.80", sent)) == 2  # the versions differ too
 
 
 def corpus_records() -> list[str]:

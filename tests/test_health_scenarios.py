@@ -198,6 +198,11 @@ ROW_FAULTS: dict[str, tuple[dict[str, str], str]] = {
     "row_remap_pending": ({"remapped_rows.pending": "Yes"}, "warning"),
     "row_remap_failed": ({"remapped_rows.failure": "Yes"}, "critical"),
     "retired_pages_pending": ({"retired_pages.pending": "Yes"}, "warning"),
+    # google/cadvisor#2035, Azure/azurehpc#752: a V100 with 3 single-bit and 61 double-bit.
+    "retired_pages_limit": (
+        {"retired_pages.single_bit_ecc.count": "3", "retired_pages.double_bit.count": "61"},
+        "critical",
+    ),
     "inforom": ({"inforom.checksum_validation": "invalid"}, "warning"),
     "throttled": ({"clocks_event_reasons.active": "0x0000000000000040"}, "warning"),
     "pcie_link_degraded": ({"pcie.link.width.current": "8"}, "warning"),
@@ -370,9 +375,33 @@ def test_lost_by_a_gpu_is_lost_line(host: Host) -> None:
     assert code(host) == ExitCode.CRITICAL
 
 
+def test_pages_retired_fast_warn_once_before_the_limit(host: Host) -> None:
+    """Six pages retired between two samples (of a count of 2 there at start, no rise): a
+    warning, one start line; it holds while the count does (its 30 days have not passed)."""
+    sick = host.slots[2]
+
+    def retired(sbe: str, dbe: str) -> dict[str, dict[str, str]]:
+        cells = {"retired_pages.single_bit_ecc.count": sbe, "retired_pages.double_bit.count": dbe}
+        return {sick: cells}
+
+    host.healthy(override=retired("1", "1"))
+    host.make_agent()
+    host.tick(3)
+    assert verdicts(gpu(host.state, sick)) == []
+    host.healthy(override=retired("1", "7"))
+    host.tick(3)
+    entry = gpu(host.state, sick)
+    assert verdicts(entry) == [("retired_pages_rising", "warning", "drain_and_rma")]
+    assert entry["problems"][0]["message"].startswith("6 memory pages retired within 30 days")
+    one_start(host, "retired_pages_rising", sick, logging.WARNING)
+    assert code(host) == ExitCode.WARNING
+    others_fresh(host, sick)
+
+
 def test_every_kind_has_a_scenario() -> None:
     covered = {
         *ROW_FAULTS,
+        "retired_pages_rising",
         "lost",
         "missing",
         "no_driver",

@@ -202,24 +202,30 @@ ROWS: dict[str, Row] = {
 
 
 @pytest.mark.parametrize(
-    ("unit", "off"),
+    ("unit", "action"),
     [
-        (PERSIST_RUNNING, False),
-        (None, False),  # not known whether it runs
-        (PERSIST_FAILED, True),
-        (PERSIST_ABSENT, True),
-        (PERSIST_MASKED, True),
+        (PERSIST_RUNNING, None),
+        (None, None),  # not known whether it runs
+        (PERSIST_FAILED, "restart_service"),
+        # Nothing to restart: nvidia-smi -pm 1, which lasts until the next reboot.
+        (PERSIST_ABSENT, "check_host"),
+        (PERSIST_MASKED, "check_host"),
     ],
 )
-def test_persistence_off(unit: UnitFacts | None, off: bool) -> None:
+def test_persistence_off(unit: UnitFacts | None, action: str | None) -> None:
     found = persistence_findings(ROWS, unit)
-    if not off:
+    if action is None:
         assert found == {}
         return
     assert list(found) == ["0000:18:00.0"]
     [f] = found["0000:18:00.0"]
-    assert (f.kind, f.severity, f.action) == ("persistence_off", WARNING, "restart_service")
+    assert (f.kind, f.severity, f.action) == ("persistence_off", WARNING, action)
     assert f.message.startswith(f"persistence mode is off and {PERSISTENCED} is ")
+    if action == "restart_service":
+        assert f.message.endswith("start it (systemctl restart nvidia-persistenced)")
+    else:
+        assert "nvidia-smi -pm 1" in f.message and "until the next reboot" in f.message
+        assert "restart" not in f.message
 
 
 FABRIC = Finding("fabric", CRITICAL, "check_host", "not joined the NVLink fabric")

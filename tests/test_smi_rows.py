@@ -215,3 +215,19 @@ def test_a_possible_value_is_kept(field: str, cell: str) -> None:
     out = parse_output(h200_host({"0000:3b:00.0": {field: cell}}), FIELDS)
     assert out.rows[3][field] == float(cell)
     assert out.malformed == ()
+
+
+def test_forget_ends_what_the_last_answer_said_missing_too() -> None:
+    # A 7-row answer leaves one GPU missing; once a gate holds (nvidia-smi removed) that
+    # answer no longer holds: no GPU is missing from it, none reported, throttling forgotten.
+    lines = h200_host().splitlines()
+    result = probe("\n".join(lines[:7]) + "\n")
+    samples, found = take(result)
+    assert found == {SLOTS[7]: ["missing"]}
+    gpus = tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in SLOTS)
+    assert samples.mark_stale(gpus, 10.0).missing == (SLOTS[7],)
+    samples.forget()
+    view = samples.mark_stale(gpus, 10.0)
+    assert view.missing == ()
+    assert view.fresh == frozenset()
+    assert samples.throttle.findings(0.0) == {}

@@ -47,6 +47,12 @@ def failing(failure: Failure = Failure.VERSION_MISMATCH, at: float = NOW, **over
 
 
 HOST_PROBLEM = states.problem("gpu_count", "critical", "check_host", slot="")
+# The host problems the agent writes for each probe state (the writer decides, never status).
+MISMATCH = {"": [states.problem("driver_mismatch", "critical", "check_host", slot="")]}
+SMI_FAILING = {"": [states.problem("smi_failing", "critical", "check_host", slot="")]}
+HUNG = {"": [states.problem("driver_hung", "critical", "reboot", slot="")]}
+NO_MODULE = {"": [states.problem("no_driver_module", "warning", "check_host", slot="")]}
+NO_SMI = {"": [states.problem("nvidia_smi_missing", "warning", "check_host", slot="")]}
 
 # Each case's state as written for a judge at ``at``.
 CASES: list[tuple[str, Callable[[float], State], ExitCode]] = [
@@ -56,23 +62,49 @@ CASES: list[tuple[str, Callable[[float], State], ExitCode]] = [
         lambda at: base(at, bus=(), probe=probe(at, state=ProbeState.IDLE, gate=Gate.NO_GPU)),
         ExitCode.OK,
     ),
-    ("failing", lambda at: base(at, probe=failing(at=at, failures=5)), ExitCode.CRITICAL),
+    (
+        "failing",
+        lambda at: base(at, probe=failing(Failure.OTHER, at=at, failures=5), problems=SMI_FAILING),
+        ExitCode.CRITICAL,
+    ),
+    (
+        "version mismatch",
+        lambda at: base(at, probe=failing(at=at, failures=5), problems=MISMATCH),
+        ExitCode.CRITICAL,
+    ),
     (
         "stuck",
-        lambda at: base(at, probe=probe(at, state=ProbeState.STUCK, failure=Failure.TIMEOUT)),
+        lambda at: base(
+            at, probe=probe(at, state=ProbeState.STUCK, failure=Failure.TIMEOUT), problems=HUNG
+        ),
         ExitCode.CRITICAL,
     ),
     (
         "gated driver",
-        lambda at: base(at, probe=probe(at, state=ProbeState.GATED, gate=Gate.DRIVER_NOT_LOADED)),
+        lambda at: base(
+            at,
+            probe=probe(at, state=ProbeState.GATED, gate=Gate.DRIVER_NOT_LOADED),
+            problems=NO_MODULE,
+        ),
         ExitCode.WARNING,
     ),
     (
         "gated smi",
-        lambda at: base(at, probe=probe(at, state=ProbeState.GATED, gate=Gate.NVIDIA_SMI_MISSING)),
+        lambda at: base(
+            at,
+            probe=probe(at, state=ProbeState.GATED, gate=Gate.NVIDIA_SMI_MISSING),
+            problems=NO_SMI,
+        ),
         ExitCode.WARNING,
     ),
-    ("stale", lambda at: base(at, stale=[SLOT]), ExitCode.WARNING),
+    # The reader decides nothing: a probe state or a stale sample the agent wrote no problem
+    # for is no condition (every condition is a problem the writer gave a severity).
+    (
+        "failing without a problem",
+        lambda at: base(at, probe=failing(at=at, failures=5)),
+        ExitCode.OK,
+    ),
+    ("stale without a problem", lambda at: base(at, stale=[SLOT]), ExitCode.OK),
     (
         "missing",
         lambda at: base(at, bus=(states.nvidia(), states.nvidia(ABSENT)), missing=[ABSENT]),
@@ -103,7 +135,9 @@ CASES: list[tuple[str, Callable[[float], State], ExitCode]] = [
     ),
     (
         "finished run --ticks failing",
-        lambda at: base(at, pid=STRAY, ended=("ticks", at), probe=failing(at=at)),
+        lambda at: base(
+            at, pid=STRAY, ended=("ticks", at), probe=failing(at=at), problems=MISMATCH
+        ),
         ExitCode.CRITICAL,
     ),
     ("stopped", lambda at: base(at, ended=("signal", at)), ExitCode.UNKNOWN),
@@ -304,7 +338,7 @@ def test_terminal_control_characters_are_not_printed() -> None:
 
 def test_unencodable_and_full_stdout_keep_the_exit_status(tmp_path: str) -> None:
     now = time.time()
-    conf = write_state(tmp_path, base(now, probe=failing(at=now)))
+    conf = write_state(tmp_path, base(now, probe=failing(at=now), problems=MISMATCH))
     env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
     argv = [sys.executable, "-m", "gpuagent", "--config", conf, "status"]
     latin = subprocess.run(argv, env=env, capture_output=True, check=False, timeout=30)
@@ -335,16 +369,18 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
 
 def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
     now = time.time()
-    st = base(now, probe=failing(at=now))
-    failing_line = "1 GPU, nvidia-smi failing (version_mismatch), next try in 10 s"
+    st = base(now, probe=failing(at=now), problems=MISMATCH)
+    failing_line = "1 critical (host driver_mismatch); 1 GPU, nvidia-smi failing (version_mismatch)"
     assert st["status"] == failing_line
     conf = write_state(tmp_path, st)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
     assert res.exit_code == ExitCode.CRITICAL
-    assert (res.stdout.count(failing_line), res.stderr) == (1, "")
+    # The header (wrapped at 80 columns) and the host's row, and no line of the reason more.
+    assert res.stdout.startswith(f"\u25cf gpuagent - {failing_line[:56]}")
+    assert (res.stdout.count("driver_mismatch"), res.stderr) == (2, "")
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
     assert res.stderr == ""  # the JSON alone: its health_reason says why
-    assert json.loads(res.stdout)["health_reason"] == failing_line
+    assert json.loads(res.stdout)["health_reason"] == "host driver_mismatch: check_host"
 
 
 def test_next_try_is_in_seconds() -> None:

@@ -25,7 +25,7 @@ import pytest
 
 from gpuagent.edges.systemd import units
 from gpuagent.edges.systemd.units import Unit, Units, Watch
-from gpuagent.sources.services.nvservices import DCGM, FABRICMANAGER, PERSISTENCED, UNITS
+from gpuagent.sources.services.nvservices import DCGM, FABRICMANAGER, IMEX, PERSISTENCED, UNITS
 from gpuagent.sources.services.services import ServicesSource
 from tests.mock_systemd import BUS_NAME, MAIN_IFACE, MAIN_OBJ
 from tests.tools import need, tool
@@ -275,11 +275,34 @@ def test_the_three_units(systemd: MockBus) -> None:
         PERSISTENCED: Unit(PERSISTENCED, "loaded", "inactive", "dead", "success", 0),
         # Not installed: a fact, with nothing of a service's.
         DCGM: Unit(DCGM, "not-found", "inactive", "dead", "", None),
+        IMEX: Unit(IMEX, "not-found", "inactive", "dead", "", None),
     }
     assert list(result.units) == list(UNITS)
+    # Whether the host means to run a unit: its UnitFileState (none for one not installed).
+    assert result.units[PERSISTENCED].file_state == "disabled"
+    assert result.units[IMEX].file_state == ""
     assert not result.units[DCGM].installed
     assert result.units[FABRICMANAGER].running
     assert 0 < result.duration < 5
+
+
+def test_an_enabled_imex_daemon_that_failed_is_read_as_enabled(systemd: MockBus) -> None:
+    """The IMEX unit installed and disabled (a single tray, NVIDIA/aicr#2641): read, not
+    enabled; enabled and failed (a GB200 tray whose daemon stopped): read as enabled."""
+    set_unit(systemd, IMEX, loaded=False, LoadState="loaded")
+    got = systemd.units().read().units[IMEX]
+    assert (got.load_state, got.file_state, got.enabled) == ("loaded", "disabled", False)
+    set_unit(
+        systemd,
+        IMEX,
+        LoadState="loaded",
+        ActiveState="failed",
+        SubState="failed",
+        Result="exit-code",
+        UnitFileState="enabled",
+    )
+    got = systemd.units().read().units[IMEX]
+    assert (got.active_state, got.file_state, got.enabled) == ("failed", "enabled", True)
 
 
 def test_a_crash_loop_and_a_failure_are_read_as_they_change(systemd: MockBus) -> None:
@@ -442,6 +465,7 @@ def test_the_units_command(systemd: MockBus) -> None:
         f"{FABRICMANAGER}  loaded active running  result success  restarts 2",
         f"{PERSISTENCED}  loaded inactive dead  result success  restarts 0",
         f"{DCGM}  not-found inactive dead  result -  restarts -",
+        f"{IMEX}  not-found inactive dead  result -  restarts -",
     ]
     res = run_cli(systemd.address, "--json", "--pid", "4242")
     assert res.exit_code == 0, res.stderr

@@ -1,7 +1,9 @@
 """One order of "the worst" (:func:`gpuagent.health.rank`) on every surface: over a table of
 states, the state's own lists, the status line, ``status``, the metrics' worst problem,
 ``slurm-check`` (its reason and its decision), ``status --format=npd`` and NHC's check all
-name the same problem.  The first two rows are issue 24's: each surface once chose its own."""
+name the same problem.  The first two rows are issue 24's orders, and its counterexamples (a
+stuck nvidia-smi, exit 18 before and after the reboot) rows of their own: each surface once
+chose its own."""
 
 from __future__ import annotations
 
@@ -14,8 +16,12 @@ from gpuagent import metrics
 from gpuagent.commands import drain
 from gpuagent.commands.status import judge
 from gpuagent.health import CRITICAL, WARNING, Finding, Problem, Tracker, rank, ranked
-from gpuagent.schema import State
+from gpuagent.schema import ProbeState, State
+from gpuagent.sources.driver.driver import driver_mismatch, mismatch_evidence
+from gpuagent.sources.driver.hangs import ProbeHangs
 from gpuagent.sources.kernel import clears
+from gpuagent.sources.probe.outage import outage
+from gpuagent.views import Failure, ProbeView
 from tests import states
 from tests.test_drain import nhc, node
 
@@ -37,6 +43,31 @@ REMAP = Finding("row_remap_failed", CRITICAL, "drain_and_rma", "row remapping fa
 INFOROM = Finding("inforom", WARNING, "drain_and_rma", "infoROM checksum invalid")
 HOT = Finding("throttled", WARNING, "none", "thermal slowdown")
 PERSISTENCE = Finding("persistence_off", WARNING, "restart_service", "persistence mode off")
+
+
+def hung(*, stuck: bool) -> Finding:
+    """driver_hung as the driver's source writes it: a child that outlived SIGKILL, or one
+    timeout (a blip)."""
+    hangs = ProbeHangs()
+    hangs.observe(0.0, module_loaded=True, stuck=stuck, timed_out=not stuck)
+    f = hangs.finding(0.0)
+    assert f is not None
+    return f
+
+
+def mismatch(*, installed_after_boot: bool) -> Finding:
+    """driver_mismatch as the driver's source writes it for nvidia-smi's exit 18, before the
+    reboot (the library newer than the boot) and after it (older: the reboot did not help)."""
+    f = driver_mismatch(mismatch_evidence(None, None, refused=True), installed_after_boot)
+    assert f is not None
+    return f
+
+
+STUCK = hung(stuck=True)
+BLIP = hung(stuck=False)
+MISMATCH_BEFORE = mismatch(installed_after_boot=True)
+MISMATCH_AFTER = mismatch(installed_after_boot=False)
+SMI_FAILING = outage(ProbeView(state=ProbeState.FAILING, failure=Failure.OTHER, failures=3), 3)[0]
 
 # (what it shows, the findings by slot, the worst: its slot and kind)
 TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
@@ -63,6 +94,28 @@ TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
         "a folded problem after its cause",
         {HOST: [FM_DOWN], A: [FOLDED]},
         (HOST, "fabricmanager_down"),
+    ),
+    # Issue 24's counterexamples: each surface once read the probe's state its own way.
+    (
+        "a stuck nvidia-smi is a critical driver_hung at once",
+        {HOST: [STUCK], A: [HOT]},
+        (HOST, "driver_hung"),
+    ),
+    ("a timeout blip is a warning, no drain", {HOST: [BLIP]}, (HOST, "driver_hung")),
+    (
+        "exit 18 before the reboot: driver_mismatch, reboot",
+        {HOST: [MISMATCH_BEFORE], A: [INFOROM]},
+        (HOST, "driver_mismatch"),
+    ),
+    (
+        "exit 18 after the reboot: driver_mismatch, check_host",
+        {HOST: [MISMATCH_AFTER], A: [HOT]},
+        (HOST, "driver_mismatch"),
+    ),
+    (
+        "nvidia-smi failing: smi_failing",
+        {HOST: [SMI_FAILING], A: [PERSISTENCE]},
+        (HOST, "smi_failing"),
     ),
     (
         "warnings alone: the action that takes most",
@@ -156,7 +209,12 @@ def test_every_surface_names_the_same_worst(
         assert drain.npd(st, "", now) == (0, f"ok; warning: {said}")
 
 
-@pytest.mark.parametrize(("name", "found", "expected"), TABLE[:3], ids=IDS[:3])
+# NHC's check runs a shell: the first rows, and issue 24's criticals.
+ISSUE = {id(f) for f in (STUCK, MISMATCH_BEFORE, MISMATCH_AFTER, SMI_FAILING)}
+NHC = TABLE[:3] + [row for row in TABLE if any(id(f) in ISSUE for f in row[1].get(HOST, []))]
+
+
+@pytest.mark.parametrize(("name", "found", "expected"), NHC, ids=[row[0] for row in NHC])
 def test_nhc_names_the_same_worst(
     tmp_path: str, name: str, found: dict[str, list[Finding]], expected: tuple[str, str]
 ) -> None:
@@ -181,3 +239,21 @@ def test_the_order_of_actions() -> None:
     assert sorted(order, key=lambda a: rank(CRITICAL, a, A, "x")) == order
     # One this version does not know (a newer agent's) may take more than any.
     assert rank(CRITICAL, "replace_tray", A, "x") < rank(CRITICAL, "drain_and_rma", A, "x")
+
+
+def test_the_issue_s_counterexamples_drain_with_the_reason_they_name() -> None:
+    # A stuck nvidia-smi and a driver/library mismatch drain; the mismatch that a reboot did
+    # not end asks for check_host, never a reboot again.
+    now = time.time()
+    for f, reason in [
+        (STUCK, "gpuagent: host driver_hung reboot"),
+        (MISMATCH_BEFORE, "gpuagent: host driver_mismatch reboot"),
+        (MISMATCH_AFTER, "gpuagent: host driver_mismatch check_host"),
+        (SMI_FAILING, "gpuagent: host smi_failing check_host"),
+    ]:
+        st = made({HOST: [f]}, now)
+        assert drain.reason(st, "", now) == (True, reason)
+        assert judge(st, now)[0] == 2
+    st = made({HOST: [BLIP]}, now)
+    assert drain.reason(st, "", now) == (True, "")
+    assert judge(st, now)[0] == 1

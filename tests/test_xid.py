@@ -236,7 +236,7 @@ def test_findings_only_for_codes_that_make_a_gpu_unhealthy() -> None:
                 CRITICAL,
                 "reset_gpu",
                 "Xid 48 (Double-bit ECC error): uncorrectable memory error; the GPU needs a "
-                "reset (nvidia-smi -r, or reboot the host)",
+                "reset (nvidia-smi -r -i 0000:52:00.0, or reboot the host)",
                 (("xid", 48),),
             ),
             Finding(
@@ -326,7 +326,8 @@ def test_take_new_reports_each_pair_once() -> None:
     assert first[1].finding == counter.findings([])["0000:cb:00.0"][0]
     assert first[1].message == (
         "Xid 109 on GPU 0000:cb:00.0: Context switch timeout; the GPU failed to switch "
-        "contexts; the GPU needs a reset (nvidia-smi -r, or reboot the host) (action: reset_gpu)"
+        "contexts; the GPU needs a reset (nvidia-smi -r -i 0000:cb:00.0, or reboot the host) "
+        "(action: reset_gpu)"
     )
     assert first[1].time == 1004.0
     assert counter.take_new([]) == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -42,6 +42,22 @@ def _held(state_file: str, slot: str) -> tuple[list[str] | None, str]:
     return None, f" ({why}: the agent applies the clear as it reads the journal)"
 
 
+def _refuse_host(ctx: click.Context, kind: str) -> NoReturn:
+    """``gpuagent clear host KIND``: a host's problem has no clear; say how it ends (the
+    state's ``ends``), exit 1."""
+    from gpuagent.commands.slurmcheck import state_reason  # noqa: PLC0415
+    from gpuagent.sources.kernel import clears  # noqa: PLC0415
+
+    path, required = ctx.obj["config_file"]
+    st, _ = state_reason(config.salvage(path, required=required)[0].state_file)
+    held = {p["kind"]: p.get("ends") for p in st["host_problems"]} if st is not None else {}
+    refused = clears.host_refusal(kind, held.get(kind))
+    if st is not None and kind not in held and kind != clears.ALL:
+        refused = f"the host has no {kind} problem; {refused}"
+    click.echo(f"gpuagent: cannot clear host {kind}: {refused}", err=True)
+    sys.exit(1)
+
+
 @click.command("clear")
 @click.argument("slot")
 @click.argument("kind", required=False)
@@ -50,12 +66,15 @@ def _held(state_file: str, slot: str) -> tuple[list[str] | None, str]:
 def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     """After a repair, end the GPU's problems that hold until the next boot (xid,
     init_failed), or forget a GPU gone from the bus for good (gone_from_bus); root only.  A
-    problem read live is refused (exit 1)."""
+    problem read live is refused (exit 1), and so is a host's (SLOT ``host``): the refusal
+    says how it ends."""
     import pwd  # noqa: PLC0415
 
     from gpuagent.logs import Event  # noqa: PLC0415
     from gpuagent.sources.kernel import clears  # noqa: PLC0415
 
+    if slot.lower() == "host":
+        _refuse_host(ctx, kind or clears.ALL)
     where = clears.slot_of(slot)
     if where is None:
         raise click.BadParameter(f"{slot!r} is not a PCI slot (0000:3b:00.0)", param_hint="SLOT")

@@ -16,7 +16,7 @@ from enum import IntEnum
 from typing import Any, TypeGuard, cast
 
 from gpuagent.health import HEALTH, SEVERITIES, Health, Severity, ranked
-from gpuagent.schema import ProbeState, State
+from gpuagent.schema import State
 
 __all__ = [
     "ExitCode",
@@ -168,13 +168,10 @@ def _pid_alive(pid: object) -> bool:
 def judge(st: State, now: float) -> tuple[ExitCode, str]:
     """Exit status and a one-line reason for state ``st`` read at wall time ``now`` (s).
 
-    3 (unknown) when the agent is not running or has hung; else the worst of each GPU's
-    problems (critical 2, warning 1) and the host's conditions: nvidia-smi failing or stuck
-    with GPUs on the bus, or a GPU bound to nvidia that nvidia-smi does not report, is
-    critical; the probe gated with GPUs on the bus, stale samples or the agent's own trouble
-    (state file, metrics, sysfs) is a warning.  The reason names the conditions of the exit
-    status, the problems first, worst first (:func:`gpuagent.health.rank`).
-    """
+    3 (unknown) when the agent is not running or has hung; else the worst of the problems
+    the agent wrote, the host's and each GPU's (critical 2, warning 1), and the agent's own
+    trouble (state file, metrics, sysfs: a warning).  The reason names the conditions of the
+    exit status, the problems first, worst first (:func:`gpuagent.health.rank`)."""
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
         if exit_info is not None:
@@ -202,25 +199,12 @@ def graded(st: State) -> list[tuple[ExitCode, str]]:
 
 
 def conditions(st: State) -> list[tuple[ExitCode, str]]:
-    """The host's conditions that are not a GPU's or the host's problem: nvidia-smi failing,
-    stuck or held back with GPUs on the bus, a GPU missing from it without a problem, stale
-    samples, and each of the agent's own troubles (``kind: reason``)."""
-    probe = st["probe"]
-    gpus = st["gpus"]
-    found: list[tuple[ExitCode, str]] = []
-    sick = {g["pci_slot"] for g in gpus if g["problems"]}
-    if probe["state"] in (ProbeState.FAILING, ProbeState.STUCK) and st["pci"]:
-        found.append((ExitCode.CRITICAL, st["status"] or "probe failing"))
-    if probe["state"] == ProbeState.GATED and st["pci"]:
-        found.append((ExitCode.WARNING, st["status"] or "probe gated"))
-    silent = [s for s in st["missing"] if s not in sick]
-    if silent:
-        found.append((ExitCode.CRITICAL, f"GPU missing from nvidia-smi: {', '.join(silent)}"))
-    if any(g["stale"] and g["pci_slot"] not in sick for g in gpus):
-        found.append((ExitCode.WARNING, "samples are stale"))
-    for kind, reason in sorted(st["problems"].items()):
-        found.append((ExitCode.WARNING, f"{kind}: {reason}"))
-    return found
+    """Each of the agent's own troubles (``kind: reason``, a warning): the state's
+    ``problems``, no GPU's nor the host's.  Every condition of the GPUs and the host is a
+    problem the agent wrote with its severity (nvidia-smi failing, missing or stuck, a GPU
+    missing from it): no reader decides one."""
+    trouble = sorted(st["problems"].items())
+    return [(ExitCode.WARNING, f"{kind}: {reason}") for kind, reason in trouble]
 
 
 def since(at: object, now: float) -> str:

@@ -9,14 +9,25 @@ from typing import Any
 
 from gpuagent.commands.status import clean
 
-__all__ = ["HIDDEN_MIB", "clock", "count", "nvlink_row", "process_rows", "services_row"]
+__all__ = [
+    "HIDDEN_MIB",
+    "clock",
+    "count",
+    "nvlink_row",
+    "process_rows",
+    "services_row",
+    "vgpu_row",
+]
 
-# How the row names each unit; DCGM is shown only when installed (it is optional).
+# How the row names each unit; DCGM and IMEX are shown only when installed (they are
+# optional: IMEX only on multi-node NVLink trays).
 _NAMES = (
     ("nvidia-fabricmanager.service", "fabric manager"),
     ("nvidia-persistenced.service", "persistenced"),
     ("nvidia-dcgm.service", "dcgm"),
+    ("nvidia-imex.service", "imex"),
 )
+_OPTIONAL = frozenset({"dcgm", "imex"})
 
 
 # Memory in use with no process listed, above what a display's own use is (a desktop GPU's
@@ -38,18 +49,32 @@ def count(name: str, c: Mapping[str, Any]) -> str:
     return f"{name} \u00d7{c['count']}, last {clock(c['last'])}"
 
 
+# After a row read before nvidia-smi stopped reporting the GPU: not how it is now.
+_STALE = "STALE, read before nvidia-smi stopped reporting the GPU"
+
+
 def nvlink_row(nvlink: object) -> str | None:
-    """``NVLink 18/18``, ``NVLink 17/18, link 14 inactive``; None without a read."""
+    """``NVLink 18/18``, ``NVLink 17/18, link 14 inactive``; None without a read; an
+    earlier read's says it is stale."""
     if not isinstance(nvlink, Mapping):
         return None
     inactive = nvlink.get("inactive") or []
     text = f"NVLink {clean(nvlink.get('active'))}/{clean(nvlink.get('links'))}"
     if nvlink.get("links") == 0:
-        return "NVLink: all links inactive"
-    if inactive:
+        text = "NVLink: all links inactive"
+    elif inactive:
         which = ", ".join(clean(n) for n in inactive)
         text += f", link{'s' if len(inactive) > 1 else ''} {which} inactive"
-    return text
+    return f"{text} ({_STALE})" if nvlink.get("stale") is True else text
+
+
+def vgpu_row(vgpu: object) -> str | None:
+    """``vGPU NVIDIA Virtual Compute Server: Licensed (Expiry: N/A)``; None off a guest."""
+    if not isinstance(vgpu, Mapping):
+        return None
+    product = vgpu.get("product")
+    name = f" {clean(product)}" if isinstance(product, str) and product else ""
+    return f"vGPU{name}: {clean(vgpu.get('license_status') or 'licence not known')}"
 
 
 def services_row(services: object) -> str | None:
@@ -62,7 +87,7 @@ def services_row(services: object) -> str | None:
         if not isinstance(u, Mapping):
             continue
         if u.get("load_state") == "not-found":
-            if name != "dcgm":
+            if name not in _OPTIONAL:
                 parts.append(f"{name} not installed")
             continue
         state = clean(u.get("active_state"))
@@ -97,10 +122,15 @@ def _who(p: Mapping[str, Any]) -> str:
 def process_rows(gpu: Mapping[str, Any]) -> list[str]:
     """Who is on the GPU, a line per process, most memory first:
     ``train@3.service 41.2 GiB (pid 48213 python3)``; on a GPU with a problem, a line saying
-    that memory is in use with no process visible; none when the processes were not read."""
+    that memory is in use with no process visible; none when the processes were not read.
+    An earlier read's (``processes_stale``) come under a line that says so, never as who is
+    on it now."""
     processes = gpu.get("processes")
     if not isinstance(processes, list):
         return []
+    if gpu.get("processes_stale") is True:
+        rows = _process_lines(processes)
+        return [f"processes {_STALE}:", *(f"  {row}" for row in rows)] if rows else []
     if not processes:
         used = (gpu.get("fields") or {}).get("memory.used")
         # On a healthy GPU it is the normal case of a container's process (another PID
@@ -111,6 +141,10 @@ def process_rows(gpu: Mapping[str, Any]) -> list[str]:
                 "(a process in another PID namespace, or a leaked context)"
             ]
         return []
+    return _process_lines(processes)
+
+
+def _process_lines(processes: list[Any]) -> list[str]:
     ordered = sorted(
         (p for p in processes if isinstance(p, Mapping)),
         key=lambda p: -p["used_memory_mib"] if isinstance(p.get("used_memory_mib"), int) else 1,

@@ -14,7 +14,14 @@ import os
 import sys
 
 from gpuagent.commands.status import ExitCode, ago, clean, conditions, finite
-from gpuagent.commands.statusrows import clock, count, nvlink_row, process_rows, services_row
+from gpuagent.commands.statusrows import (
+    clock,
+    count,
+    nvlink_row,
+    process_rows,
+    services_row,
+    vgpu_row,
+)
 from gpuagent.schema import GpuEntry, ProblemEntry, State
 
 __all__ = ["render"]
@@ -202,8 +209,8 @@ def _ends(p: ProblemEntry) -> list[str]:
 
 
 def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
-    nvlink = nvlink_row(g.get("nvlink"))
-    lines = [f"      {nvlink}"] if nvlink else []
+    rows = (nvlink_row(g.get("nvlink")), vgpu_row(g.get("vgpu")))
+    lines = [f"      {row}" for row in rows if row]
     lines.extend(f"      {row}" for row in process_rows(g))
     for p in g["problems"]:
         lines.append(f"      - {_problem(p, now)}")

@@ -9,8 +9,9 @@ bus         ``scan``, ``kernel`` (root's clears, UUIDs)       the GPUs this host
 services    the last tick's samples                           before the probe: fabric
 probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-smi, samples
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
-nvlink      ``bus``, ``probe``                                only while the probe answers
-processes   ``probe``                                         only while the probe answers
+nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
+processes   ``probe``                                         for the GPUs the probe answers
+vgpu        ``bus``, ``probe``                                a guest's: for the GPUs answered
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
@@ -45,6 +46,8 @@ from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
+from gpuagent.sources.services.unitlog import unit_messages
+from gpuagent.sources.vgpu.source import VgpuSource
 
 __all__ = ["EVENT_STEP", "READY_AFTER", "Systemd", "sources", "system_units"]
 
@@ -87,10 +90,18 @@ def sources(
     nvlink = NvlinkSource(
         config, prober.runner, log, monotonic=monotonic, state_directory=state_directory, boot=boot
     )
-    services = ServicesSource(config.sysfs_root, log, reader=systemd, monotonic=monotonic)
+    services = ServicesSource(
+        config.sysfs_root,
+        log,
+        reader=systemd,
+        monotonic=monotonic,
+        unit_log=lambda directory, unit: unit_messages(directory, unit, boot),
+        journal_directory=config.journal_directory,
+    )
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
-    return (scan, kernel, had, services, probe, driver, nvlink, processes)
+    vgpu = VgpuSource(config, prober.runner, log, which=which)
+    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu)
 
 
 def system_units(ping: Callable[[], None]) -> Systemd:

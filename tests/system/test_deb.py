@@ -56,8 +56,9 @@ DROP_IN = f"""\
 Environment=GPUAGENT_CONFIG={FAKE}/gpuagent.toml FAKE_NVIDIA_SMI_SCENARIO={FAKE}/scenario.json
 WatchdogSec=3
 """
+# The problem leads (the writer's driver_mismatch); the probe's detail has no room left.
 FAILING_STATUS = re.compile(
-    r"^8 GPUs, nvidia-smi failing \(version_mismatch\), next try in [\d.]+ s$"
+    r"^1 critical \(host driver_mismatch\); 8 GPUs, nvidia-smi failing \(version_mismatch\)$"
 )
 
 # pgrep -f /usr/bin/gpuagent, without procps: the pids whose command line has that argument.

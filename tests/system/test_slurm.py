@@ -6,7 +6,9 @@ for an Xid (which holds until the next boot), once root runs ``gpuagent clear``;
 administrator's drain is left alone; a healthy node's check asks slurmctld nothing, so a
 ``systemctl restart slurmd`` registers at once even while scontrol would hang (as Slurm
 24.11's does before slurmd registers, mej/nhc#159); and the check ends in time with slurmctld
-gone.
+gone.  A stuck nvidia-smi (the fake's process put in a frozen cgroup v1 freezer from the host:
+state D, SIGKILL pending until the thaw) drains the node as ``driver_hung``, and its end (the
+thaw, three normal answers) resumes it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests import fakesysfs
-from tests.system.test_deb import CAPTURE, FAKE, Container, fake_host, place_journal, wait_for
+from tests.system.test_deb import (
+    CAPTURE,
+    FAKE,
+    FAKE_CONFIG,
+    Container,
+    fake_host,
+    place_journal,
+    wait_for,
+)
 from tests.system.test_package import build
 from tests.tools import need
 
@@ -281,3 +291,106 @@ def slurmctld_gone(c: Container) -> None:
     assert proc.stderr.startswith(f"gpuagent slurm-check: {c.name}: scontrol show node"), (
         proc.stderr
     )
+
+
+# The host's cgroup v1 freezer: a task frozen there sleeps uninterruptibly (state D) and a
+# SIGKILL stays pending until the thaw, as for a child stuck in the driver (a cgroup v2
+# freezer lets a fatal signal through).
+FREEZER = "/sys/fs/cgroup/freezer"
+SMI = b"fake_nvidia_smi.py"
+
+
+def container_pids(c: Container) -> set[int]:
+    """The host's pids of every process in the container (systemd-lab's cgroups)."""
+    pids: set[int] = set()
+    for top in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd", "/sys/fs/cgroup"):
+        for root, _, files in os.walk(os.path.join(top, f"systemd-lab-{c.name}")):
+            if "cgroup.procs" in files:
+                with open(os.path.join(root, "cgroup.procs")) as f:
+                    pids.update(int(p) for p in f.read().split())
+    return pids
+
+
+def freeze_smi(c: Container, frozen: str) -> int:
+    """Move the container's fake nvidia-smi processes into ``frozen``; how many it moved."""
+    moved = 0
+    for pid in container_pids(c):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if SMI not in f.read():
+                    continue
+            with open(os.path.join(frozen, "tasks"), "w") as f:
+                f.write(str(pid))
+            moved += 1
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended between the listing and the move
+    return moved
+
+
+def emptied(cgroup: str) -> bool:
+    """Whether no task is left in ``cgroup``."""
+    with open(os.path.join(cgroup, "tasks")) as f:
+        return not f.read().strip()
+
+
+def test_a_stuck_nvidia_smi_drains_the_node_and_its_end_resumes_it(
+    tmp_path: str, lab: Container
+) -> None:
+    # NVIDIA/nvidia-docker#377: "an unkillable nvidia-smi means the driver is hung"; issue 24:
+    # status said critical while slurm-check said "no critical GPU problem".
+    need(os.path.isdir(FREEZER), "no cgroup v1 freezer on this host")
+    c = lab
+    s = Slurm(c)
+    frozen = os.path.join(FREEZER, f"gpuagent-test-{os.getpid()}")
+    os.mkdir(frozen)
+    try:
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("FROZEN")
+        deb = build(str(tmp_path))
+        c.copy(deb, "/root/")
+        c.apt("update")
+        c.apt("install", f"/root/{os.path.basename(deb)}")
+        fake_host(c, {"capture": CAPTURE, "slots": fakesysfs.gpu_slots(8)})
+        # Ticks of 5 s, a probe of 4: time to find the hanging fake and freeze it.
+        c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG.replace("interval = 0.5", "interval = 5"))
+        c.run("systemctl", "restart", "gpuagent")
+        wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 30)
+        c.run("sed", "-i", "/^HealthCheck/d", SLURM_CONF)
+        lines = f"HealthCheckProgram={WRAPPER}\nHealthCheckInterval=10\nHealthCheckNodeState=ANY\n"
+        c.run("sh", "-c", f"cat >>{SLURM_CONF}", stdin=lines)
+        c.run("systemctl", "restart", "slurmctld", "slurmd")
+        wait_for("the node idle", lambda: s.state() == "IDLE", 60)
+        c.write(f"{FAKE}/scenario.json", json.dumps({"hang": 600}))
+
+        def stuck() -> bool:
+            freeze_smi(c, frozen)
+            st = json.loads(c.run("gpuagent", "status", "--json", check=False).stdout or "{}")
+            return bool(st) and st["probe"]["state"] == "stuck"
+
+        wait_for("nvidia-smi stuck in the driver", stuck, 60)
+        st = json.loads(c.run("gpuagent", "status", "--json", check=False).stdout)
+        hung = [(p["kind"], p["severity"], p["action"]) for p in st["host_problems"]]
+        assert hung == [("driver_hung", "critical", "reboot")], st["host_problems"]
+        assert c.run("gpuagent", "status", check=False).returncode == 2
+        reason = "gpuagent: host driver_hung reboot"
+        wait_for("the driver_hung drain", lambda: s.reason() == reason, 40)
+        assert "DRAIN" in s.state()
+        # The end: the thaw lets the pending SIGKILL through, nvidia-smi answers 3 times.
+        c.write(
+            f"{FAKE}/scenario.json",
+            json.dumps({"capture": CAPTURE, "slots": fakesysfs.gpu_slots(8)}),
+        )
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("THAWED")
+        wait_for("the node resumed", lambda: s.state() == "IDLE", 120)
+        assert s.reason() == ""
+        st = json.loads(c.out("gpuagent", "status", "--json"))
+        assert st["host_problems"] == []
+    except BaseException:
+        print(f"--- journalctl -u gpuagent ---\n{c.journal()}")
+        raise
+    finally:
+        with open(os.path.join(frozen, "freezer.state"), "w") as f:
+            f.write("THAWED")
+        wait_for("the frozen cgroup empty", lambda: emptied(frozen), 30)
+        os.rmdir(frozen)

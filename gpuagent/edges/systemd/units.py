@@ -367,7 +367,9 @@ class Units:
         service = load != "not-found" and name.endswith(".service")
         result = str(self._get(path, _SERVICE, "Result")) if service else ""
         restarts = int(self._get(path, _SERVICE, "NRestarts")) if service else None
-        return Unit(name, load, active, sub, result, restarts)
+        # Whether the host means to run it (nvidia-imex: enabled where IMEX is used).
+        enabled = str(self._get(path, _UNIT, "UnitFileState")) if load != "not-found" else ""
+        return Unit(name, load, active, sub, result, restarts, enabled)
 
     def _get(self, path: str, interface: str, prop: str) -> Any:
         value = self._call(path, _PROPERTIES, "Get", "ss", (interface, prop))

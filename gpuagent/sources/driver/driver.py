@@ -2,14 +2,16 @@
 
 Two host-level problems, each a :class:`~gpuagent.health.Finding` for slot ``""``:
 
-* ``no_driver_module`` (critical, ``check_host``): NVIDIA GPUs wait for the nvidia module
-  for longer than ``driver_absent_grace``.  :func:`absence_reason` reads one kernel record's
-  ``MESSAGE`` for a reason, :func:`loader_reason` one module loader's; :class:`ModuleAbsence`
-  keeps the clock and the reasons and says when the wait has become a problem.
-* ``reboot_pending`` (warning, ``reboot``): the installed driver (:class:`NvmlLibrary`, the
-  version in the NVML library's file name) is not the loaded one (:func:`loaded_version`,
-  ``/sys/module/nvidia/version``), or the kernel refused a client of another version
-  (:func:`api_mismatch`); :func:`reboot_pending` decides.
+* ``no_driver_module`` (``check_host``): NVIDIA GPUs wait for the nvidia module, a warning
+  until ``driver_absent_grace`` is over, then critical.  :func:`absence_reason` reads one
+  kernel record's ``MESSAGE`` for a reason, :func:`loader_reason` one module loader's;
+  :class:`ModuleAbsence` keeps the clock and the reasons and says how bad the wait is.
+* ``driver_mismatch`` (critical, ``reboot`` or ``check_host``): the installed driver
+  (:class:`NvmlLibrary`, the version in the NVML library's file name) is not the loaded one
+  (:func:`loaded_version`, ``/sys/module/nvidia/version``), nvidia-smi says so (exit 18), or
+  the kernel refused a client of the installed version (:func:`api_mismatch`);
+  :func:`driver_mismatch` decides, and whether a reboot can help (the library newer than
+  this boot, :meth:`NvmlLibrary.mtime` and :func:`boot_time`).
 
 The decisions are pure; :class:`NvmlLibrary` and :func:`loaded_version` are the I/O at the
 edge (a few stats and one small read, never a spawn), with the root injectable for tests.
@@ -40,10 +42,12 @@ __all__ = [
     "NvmlLibrary",
     "absence_reason",
     "api_mismatch",
+    "boot_time",
+    "driver_mismatch",
     "library_dirs",
     "loaded_version",
     "loader_reason",
-    "reboot_pending",
+    "mismatch_evidence",
     "version_of",
 ]
 
@@ -159,9 +163,10 @@ class ModuleAbsence:
     Call :meth:`update` every tick with the monotonic time, whether the module is loaded,
     whether any GPU on the bus waits for it (bound to ``nvidia`` or to no driver: GPUs all
     handed to ``vfio-pci`` need no module), and the reasons (:func:`absence_reason`) of the
-    journal records read since the last call.  It returns ``no_driver_module`` once the
-    module has been absent for ``grace`` seconds (``Config.driver_absent_grace``), else
-    ``None``; a loaded module, or no GPU waiting, ends the wait and forgets its reasons.
+    journal records read since the last call.  It returns ``no_driver_module``: a warning
+    while the module has been absent for less than ``grace`` seconds
+    (``Config.driver_absent_grace``), critical after, ``None`` while no GPU waits; a loaded
+    module, or no GPU waiting, ends the wait and forgets its reasons.
     """
 
     def __init__(self, grace: float = 600.0) -> None:
@@ -171,9 +176,10 @@ class ModuleAbsence:
 
     def resume(self, now: float, held_for: float) -> None:
         """At monotonic time ``now`` (s), after a restart: ``no_driver_module`` had held for
-        ``held_for`` s, so the grace was over then; the wait counts from its first start,
-        not from the restart, until the module is seen loaded."""
-        self.since = now - held_for - self.grace
+        ``held_for`` s (it holds from the wait's start, the grace's warning included); the
+        wait counts from its first start, not from the restart, until the module is seen
+        loaded."""
+        self.since = now - held_for
 
     def update(
         self, now: float, *, loaded: bool, wanted: bool, reasons: Iterable[str] = ()
@@ -186,10 +192,18 @@ class ModuleAbsence:
         if self.since is None:
             self.since = now
         self.reasons.update(r for r in reasons if r in REASONS)
-        if now - self.since < self.grace:
-            return None
         why = [REASONS[r] for r in REASONS if r in self.reasons]
         text = "; ".join(why) if why else "nothing in the journal says why"
+        if now - self.since < self.grace:
+            # A driver upgrade unloads it for a while: a warning until the grace is over.
+            return Finding(
+                "no_driver_module",
+                WARNING,
+                "check_host",
+                f"the nvidia kernel module is not loaded (critical after "
+                f"driver_absent_grace, {self.grace:g} s): {text}",
+                ends="when the nvidia module is loaded",
+            )
         return Finding(
             "no_driver_module",
             CRITICAL,
@@ -315,6 +329,16 @@ class NvmlLibrary:
                 return version_of(os.path.realpath(path))
         return None
 
+    def mtime(self) -> float | None:
+        """When the file the library resolves to was last written (s since the epoch: the
+        driver's install), or ``None`` without one."""
+        for path in sorted(self.candidates, key=lambda p: p != self._found):
+            try:
+                return os.stat(path).st_mtime
+            except OSError:
+                continue
+        return None
+
 
 def loaded_version(sysfs_root: str = "/sys") -> str | None:
     """The loaded nvidia module's version (``<sysfs_root>/module/nvidia/version``, e.g.
@@ -327,40 +351,81 @@ def loaded_version(sysfs_root: str = "/sys") -> str | None:
     return text if re.fullmatch(_VERSION, text) else None
 
 
-def reboot_pending(
-    installed: str | None, loaded: str | None, mismatch: ApiMismatch | None = None
-) -> Finding | None:
-    """``reboot_pending`` when the ``installed`` driver (:meth:`NvmlLibrary.version`) is not
-    the ``loaded`` module (:func:`loaded_version`), or when the kernel's API-mismatch record
-    (the boot's latest, :func:`api_mismatch`) still describes the loaded module and names a
-    client of the installed version (any, where that is unknown); ``None`` where the two
-    agree, or where it is unknown (a version missing, no record)."""
+def boot_time(proc_root: str = "/proc") -> float | None:
+    """When this boot began (``btime`` of ``<proc_root>/stat``, s since the epoch), or
+    ``None`` where it says nothing readable."""
+    try:
+        with open(os.path.join(proc_root, "stat"), "rb") as f:
+            text = f.read(64 * 1024).decode("ascii", errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^btime (\d{1,12})$", text, re.MULTILINE)
+    return float(m[1]) if m else None
+
+
+def mismatch_evidence(
+    installed: str | None,
+    loaded: str | None,
+    mismatch: ApiMismatch | None = None,
+    *,
+    refused: bool = False,
+) -> list[str]:
+    """What says the driver is not the one installed, in words (none: nothing does): the
+    ``installed`` driver (:meth:`NvmlLibrary.version`) is not the ``loaded`` module
+    (:func:`loaded_version`); the kernel's API-mismatch record (the boot's latest,
+    :func:`api_mismatch`) still describes the loaded module and names a client of the
+    installed version; nvidia-smi itself was ``refused`` ("Driver/library version mismatch",
+    exit 18).  A version unknown says nothing, nor a record alone while the installed
+    version is unknown: any user may send one."""
     # The client's version is what the client sent, and any user may open /dev/nvidiactl: a
     # refused client speaks for an upgrade only with the installed driver's version.
-    refused = (
+    record = (
         mismatch is not None
         and mismatch.client != mismatch.kernel
         and loaded == mismatch.kernel
-        and installed in (None, mismatch.client)
+        and installed == mismatch.client
     )
-    confirm = ""
-    if refused and mismatch is not None:
+    said: list[str] = []
+    if installed is not None and loaded is not None and installed != loaded:
+        said.append(f"driver {installed} is installed but kernel module {loaded} is loaded")
+    if record and mismatch is not None:
         who = f"'{mismatch.program}' " if mismatch.program else ""
-        confirm = (
+        said.append(
             f"the kernel refused a client {who}of version {mismatch.client} (NVRM: API "
             f"mismatch with kernel module {mismatch.kernel})"
         )
-    if installed is not None and loaded is not None and installed != loaded:
-        text = f"driver {installed} is installed but kernel module {loaded} is loaded"
-        text = f"{text}; {confirm}" if confirm else text
-    elif confirm:
-        text = confirm
-    else:
+    if refused:
+        said.append("nvidia-smi: Driver/library version mismatch (exit 18)")
+    return said
+
+
+def driver_mismatch(evidence: list[str], installed_after_boot: bool | None) -> Finding | None:
+    """``driver_mismatch`` (critical: no new CUDA job can start) from its ``evidence``
+    (:func:`mismatch_evidence`; ``None`` without any).  Its action is ``reboot`` while the
+    installed library is newer than this boot (``installed_after_boot``: an upgrade awaits
+    its reboot); else (it predates the boot, so the reboot did not help, or that is unknown)
+    ``check_host``: the installed driver does not match the module this kernel loads."""
+    if not evidence:
         return None
+    text = "; ".join(evidence) + ": no new CUDA job can start"
+    ends = "when the loaded module is the installed driver's"
+    if installed_after_boot:
+        return Finding(
+            "driver_mismatch",
+            CRITICAL,
+            "reboot",
+            f"{text}; the driver was installed after this boot: reboot the host (or reload "
+            "the nvidia modules) to finish the upgrade",
+            ends=ends,
+        )
+    # Older than the boot: the reboot did not help; unknown (no library, no boot time): no
+    # claim either way, and no reboot asked for that might not help.
+    older = ", and is older than this boot" if installed_after_boot is False else ""
     return Finding(
-        "reboot_pending",
-        WARNING,
-        "reboot",
-        f"{text}: reboot the host (or reload the nvidia modules) to finish the upgrade",
-        ends="when the loaded module is the installed driver's (after the reboot)",
+        "driver_mismatch",
+        CRITICAL,
+        "check_host",
+        f"{text}; the installed driver does not match the module this kernel loads{older}: "
+        "reinstall the driver, or rebuild its module (DKMS) for this kernel",
+        ends=ends,
     )

@@ -1,50 +1,90 @@
-"""A driver that keeps hanging: nvidia-smi timing out again and again while the nvidia module
-is loaded is a hung driver, ``driver_hung`` (NVIDIA/NVSentinel#1748) (pure).
+"""A hung driver: nvidia-smi stuck in the driver, or timing out for long, with the nvidia
+module loaded is ``driver_hung`` (NVIDIA/nvidia-docker#377, NVIDIA/NVSentinel#1748) (pure).
 
-It takes monotonic times in seconds and keeps a bounded amount of history.
+It takes monotonic times in seconds and keeps a few numbers, never a history.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from gpuagent.health import CRITICAL, WARNING, Finding
 
-from gpuagent.health import CRITICAL, Finding
+__all__ = ["GOOD_PROBES", "ProbeHangs"]
 
-__all__ = ["ProbeHangs"]
+# The normal answers in a row that end a hang: one answer between timeouts is a degrading GPU
+# idle for a moment (NVIDIA/NVSentinel#1748), not a driver that answers again.
+GOOD_PROBES = 3
 
 
 class ProbeHangs:
-    """nvidia-smi's timeouts while the nvidia module is loaded, over the last ``window`` s.
+    """nvidia-smi's hangs while the nvidia module is loaded: one episode at a time.
 
-    Feed :meth:`observe` once per probe with its monotonic time, whether it timed out
-    (``smi.Failure.TIMEOUT``) and whether the module was loaded; :meth:`finding` gives
-    ``driver_hung`` (critical, ``reboot``, host-level) while at least ``count`` timeouts fall
-    in the window.  A probe that answers does not end it (a degrading GPU hangs under load
-    only, NVIDIA/NVSentinel#1748); the window does, and so does an unloaded module.
+    Feed :meth:`observe` on every tick with the monotonic time and what the probe did: a
+    child that outlived SIGKILL (``stuck``, the runner says so) is a hung driver at once,
+    critical; a probe that timed out (and was reaped) starts a warning that turns critical
+    once the episode has lasted ``after`` seconds (``Config.driver_hung_after``: a 30 s blip
+    never drains).  The episode ends once nvidia-smi has answered normally
+    :data:`GOOD_PROBES` probes in a row, or when the module is unloaded.
     """
 
-    def __init__(self, count: int = 3, window: float = 3600.0) -> None:
-        self.count = count
-        self.window = window
-        self._timeouts: deque[float] = deque(maxlen=count)
+    def __init__(self, after: float = 300.0) -> None:
+        self.after = after
+        self._since: float | None = None
+        self._stuck = False
+        self._timeouts = 0
+        self._good = 0
 
-    def observe(self, now: float, *, timed_out: bool, module_loaded: bool) -> None:
-        """One probe at monotonic time ``now`` (s)."""
+    def observe(
+        self,
+        now: float,
+        *,
+        module_loaded: bool,
+        stuck: bool = False,
+        timed_out: bool = False,
+        answered: bool = False,
+        failed: bool = False,
+    ) -> None:
+        """The probe at monotonic time ``now`` (s): ``stuck`` (a child will not exit),
+        ``timed_out`` (a probe ran out of time this tick), ``answered`` (one answered
+        normally this tick), ``failed`` (one failed otherwise: the row of answers breaks);
+        none: no probe this tick."""
         if not module_loaded:
-            self._timeouts.clear()
-        elif timed_out:
-            self._timeouts.append(now)
+            self._since, self._stuck, self._timeouts, self._good = None, False, 0, 0
+            return
+        if stuck or timed_out:
+            self._since = now if self._since is None else self._since
+            self._stuck = self._stuck or stuck
+            self._timeouts += int(timed_out)
+            self._good = 0
+        elif answered and self._since is not None:
+            self._good += 1
+            if self._good >= GOOD_PROBES:
+                self._since, self._stuck, self._timeouts, self._good = None, False, 0, 0
+        elif failed:
+            self._good = 0
 
     def finding(self, now: float) -> Finding | None:
         """``driver_hung`` at monotonic time ``now``, or ``None``."""
-        recent = [t for t in self._timeouts if t > now - self.window]
-        if len(recent) < self.count:
+        if self._since is None:
             return None
+        lasted = now - self._since
+        if self._stuck:
+            text = (
+                "nvidia-smi did not exit after SIGKILL (stuck in the driver) with the nvidia "
+                "module loaded: the driver no longer answers"
+            )
+        else:
+            times = "once" if self._timeouts == 1 else f"{self._timeouts} times"
+            text = f"nvidia-smi timed out {times} with the nvidia module loaded"
+            if lasted < self.after:
+                text += f"; critical once this has lasted {self.after:g} s"
+            else:
+                text += f" for {self.after:g} s and more: the driver no longer answers"
+        critical = self._stuck or lasted >= self.after
         return Finding(
             "driver_hung",
-            CRITICAL,
+            CRITICAL if critical else WARNING,
             "reboot",
-            f"nvidia-smi timed out {self.count} times within {self.window:g} s with the "
-            "nvidia module loaded: the driver no longer answers",
-            ends=f"{self.window:g} s after the last timeout, or when the module is unloaded",
+            text,
+            ends=f"once nvidia-smi has answered normally {GOOD_PROBES} probes in a row, or "
+            "the nvidia module is unloaded",
         )

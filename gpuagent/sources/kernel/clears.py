@@ -28,6 +28,7 @@ __all__ = [
     "covers",
     "ending",
     "fields",
+    "host_refusal",
     "no_names",
     "parse",
     "person",
@@ -60,6 +61,18 @@ def refusal(kind: str) -> str | None:
         f"{kind} is read live (nvidia-smi, the PCI bus): it ends when its cause does; "
         f"only {', '.join(LATCHING)} hold until a clear or the next boot, and {GONE} "
         "until a clear forgets the GPU"
+    )
+
+
+def host_refusal(kind: str, ends: str | None) -> str:
+    """Why ``gpuagent clear host KIND`` ends nothing, truthfully: a host's problem (no GPU's
+    slot to clear) ends with its cause, as ``ends`` says (the state's words, :func:`ending`:
+    ``ends by itself once nvidia-smi has answered normally 3 probes in a row …``); ``None``
+    where the host has no such problem, or no state says."""
+    said = f"host {kind} {ends}" if ends else "a host problem ends when its cause does"
+    return (
+        f"{said}; no clear ends it (a clear takes a GPU's slot and ends its "
+        f"{', '.join(LATCHING)} or {GONE})"
     )
 
 

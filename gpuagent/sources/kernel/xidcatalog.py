@@ -30,6 +30,7 @@ __all__ = [
     "CATALOG",
     "NONE",
     "RECOVERY_ACTIONS",
+    "advice",
     "lookup",
     "override",
 ]
@@ -55,7 +56,9 @@ def _crit(name: str, advice: str, action: str = "reset_gpu", why: str = "") -> X
     return XidInfo(name, "critical", action, advice, why)
 
 
-_RESET = "the GPU needs a reset (nvidia-smi -r, or reboot the host)"
+# SLOT is the GPU's PCI slot, put in by the line that says it (advice): without -i,
+# nvidia-smi -r resets every GPU of the host.
+_RESET = "the GPU needs a reset (nvidia-smi -r -i SLOT, or reboot the host)"
 _NVLINK5 = "the line says whether it was fatal (reset the GPU) or not (watch the link)"
 _ENGINE = "an engine faulted in one job; restart the job, the GPU is fine"
 _STRICTER = "NVIDIA files it under IGNORE for the running work; "
@@ -244,6 +247,12 @@ def lookup(code: int) -> XidInfo:
     return _warn(
         "Unknown Xid", f"not in gpuagent's catalog; look Xid {code} up in NVIDIA's Xid catalog"
     )
+
+
+def advice(info: XidInfo, slot: str) -> str:
+    """``info``'s advice for the GPU in ``slot``: a reset names it (``nvidia-smi -r -i
+    0000:3b:00.0``)."""
+    return info.advice.replace("-i SLOT", f"-i {slot}")
 
 
 def override(info: XidInfo, site: Override | None) -> XidInfo:

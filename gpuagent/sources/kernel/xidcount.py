@@ -14,7 +14,7 @@ from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
-from gpuagent.sources.kernel.xidcatalog import NONE, override
+from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
 from gpuagent.views import SXidCount, XidCount
 
 __all__ = [
@@ -43,9 +43,11 @@ def finding(
     now: float | None = None,
     hold: float | None = None,
     source: Source | None = None,
+    slot: str = "SLOT",
 ) -> Finding | None:
     """The GPU's problem of kind ``xid`` that ``count`` makes, or ``None`` (counted only);
-    ``source`` names the process that caused it (its words, its unit).
+    ``source`` names the process that caused it (its words, its unit); ``slot`` the GPU's,
+    which a reset advice names.
 
     A warning no longer holds once ``hold`` seconds (``Config.xid_warning_hold``) have passed
     since the code's last record without a recurrence: ``now`` is wall time in seconds since
@@ -66,7 +68,7 @@ def finding(
         "xid",
         info.severity,
         info.action,
-        f"Xid {count.code} ({info.name}){words}: {info.advice}",
+        f"Xid {count.code} ({info.name}){words}: {advice(info, slot)}",
         (("xid", count.code),),
         # A warning that lapsed and came back starts again at its latest record.
         at=count.first if info.severity == CRITICAL else count.last,
@@ -387,7 +389,7 @@ class XidCounter:
         for (device, code), count in sorted(self._xids.items()):
             slot = self._slot(device, by_device)
             source = attribute(slot, count) if attribute is not None else None
-            found = finding(self._site(count), now, hold, source)
+            found = finding(self._site(count), now, hold, source, slot)
             if found is not None and self._holds("xid", device, code):
                 out.setdefault(slot, []).append(found)
         for device, failure in sorted(self._init.items()):
@@ -408,10 +410,10 @@ class XidCounter:
                 source = attribute(slot, c) if attribute is not None else None
                 words, unit = source or ("", None)
                 message = (
-                    f"Xid {code} on GPU {slot}{words}: {c.info.name}; {c.info.advice}"
+                    f"Xid {code} on GPU {slot}{words}: {c.info.name}; {advice(c.info, slot)}"
                     f" (action: {c.info.action})"
                 )
-                made = finding(c, source=source)
+                made = finding(c, source=source, slot=slot)
                 out.append(First(slot, kind, code, c.first, message, made, unit))
             elif kind == "sxid":
                 s = self._sxids[where, code]

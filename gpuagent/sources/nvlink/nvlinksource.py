@@ -1,21 +1,25 @@
 """The NVLink source: each GPU's links and their error counters, on their own cadence; the
-tick's ``nvlink``, read after the probe and only while it answers.
+tick's ``nvlink``, read after the probe and only while it answers (for some GPU).
 
 Owns the reader (:mod:`gpuagent.sources.nvlink.nvlinkread`, through the probe's runner), the
 judgement (:class:`gpuagent.sources.nvlink.nvlink.Watch`) and the links up this boot kept on
 disk across restarts (:class:`gpuagent.sources.nvlink.linksup.LinksUp`); logs an outage once,
-its end once, and each unreadable line once.  Its findings (``nvlink_down``,
+its end once, and each unreadable line once.  A GPU missing from the probe's answer stops
+only its own read: the others' go on, and its last links are kept, stale
+(:mod:`gpuagent.sources.partial`).  Its findings (``nvlink_down``,
 ``nvlink_errors``) go to the verdict as source ``nvlink`` after each successful read only:
 between reads the last ones hold.
 
-A failing or stuck nvidia-smi gets no more children, nor one that cannot reach a GPU (lost):
-the read would fail for the reason already said, and the last read holds.  Once a gate keeps
+A failing or stuck nvidia-smi gets no more children: the read would fail for the reason
+already said, and the last read holds.  Where ``nvidia-smi nvlink`` fails as a whole for the
+one GPU it cannot reach, that is the read's failure, said once as any other.  Once a gate keeps
 the probe off, what the links said no longer holds (as for nvidia-smi's own findings).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from logging import INFO, WARNING
 
 from gpuagent.config import Config
@@ -24,7 +28,7 @@ from gpuagent.edges.runner import Runner
 from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
-from gpuagent.sources import Findings, Outcome, Source
+from gpuagent.sources import Findings, Outcome, Source, partial
 from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.nvlink.linksup import LinksUp
 from gpuagent.sources.nvlink.nvlink import GpuState, Parsed
@@ -63,6 +67,7 @@ class NvlinkSource(Source):
         self.links_up = LinksUp(state_directory, log, boot=boot)
         self.watch.remember(self.links_up.links)
         self._view = NvlinkView({})
+        self._carried: frozenset[str] = frozenset()
 
     def reset(self, old: Config, new: Config) -> None:
         """A reload: the new cadence and budgets; what the links did this boot stays."""
@@ -85,9 +90,15 @@ class NvlinkSource(Source):
         found: Findings | None = None
         if probe.gate is not None:
             found = {}
-        elif probe.state is ProbeState.OK and not probe.samples.missing:
+        elif probe.state is ProbeState.OK:
+            # A GPU missing from the answer stops only its own read: the others go on.
+            missing = probe.samples.missing
             rows = [s.fields for s in probe.samples.samples.values()]
-            found = self.read(probe.binary, [g.slot for g in tick.bus.probeable], rows)
+            slots = partial.answering(tick.bus, missing)
+            found = self.read(probe.binary, slots, rows, missing)
+            stale = partial.stale(self._view.gpus, self._carried, missing)
+            if stale != self._view.stale:
+                self._view = replace(self._view, stale=stale)
         return Outcome(
             self._view,
             {} if found is None else {"nvlink": found},
@@ -95,11 +106,16 @@ class NvlinkSource(Source):
         )
 
     def read(
-        self, binary: str | None, slots: Iterable[str], rows: Iterable[Row]
+        self,
+        binary: str | None,
+        slots: Iterable[str],
+        rows: Iterable[Row],
+        missing: Iterable[str] = (),
     ) -> dict[str, list[Finding]] | None:
         """This tick's read for the GPUs at ``slots`` with nvidia-smi at ``binary``; ``rows``
-        the GPUs' last samples (to name them by slot).  Returns the findings by slot after a
-        read that answered, else None (the last findings hold)."""
+        the GPUs' last samples (to name them by slot), ``missing`` the GPUs the probe's
+        answer left out (their last links are kept, stale).  Returns the findings by slot
+        after a read that answered, else None (the last findings hold)."""
         read = self.reader.tick(binary, slots)
         spawns = self._view.spawns_total + read.spawns
         if read.warn:
@@ -109,14 +125,17 @@ class NvlinkSource(Source):
         for line in read.warnings:
             self.log(WARNING, Event.NVLINK_UNREADABLE, line)
         if read.status is None:
-            self._view = NvlinkView(self._view.gpus, read.no_nvlink, spawns)
+            self._view = replace(self._view, no_nvlink=read.no_nvlink, spawns_total=spawns)
             return None
         self.watch.status(read.status)
         self.links_up.update(self.watch.links_up)
         if read.counters is not None:
             self.watch.counters(self.monotonic(), read.counters)
         by_key = nvlink.slots_by_key(rows)
-        self._view = NvlinkView(_gpus(read.status, read.counters, by_key), read.no_nvlink, spawns)
+        gpus, self._carried = partial.carry(
+            self._view.gpus, _gpus(read.status, read.counters, by_key), missing
+        )
+        self._view = NvlinkView(gpus, read.no_nvlink, spawns, self._carried)
         return nvlink.findings_by_slot(self.watch.findings(), by_key)
 
 

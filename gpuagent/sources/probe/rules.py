@@ -38,6 +38,9 @@ KINDS = (
     "row_remap_pending",
     "row_remap_failed",
     "retired_pages_pending",
+    # gpuagent.sources.probe.pages
+    "retired_pages_limit",
+    "retired_pages_rising",
     "inforom",
     "throttled",
     "pcie_link_degraded",

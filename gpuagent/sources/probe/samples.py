@@ -14,6 +14,7 @@ from collections.abc import Callable
 from gpuagent.health import Finding
 from gpuagent.logs import EventLog
 from gpuagent.sources.probe import rules, smi
+from gpuagent.sources.probe.pages import PageRetirements
 from gpuagent.sources.probe.probe import ProbeResult
 from gpuagent.sources.probe.throttle import ThrottleWindow
 from gpuagent.views import PciGpu, Row, Sample, SamplesView
@@ -39,6 +40,8 @@ class Samples:
         self.log = log
         # Throttling is judged over a window of samples, not one.
         self.throttle = throttle or ThrottleWindow()
+        # Retired pages are judged on their count and its rise over days.
+        self.pages = PageRetirements()
         self.monotonic = monotonic
         self.wall = wall
         self._samples: dict[str, Sample] = {}
@@ -56,12 +59,15 @@ class Samples:
             by_slot[key] = row
             self._samples[key] = Sample(row, now, mono)
             self.throttle.add(key, mono, rules.throttle_reasons(row))
+            self.pages.add(key, mono, row)
         self._reported = set(by_slot)
         silent = self._cross_check(gpus, set(answer.gpu_errors))
         throttled = self.throttle.findings(mono)
         out = rules.smi_findings(
             by_slot, answer.requires_reset, answer.gpu_errors, answer.inforom, throttled
         )
+        for slot, found in self.pages.findings(set(by_slot)).items():
+            out.setdefault(slot, []).extend(found)
         for slot in silent:
             out.setdefault(slot, []).append(rules.missing_finding())
         return out
@@ -78,9 +84,12 @@ class Samples:
 
     def forget(self) -> None:
         """nvidia-smi cannot be asked (a gate holds): no sample is current any more, and the
-        throttle verdicts it gave end with its other findings."""
+        throttle and retired-page verdicts it gave end with its other findings; nor is any GPU
+        missing from an answer that no longer holds (a reader would take it for one missing now)."""
         self._reported = set()
+        self._missing = []
         self.throttle.forget()
+        self.pages.forget()
 
     def _cross_check(self, gpus: tuple[PciGpu, ...], lost: set[str]) -> list[str]:
         """The GPUs bound to nvidia that the answer does not report and that nvidia-smi did

@@ -50,7 +50,9 @@ _HEALTH_TEXT = (
 # only; an older one rejects it and it is dropped), utilization.* %, memory.* MiB, power.* W,
 # clocks.* MHz, fan.speed %, pcie.link.width.* lanes, pcie.link.gen.* the PCIe generation
 # (1 to 6; .max is the highest both the GPU and its root port support).  The fields from
-# clocks_event_reasons.active on feed the health rules (gpuagent.sources.probe.rules).
+# clocks_event_reasons.active on feed the health rules (gpuagent.sources.probe.rules);
+# retired_pages.*.count the retired pages' (gpuagent.sources.probe.pages), [N/A] on GPUs that
+# remap rows instead (Ampere and later).
 # remapped_rows.histogram.* is never asked for: it floods the kernel log of vGPU guests.
 FIELDS: tuple[str, ...] = (
     "index",
@@ -71,6 +73,8 @@ FIELDS: tuple[str, ...] = (
     "clocks.mem",
     "fan.speed",
     "ecc.errors.uncorrected.volatile.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
     "mig.mode.current",
     "clocks_event_reasons.active",
     "pcie.link.width.current",
@@ -121,6 +125,8 @@ _POSSIBLE: dict[str, tuple[float, float]] = {
     "clocks.mem": (0, math.inf),
     "fan.speed": (0, math.inf),
     "ecc.errors.uncorrected.volatile.total": (0, math.inf),
+    "retired_pages.single_bit_ecc.count": (0, math.inf),
+    "retired_pages.double_bit.count": (0, math.inf),
     "pcie.link.width.current": (0, 32),
     "pcie.link.width.max": (0, 32),
     "pcie.link.gen.current": (0, math.inf),

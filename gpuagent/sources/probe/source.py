@@ -1,7 +1,8 @@
 """nvidia-smi as a source: the tick's ``probe``, with the GPUs' samples.
 
 The gates and the probe (:class:`Probing`), then the samples (:class:`Samples`) that an answer
-brings: each GPU's row, the GPUs it does not report, every health rule on them.  Its findings
+brings: each GPU's row, the GPUs it does not report, every health rule on them; and the
+probe's own host problems (:func:`outage`: nvidia-smi missing or failing).  Its findings
 are escalated where they recur across boots (the kernel's earlier boots) and their ``fabric``
 ones folded under the fabric manager's state (the services, read before).
 """
@@ -13,6 +14,7 @@ from dataclasses import replace
 from gpuagent.config import Config
 from gpuagent.sources import Findings, Outcome, Source
 from gpuagent.sources.kernel.recurrence import recurring
+from gpuagent.sources.probe.outage import outage
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
 from gpuagent.sources.services.nvservices import fold_fabric
@@ -55,7 +57,10 @@ class Probe(Source):
             found = recurring(found, tick.kernel.recurrence, tick.kernel.uuids)
             findings["smi"] = fold_fabric(tick.services.host, found)
         samples = self.samples.mark_stale(gpus, tick.config.interval)
-        return Outcome(replace(self._view(), samples=samples), findings)
+        view = self._view()
+        down = outage(view, tick.config.backoff_after) if tick.bus.probeable else []
+        findings["outage"] = {"": down} if down else {}
+        return Outcome(replace(view, samples=samples), findings)
 
     def _view(self) -> ProbeView:
         return replace(self.probing.view, binary=self.probing.binary)

@@ -11,8 +11,9 @@ from ``<proc_root>/<pid>/comm`` (:mod:`gpuagent.sources.processes.comm`), its un
 hidden.
 Between reads the last one holds; while the processes cannot be known (the read failing,
 the probe failing or gated) the view says so.  The tick's ``processes``, read after the probe
-and only while it answers for every GPU (as NVLink); the view also keeps where each process
-was last seen on a GPU, for the next tick's Xids that name one.
+and only while it answers; a GPU missing from its answer stops only its own read (as NVLink):
+its last processes are kept, stale (:mod:`gpuagent.sources.partial`).  The view also keeps
+where each process was last seen on a GPU, for the next tick's Xids that name one.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
-from gpuagent.sources import Outcome, Source
+from gpuagent.sources import Outcome, Source, partial
 from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.processes import apps, comm
 from gpuagent.sources.processes.owners import Owners, PidLookup
@@ -60,6 +61,7 @@ class ProcessesSource(Source):
         self._unreadable: Condition[str] = Condition()
         self._bus: Condition[str] = Condition()
         self._view = ProcessesView()
+        self._carried: frozenset[str] = frozenset()
 
     def reset(self, old: Config, new: Config) -> None:
         """A reload: the new cadence and ``proc_root``; what was read and the units known
@@ -80,17 +82,25 @@ class ProcessesSource(Source):
         probe = tick.probe
         if probe.gate is not None or probe.state is not ProbeState.OK:
             self.forget()
-        elif not probe.samples.missing:
-            self.read(probe.binary, [s.fields for s in probe.samples.samples.values()])
+            return Outcome(self._view)
+        # A GPU missing from the answer stops only its own read: the others go on.
+        missing = probe.samples.missing
+        self.read(probe.binary, [s.fields for s in probe.samples.samples.values()], missing)
+        if self._view.gpus is not None:
+            stale = partial.stale(self._view.gpus, self._carried, missing)
+            if stale != self._view.stale:
+                self._view = replace(self._view, stale=stale)
         return Outcome(self._view)
 
     def forget(self) -> None:
         """The processes cannot be known now (the probe failing or gated)."""
-        self._view = replace(self._view, gpus=None)
+        self._view = replace(self._view, gpus=None, stale=frozenset())
+        self._carried = frozenset()
 
-    def read(self, binary: str | None, rows: Iterable[Row]) -> None:
+    def read(self, binary: str | None, rows: Iterable[Row], missing: Iterable[str] = ()) -> None:
         """This tick's read, when due, with nvidia-smi at ``binary``; ``rows`` are the GPUs'
-        fresh samples (each GPU's UUID to its slot)."""
+        last samples (each GPU's UUID to its slot), ``missing`` the GPUs the probe's answer
+        left out (their last processes are kept, stale)."""
         if not self.cadence.due():
             return
         if binary is None or self.runner.busy():
@@ -109,7 +119,7 @@ class ProcessesSource(Source):
             return  # interrupted: shutting down
         if self.cadence.succeeded():
             self.log(INFO, Event.PROCESSES_READ_RECOVERED, "the GPUs' processes are read again")
-        self._read(apps.parse(text), list(rows), spawns)
+        self._read(apps.parse(text), list(rows), spawns, frozenset(missing))
 
     def _failed(self, reason: str, spawns: int) -> None:
         if self.cadence.failed():
@@ -120,7 +130,9 @@ class ProcessesSource(Source):
         gpus = None if self.cadence.outage else self._view.gpus
         self._view = replace(self._view, gpus=gpus, spawns_total=spawns)
 
-    def _read(self, parsed: apps.Parsed, rows: list[Row], spawns: int) -> None:
+    def _read(
+        self, parsed: apps.Parsed, rows: list[Row], spawns: int, missing: frozenset[str]
+    ) -> None:
         self._said(parsed.unreadable)
         slots = nvlink.slots_by_key(rows)
         found = [
@@ -128,7 +140,11 @@ class ProcessesSource(Source):
         ]
         seen = self.owners.resolve((a.pid, name, slot) for a, name, slot in found)
         self._units(self.owners.error)
-        gpus: dict[str, list[ProcessView]] = {slot: [] for slot in slots.values()}
+        # A GPU left out of the probe's answer is left out of this read: none listed on it
+        # is not "idle" (its processes are carried from the last read, stale).
+        gpus: dict[str, list[ProcessView]] = {
+            slot: [] for slot in slots.values() if slot not in missing
+        }
         for app, _, slot in found:
             if slot is None:
                 continue  # a GPU the probe did not sample: nothing to show it under
@@ -146,7 +162,9 @@ class ProcessesSource(Source):
             )
         # Where each process was last seen, for the next tick's Xids: copied once a read.
         last = self.owners.history()
-        self._view = ProcessesView({k: tuple(v) for k, v in sorted(gpus.items())}, spawns, last)
+        read = {k: tuple(v) for k, v in sorted(gpus.items())}
+        shown, self._carried = partial.carry(self._view.gpus or {}, read, missing)
+        self._view = ProcessesView(shown, spawns, last, self._carried)
 
     def _said(self, unreadable: tuple[apps.Unreadable, ...]) -> None:
         """One warning when reads start having lines that are no process, naming the first;

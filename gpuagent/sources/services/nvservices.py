@@ -1,4 +1,4 @@
-"""NVIDIA's host services, judged: the fabric manager and the persistence daemon (pure).
+"""NVIDIA's host services, judged: the fabric manager, the persistence daemon and IMEX (pure).
 
 Facts in (the units' states from :mod:`gpuagent.edges.systemd.units`, the NVSwitches on the PCI bus,
 the probe's rows), :class:`~gpuagent.health.Finding` out:
@@ -7,23 +7,41 @@ the probe's rows), :class:`~gpuagent.health.Finding` out:
   bus and ``nvidia-fabricmanager.service`` not active, or not installed.  A GB200-class
   compute tray has an NVLink fabric but no NVSwitch on its own bus and no local fabric
   manager: it never has this problem.
+- ``fabricmanager_mismatch`` (host, critical, ``check_host``): instead of
+  ``fabricmanager_down`` where the unit's own journal records of this boot say the driver
+  refused it for its version ("fabric manager NVIDIA GPU driver interface version 590.48.01
+  don't match with driver version 580.126.09", NVIDIA/gpu-driver-container#735): a restart
+  starts the same binary and fails again; the matching nvidia-fabricmanager is to be
+  installed.  Its restarts are no ``fabricmanager_flapping`` then: the cause is said once.
 - ``fabricmanager_flapping`` (host, warning, ``restart_service``): its ``NRestarts`` rose by 3
   or more within 10 minutes; it ends once it has not risen for 10 minutes.
 - ``persistenced_down`` (host, warning, ``restart_service``): ``nvidia-persistenced.service``
   installed (not masked) and not active.
-- ``persistence_off`` (per GPU, warning, ``restart_service``): the GPU's ``persistence_mode``
-  is Disabled and nvidia-persistenced is not running.
+- ``persistence_off`` (per GPU, warning): the GPU's ``persistence_mode`` is Disabled and
+  nvidia-persistenced is not running: ``restart_service`` where it is installed, else (not
+  installed, or masked: off on purpose) ``check_host`` with ``nvidia-smi -pm 1``, which turns
+  persistence on until the next reboot (a restart of a unit that is not there cannot work).
+
+- ``imex_down`` (host, critical, ``restart_service``): ``nvidia-imex.service`` enabled
+  (systemd's ``UnitFileState``) and not active.  IMEX shares GPU memory between the trays of
+  a multi-node NVLink domain (GB200/GB300 NVL72); a host uses it where its operator enabled
+  the daemon (NVIDIA's IMEX guide: ``systemctl enable nvidia-imex``).  The package installs it
+  disabled, and a Kubernetes host runs it in its ComputeDomain's pods instead: installed but
+  disabled is no problem (NVIDIA/aicr#2641, NVSentinel#1471, DCGM#308: an idle GB300 or a
+  single HGX box called unhealthy for an IMEX daemon nobody needed).  The domain's readiness
+  (``nvidia-imex-ctl -N``) would cost a spawn; it is not read.
 
 A unit whose state is not known (no system bus) is never a problem.  While
-``fabricmanager_down`` holds, :func:`fold_fabric` marks each GPU's ``fabric`` problem with
-``cause: fabricmanager_down``: one cause, said once.
+``fabricmanager_down`` (or ``fabricmanager_mismatch``) holds, :func:`fold_fabric` marks each
+GPU's ``fabric`` problem with that ``cause``: one cause, said once.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpuagent.health import CRITICAL, WARNING, Finding
 from gpuagent.views import Row
@@ -33,13 +51,16 @@ __all__ = [
     "FABRICMANAGER",
     "FLAP_RESTARTS",
     "FLAP_WINDOW",
+    "IMEX",
     "KINDS",
     "PERSISTENCED",
     "UNITS",
     "RestartWatch",
     "UnitFacts",
     "fabricmanager_findings",
+    "fm_mismatch",
     "fold_fabric",
+    "imex_findings",
     "persistence_findings",
     "persistenced_findings",
 ]
@@ -48,12 +69,32 @@ FABRICMANAGER = "nvidia-fabricmanager.service"
 PERSISTENCED = "nvidia-persistenced.service"
 # Shown, not judged: DCGM is an optional monitoring daemon.
 DCGM = "nvidia-dcgm.service"
-UNITS = (FABRICMANAGER, PERSISTENCED, DCGM)
-KINDS = ("fabricmanager_down", "fabricmanager_flapping", "persistenced_down", "persistence_off")
+IMEX = "nvidia-imex.service"
+UNITS = (FABRICMANAGER, PERSISTENCED, DCGM, IMEX)
+KINDS = (
+    "fabricmanager_down",
+    "fabricmanager_mismatch",
+    "fabricmanager_flapping",
+    "persistenced_down",
+    "persistence_off",
+    "imex_down",
+)
+# The host kinds a GPU's fabric problem is folded under.
+_FABRIC_CAUSES = ("fabricmanager_down", "fabricmanager_mismatch")
+# nv-fabricmanager's refusal, in both of its spellings: "... interface version 590.48.01 don't
+# match with driver version 580.126.09. Please update with matching NVIDIA driver package."
+# (NVIDIA/gpu-driver-container#735) and, in newer packages, "doesn't match" (with a curly
+# apostrophe where a console or a poster made one).
+_MISMATCH = re.compile(
+    r"fabric manager NVIDIA GPU driver interface version (?P<fm>\d+(?:\.\d+)+) "
+    r"(?:don|doesn)[\u2019']t match with driver version (?P<driver>\d+(?:\.\d+)+)"
+)
 FLAP_RESTARTS = 3
 FLAP_WINDOW = 600.0
 # The fabric manager's reload is a running daemon, as is a refresh of its unit.
 _RUNNING = frozenset({"active", "reloading", "refreshing"})
+# UnitFileState of a unit its operator enabled (for good, or until the next boot).
+_ENABLED = frozenset({"enabled", "enabled-runtime"})
 
 
 @dataclass(frozen=True)
@@ -66,10 +107,17 @@ class UnitFacts:
     sub_state: str = ""
     result: str = ""
     n_restarts: int | None = None
+    # systemd's UnitFileState (enabled, disabled, static …; "" not read): whether the host
+    # means to run it, not how it runs, so no part of the unit's state to compare.
+    file_state: str = field(default="", compare=False)
 
     @property
     def installed(self) -> bool:
         return self.load_state != "not-found"
+
+    @property
+    def enabled(self) -> bool:
+        return self.file_state in _ENABLED
 
     @property
     def running(self) -> bool:
@@ -85,11 +133,32 @@ class UnitFacts:
         return how
 
 
-def fabricmanager_findings(nvswitches: Sequence[str], fm: UnitFacts | None) -> list[Finding]:
+def fm_mismatch(messages: Sequence[str]) -> tuple[str, str] | None:
+    """The fabric manager's and the driver's versions of the newest refusal in ``messages``
+    (the unit's journal records, oldest first), or None."""
+    for message in reversed(messages):
+        if m := _MISMATCH.search(message):
+            return m["fm"], m["driver"]
+    return None
+
+
+def fabricmanager_findings(
+    nvswitches: Sequence[str], fm: UnitFacts | None, mismatch: tuple[str, str] | None = None
+) -> list[Finding]:
     """``fabricmanager_down`` when ``nvswitches`` (slots) are on the bus and ``fm`` is not
-    running; ``fm`` None: its state is not known."""
+    running (``fm`` None: its state is not known); ``fabricmanager_mismatch`` instead where
+    its journal said the driver refused its version (``mismatch``: :func:`fm_mismatch`)."""
     if not nvswitches or fm is None or fm.running:
         return []
+    if mismatch is not None:
+        have, driver = mismatch
+        text = (
+            f"{FABRICMANAGER} is {fm.describe()}: the driver {driver} refuses nv-fabricmanager "
+            f"{have} (its journal says the versions do not match); install nvidia-fabricmanager "
+            f"{driver}, the driver's version, then start it: a restart alone fails again"
+        )
+        ends = f"when {FABRICMANAGER} runs again"
+        return [Finding("fabricmanager_mismatch", CRITICAL, "check_host", text, ends=ends)]
     n = len(nvswitches)
     text = (
         f"{FABRICMANAGER} is {fm.describe()} and {n} NVSwitch{'es' if n > 1 else ''} on the "
@@ -112,21 +181,44 @@ def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:
     return [Finding("persistenced_down", WARNING, "restart_service", text, ends=ends)]
 
 
+def imex_findings(unit: UnitFacts | None) -> list[Finding]:
+    """``imex_down`` where ``unit`` (nvidia-imex.service) is enabled and not running: the host
+    uses IMEX (see the module's note); installed and disabled, or not installed, says nothing."""
+    if unit is None or not unit.installed or not unit.enabled or unit.running:
+        return []
+    text = (
+        f"{IMEX} is {unit.describe()} and enabled: the IMEX domain of this host's NVLink "
+        "trays is down, and jobs that share GPU memory across trays fail"
+    )
+    ends = f"when {IMEX} runs again, or is disabled"
+    return [Finding("imex_down", CRITICAL, "restart_service", text, ends=ends)]
+
+
 def persistence_findings(
     rows: Mapping[str, Row], persistenced: UnitFacts | None
 ) -> dict[str, list[Finding]]:
     """``persistence_off`` for each GPU (by slot) whose ``persistence_mode`` is Disabled
-    while nvidia-persistenced is not running."""
+    while nvidia-persistenced is not running; its advice fits what the host has."""
     if persistenced is None or persistenced.running:
         return {}
-    why = "not installed" if not persistenced.installed else persistenced.active_state
-    text = (
-        f"persistence mode is off and {PERSISTENCED} is {why}: each nvidia-smi run "
-        "initialises the GPU again (1-3 s)"
-    )
+    text = f"persistence mode is off and {PERSISTENCED} is "
+    if persistenced.installed and persistenced.load_state != "masked":
+        action = "restart_service"
+        text += (
+            f"{persistenced.active_state}: each nvidia-smi run initialises the GPU again (1-3 s); "
+            "start it (systemctl restart nvidia-persistenced)"
+        )
+    else:
+        action = "check_host"
+        why = "masked" if persistenced.installed else "not installed"
+        text += (
+            f"{why}: each nvidia-smi run initialises the GPU again (1-3 s); turn persistence "
+            "on with nvidia-smi -pm 1 (as root; until the next reboot, which nvidia-persistenced "
+            "would outlast)"
+        )
     ends = f"when persistence mode is on, or {PERSISTENCED} runs"
     return {
-        slot: [Finding("persistence_off", WARNING, "restart_service", text, ends=ends)]
+        slot: [Finding("persistence_off", WARNING, action, text, ends=ends)]
         for slot, row in rows.items()
         if row.get("persistence_mode") == "Disabled"
     }
@@ -135,11 +227,13 @@ def persistence_findings(
 def fold_fabric(
     host: Sequence[Finding], gpus: Mapping[str, Sequence[Finding]]
 ) -> dict[str, list[Finding]]:
-    """``gpus``' findings with each ``fabric`` one marked ``cause: fabricmanager_down`` while
-    ``host`` holds that problem (the agent logs and pages the host's problem alone)."""
-    if not any(f.kind == "fabricmanager_down" for f in host):
+    """``gpus``' findings with each ``fabric`` one marked ``cause: fabricmanager_down`` (or
+    ``fabricmanager_mismatch``) while ``host`` holds that problem (the agent logs and pages the
+    host's problem alone)."""
+    kind = next((f.kind for f in host if f.kind in _FABRIC_CAUSES), None)
+    if kind is None:
         return {slot: list(fs) for slot, fs in gpus.items()}
-    cause = ("cause", "fabricmanager_down")
+    cause = ("cause", kind)
     return {
         slot: [
             replace(f, extra=(*f.extra, cause))

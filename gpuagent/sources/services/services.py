@@ -2,13 +2,14 @@
 tick's ``services``, read before the probe (so that nvidia-smi's fabric findings are folded
 under the fabric manager's state: the view's ``host`` findings).
 
-Owns the connection (:class:`gpuagent.edges.systemd.units.Units`), the NVSwitch list and the fabric
-manager's restart watch, and says once that the units are not watched (no system bus
-socket), or once per outage that the bus fails (then ``error`` is the state's
-``system_bus`` trouble).  Its findings go to the verdict: the host's
-(``fabricmanager_down``, ``fabricmanager_flapping``, ``persistenced_down``) as source
-``services``, each GPU's ``persistence_off`` (judged on the last tick's samples) as
-``persistence``.
+Owns the connection (:class:`gpuagent.edges.systemd.units.Units`), the NVSwitch list, the
+fabric manager's restart watch and what its journal said when it stopped (``unit_log``, read
+once per change of its state while it is down and NVSwitches need it: a version the driver
+refuses), and says once that the units are not watched (no system bus socket), or once per
+outage that the bus fails (then ``error`` is the state's ``system_bus`` trouble).  Its findings
+go to the verdict: the host's (``fabricmanager_down`` or ``fabricmanager_mismatch``,
+``fabricmanager_flapping``, ``persistenced_down``, ``imex_down``) as source ``services``, each GPU's
+``persistence_off`` (judged on the last tick's samples) as ``persistence``.
 """
 
 from __future__ import annotations
@@ -55,9 +56,17 @@ class ServicesSource(Source):
         *,
         reader: Reader,
         monotonic: Callable[[], float],
+        unit_log: Callable[[str, str], list[str]] | None = None,
+        journal_directory: str = "",
     ) -> None:
         self.log = log
         self.reader = reader
+        # A unit's journal records of this boot (unitlog.unit_messages: the journal directory,
+        # "" the system journal, and the unit); None: not read.
+        self.unit_log = unit_log
+        self.journal_directory = journal_directory
+        self._fm_seen: tuple[object, ...] | None = None
+        self._fm_mismatch: tuple[str, str] | None = None
         self.monotonic = monotonic
         self.sysfs_root = sysfs_root
         self.nvswitches = pci.nvswitches(sysfs_root)[0]
@@ -69,6 +78,7 @@ class ServicesSource(Source):
         self._view = ServicesView({})
 
     def reset(self, old: Config, new: Config) -> None:
+        self.journal_directory = new.journal_directory
         if new.sysfs_root != self.sysfs_root:
             self.sysfs_root = new.sysfs_root
             self.nvswitches = pci.nvswitches(new.sysfs_root)[0]
@@ -106,12 +116,32 @@ class ServicesSource(Source):
         )
         fm = units.get(nvservices.FABRICMANAGER)
         pd = units.get(nvservices.PERSISTENCED)
+        mismatch = self._mismatch(fm)
+        if mismatch is not None:
+            # Restarts of a version the driver refuses are that one cause, said once, and no
+            # flapping once the matching version runs: the watch starts over from them.
+            self.flapping = nvservices.RestartWatch()
+        flapping = self.flapping.update(self.monotonic(), fm.n_restarts if fm else None)
         self.host = [
-            *nvservices.fabricmanager_findings(self.nvswitches, fm),
-            *self.flapping.update(self.monotonic(), fm.n_restarts if fm else None),
+            *nvservices.fabricmanager_findings(self.nvswitches, fm, mismatch),
+            *(flapping if mismatch is None else []),
             *nvservices.persistenced_findings(pd),
+            *nvservices.imex_findings(units.get(nvservices.IMEX)),
         ]
         return nvservices.persistence_findings(rows, pd)
+
+    def _mismatch(self, fm: nvservices.UnitFacts | None) -> tuple[str, str] | None:
+        """The versions of the driver's refusal of the fabric manager, from its journal, read
+        again only when its state changed; None while it runs or nothing needs it."""
+        if fm is None or fm.running or not self.nvswitches or self.unit_log is None:
+            self._fm_seen, self._fm_mismatch = None, None
+            return None
+        seen = (fm.load_state, fm.active_state, fm.sub_state, fm.result, fm.n_restarts)
+        if seen != self._fm_seen:
+            self._fm_seen = seen
+            said = self.unit_log(self.journal_directory, nvservices.FABRICMANAGER)
+            self._fm_mismatch = nvservices.fm_mismatch(said)
+        return self._fm_mismatch
 
     def close(self) -> None:
         """Close the connection to the system bus (the agent's end)."""

@@ -1,0 +1,51 @@
+"""The probe's own problems, host-level: nvidia-smi missing or failing with GPUs on the bus
+(pure).
+
+The other outages are the driver's to judge (:mod:`gpuagent.sources.driver.driverstate`): a
+timeout or a child stuck in the driver is ``driver_hung``, a driver/library mismatch (exit
+18) ``driver_mismatch``, the nvidia module not loaded ``no_driver_module``.
+"""
+
+from __future__ import annotations
+
+from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.schema import ProbeState
+from gpuagent.sources.probe.smi import HINTS
+from gpuagent.views import Failure, Gate, ProbeView
+
+__all__ = ["DRIVERS", "outage"]
+
+# The failures the driver's problems say: no smi_failing of their own.
+DRIVERS = frozenset({Failure.TIMEOUT, Failure.VERSION_MISMATCH})
+
+
+def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
+    """The probe's host problems as of ``probe`` (its state on a bus with GPUs to probe:
+    ``idle`` has none): ``nvidia_smi_missing`` (warning) while it is not found, and
+    ``smi_failing`` (critical: nothing is known of the GPUs) while it fails, its class and
+    error in the message, from the ``after``-th failure in a row on (``backoff_after``: the
+    outage's start; one failed probe is a blip, no drain)."""
+    if probe.state is ProbeState.GATED and probe.gate is Gate.NVIDIA_SMI_MISSING:
+        return [
+            Finding(
+                "nvidia_smi_missing",
+                WARNING,
+                "check_host",
+                "nvidia-smi is not found with GPUs on the PCI bus: they are not sampled; "
+                f"{HINTS[Failure.NOT_FOUND]}",
+                ends="when nvidia-smi is found",
+            )
+        ]
+    failure = probe.failure or Failure.OTHER
+    if probe.state is not ProbeState.FAILING or failure in DRIVERS or probe.failures < after:
+        return []
+    return [
+        Finding(
+            "smi_failing",
+            CRITICAL,
+            "check_host",
+            f"nvidia-smi failing ({failure.value}): {probe.last_error or 'no answer'}; "
+            f"{HINTS[failure]}",
+            ends="when nvidia-smi answers again",
+        )
+    ]

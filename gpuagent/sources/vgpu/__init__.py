@@ -1,0 +1,1 @@
+"""vGPU guests: the licence of each GPU, from ``nvidia-smi -q``."""
