@@ -221,6 +221,16 @@ class Reading:
     errors: tuple[ConfigError, ...]
 
 
+def _parse_dropin(dropin: str) -> dict[str, Any] | None:
+    """The drop-in ``dropin``'s table, ``None`` if it is gone since it was listed (an edit in
+    progress, not an error).  Raises :class:`ConfigError` for a bad file or a dangling link."""
+    raw = _parse(dropin, required=False)
+    # A link whose target is missing is a mistake that would silently drop its settings.
+    if raw is None and os.path.islink(dropin):
+        raise ConfigError(f"{dropin}: a dangling symlink (to {_link_text(dropin)})")
+    return raw
+
+
 def read(path: str, *, required: bool) -> Reading:
     """Read ``path`` and its drop-ins to the end, an error in one file no reason to stop:
     a :class:`Reading`.  Never raises :class:`ConfigError` (each is in ``errors``)."""
@@ -252,15 +262,9 @@ def read(path: str, *, required: bool) -> Reading:
         chosen, ignored = [], []
     for dropin in chosen:
         try:
-            raw = _parse(dropin, required=False)
+            take(dropin, _parse_dropin(dropin))
         except ConfigError as e:
             errors.append(e)
-            continue
-        # Listed a moment ago: gone now is an edit in progress, not an error; a link whose
-        # target is missing is a mistake that would silently drop the settings it points at.
-        if raw is None and os.path.islink(dropin):
-            errors.append(ConfigError(f"{dropin}: a dangling symlink (to {_link_text(dropin)})"))
-        take(dropin, raw)
     cfg, refusals = _salvaged(values, sources, path)
     return Reading(cfg, sources, tuple(files), tuple(ignored), (*errors, *refusals))
 
