@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests import fakesysfs, replay
+from tests.journalfeed import journal_remote
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_SMI = os.path.join(HERE, "fake_nvidia_smi.py")
@@ -28,7 +29,6 @@ PATIENT = 5.0
 PATIENT_INTERVAL = PATIENT + 1
 H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
-REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
 # One entry that is not the kernel's: a journal that opens and has no kernel record.
 _QUIET = (
     b"__REALTIME_TIMESTAMP=1700000000000000\n__MONOTONIC_TIMESTAMP=1\n"
@@ -129,7 +129,7 @@ def write_config(path: str, settings: dict[str, object]) -> None:
 def quiet_journal() -> str:
     """A journal directory without kernel records, shared by the fake hosts of this user
     (a journal file is 8 MiB); ``""`` (the system journal) without systemd-journal-remote."""
-    remote = next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+    remote = journal_remote()
     if remote is None:
         return ""
     top = os.path.join(tempfile.gettempdir(), f"gpuagent-tests-{os.getuid()}")
@@ -195,7 +195,7 @@ def kernel_journal(out: str, messages: list[str], *, boot: str, start_usec: int)
     ``start_usec`` (realtime, µs) on: the entries ``../shared/tools/make-test-journal``
     writes, through Debian's systemd-journal-remote (package systemd-journal-remote).
     Returns False, writing nothing, where that is not installed."""
-    remote = next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+    remote = journal_remote()
     if remote is None:
         return False
     stream = bytearray()

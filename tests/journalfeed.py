@@ -13,7 +13,15 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["REMOTES", "append", "kernel_records", "write_file", "xid"]
+__all__ = [
+    "REMOTES",
+    "append",
+    "journal_remote",
+    "kernel_records",
+    "this_boot",
+    "write_file",
+    "xid",
+]
 
 REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
 
@@ -46,8 +54,13 @@ def kernel_records(messages: Iterable[str]) -> bytes:
     return b"".join(out)
 
 
+def journal_remote() -> str | None:
+    """Debian's systemd-journal-remote (package systemd-journal-remote), or ``None``."""
+    return next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+
+
 def _remote() -> str:
-    path = next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+    path = journal_remote()
     if path is None:
         raise FileNotFoundError("systemd-journal-remote is not installed")
     return path

@@ -24,8 +24,9 @@ from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
 from gpuagent.views import Clear
 from tests import states
 from tests.conftest import Host
+from tests.journalfeed import this_boot
 from tests.test_kernel import FELL_OFF
-from tests.test_kernlog import append, export_entry, make, this_boot
+from tests.test_kernlog import append, export_entry, make
 from tests.test_status import write_state
 
 __all__ = ["make"]  # the fixture

@@ -12,8 +12,9 @@ from gpuagent.schema import State
 from gpuagent.sources.kernel import earlier
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from tests.conftest import Host
+from tests.journalfeed import this_boot
 from tests.test_kernel import FELL_OFF
-from tests.test_kernlog import append, export_entry, make, this_boot
+from tests.test_kernlog import append, export_entry, make
 
 __all__ = ["make"]  # the fixture
 

@@ -25,7 +25,7 @@ from gpuagent.sources.kernel.xidcount import MAX_STRAYS
 from gpuagent.views import BusView
 from tests import test_kernlog
 from tests.conftest import Host, ListHandler
-from tests.test_kernlog import this_boot
+from tests.journalfeed import this_boot
 
 make = test_kernlog.make
 

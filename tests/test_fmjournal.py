@@ -25,6 +25,7 @@ from gpuagent.sources.services.nvservices import (
 from gpuagent.sources.services.unitlog import unit_messages
 from tests.conftest import Host
 from tests.fake_units import FakeUnits, unit
+from tests.journalfeed import journal_remote
 from tests.replay import CORPUS
 from tests.test_nvidia_scenarios import PD, fabric_pending, nvswitch_host
 
@@ -36,14 +37,7 @@ AKASH = "fabricmanager-systemctl-status-driver550.120-fm550.127.05-version-misma
 _SHORT = re.compile(r"^[A-Z][a-z]{2} [ \d]\d [\d:]{8} \S+ (?P<ident>[^:\[]+)(?:\[\d+\])?: ")
 FAILED = UnitFacts(FABRICMANAGER, "loaded", "failed", "failed", "exit-code", 5)
 SWITCHES = ["0000:a0:00.0", "0000:a1:00.0"]
-REMOTE = next(
-    (
-        p
-        for p in ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
-        if os.access(p, os.X_OK)
-    ),
-    None,
-)
+REMOTE = journal_remote()
 
 
 def messages(path: str) -> list[str]:

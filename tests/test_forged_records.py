@@ -22,9 +22,10 @@ from gpuagent.sources.kernel.xid import parse
 from gpuagent.views import ApiMismatch
 from tests import fakesysfs, test_driver, test_kernlog, xidcorpus
 from tests.conftest import Host
+from tests.journalfeed import this_boot
 from tests.test_earlier import A, B, xid
 from tests.test_kernel import FELL_OFF
-from tests.test_kernlog import NOT_FOUND, append, this_boot, userspace
+from tests.test_kernlog import NOT_FOUND, append, userspace
 
 make = test_kernlog.make
 

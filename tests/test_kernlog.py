@@ -20,21 +20,16 @@ import pytest
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcount import XidCounter
 from tests import xidcorpus
+from tests.journalfeed import journal_remote, this_boot
 from tests.tools import need, tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAKE = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
-REMOTES = ("/usr/lib/systemd/systemd-journal-remote", "/lib/systemd/systemd-journal-remote")
 OTHER_BOOT = "0123456789abcdef0123456789abcdef"
 
 
-def this_boot() -> str:
-    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-        return f.read().strip().replace("-", "")
-
-
 def remote() -> str:
-    path = next((p for p in REMOTES if os.access(p, os.X_OK)), None)
+    path = journal_remote()
     need(path is not None, "systemd-journal-remote is not installed")
     assert path is not None
     return path

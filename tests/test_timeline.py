@@ -13,9 +13,10 @@ from click.testing import CliRunner
 
 from gpuagent.commands.cli import main
 from gpuagent.logs import Event
+from tests.journalfeed import this_boot
 from tests.test_clear import LATER, PERSON_UID, clear_entry
 from tests.test_kernel import FELL_OFF
-from tests.test_kernlog import append, export_entry, make, this_boot
+from tests.test_kernlog import append, export_entry, make
 
 __all__ = ["make"]  # the fixture
 

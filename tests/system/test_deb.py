@@ -20,7 +20,7 @@ import pytest
 
 from gpuagent.logs import Event
 from gpuagent.sources.bus import pci
-from tests import fakehost, fakesysfs, xidcorpus
+from tests import fakesysfs, journalfeed, xidcorpus
 from tests.system.test_package import build
 from tests.tools import need
 
@@ -623,7 +623,7 @@ def place_journal(c: Container, work: str, text: str, name: str = "gpuagent-test
     make = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
     need(os.access(make, os.X_OK), f"{make} is missing")
     need(
-        any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
+        journalfeed.journal_remote() is not None,
         "systemd-journal-remote is not installed",
     )
     machine = c.out("cat", "/etc/machine-id")
@@ -675,7 +675,7 @@ def need_make_journal() -> None:
     """Skip without what :func:`place_journal` needs on the host."""
     need(os.access(MAKE_JOURNAL, os.X_OK), f"{MAKE_JOURNAL} is missing")
     need(
-        any(os.access(p, os.X_OK) for p in fakehost.REMOTES),
+        journalfeed.journal_remote() is not None,
         "systemd-journal-remote is not installed",
     )
 
