@@ -22,9 +22,10 @@ from gpuagent.sources.imex.source import CTL, ImexSource
 from gpuagent.sources.services.nvservices import IMEX
 from gpuagent.views import ServicesView, Tick, UnitView
 from tests import fakehost
-from tests.conftest import Host
+from tests.conftest import Clock, Host
 from tests.fake_units import FakeUnits, unit
 from tests.replay import CORPUS
+from tests.test_held import BOOT
 from tests.test_nvidia_scenarios import FM, PD
 
 UP = "imex-ctl-N-gb200x72-18-nodes-up-aws-parallelcluster.txt"
@@ -125,15 +126,17 @@ def test_one_read_not_ready_is_a_domain_coming_up() -> None:
     down = domain.parse(edited([*GONE5, ["Domain State: UP", "Domain State: DOWN"]]))
     assert ready is not None and down is not None
     r = domain.Readiness()
-    assert r.update(down) is None  # the first read: coming up
-    f = r.update(down)
-    assert f is not None and f.severity == CRITICAL
-    assert r.update(down) == f
-    assert r.update(ready) is None
+    assert r.update(down) is None  # the first read: coming up, what held before holds
+    found = r.update(down)
+    assert found is not None
+    (f,) = found
+    assert f.severity == CRITICAL
+    assert r.update(down) == [f]
+    assert r.update(ready) == []
     assert r.update(down) is None  # one read again after a ready one
     r.reset()
     assert r.update(down) is None
-    assert r.update(down) is not None
+    assert r.update(down) == [f]
 
 
 # The source, with the fake nvidia-imex-ctl.
@@ -231,7 +234,7 @@ def test_an_enabled_running_unit_reads_the_domain_on_its_own_cadence(ctl: Ctl) -
 def test_a_domain_not_ready_on_two_reads_is_a_host_problem_that_ends(ctl: Ctl) -> None:
     ctl.answer(capture=UP, replace=[*GONE5, ["Domain State: UP", "Domain State: DEGRADED"]])
     s, _, _ = source(ctl, every=10.0)
-    assert s.step(imex()).findings == {"imex": {"": []}}  # coming up
+    assert s.step(imex()).findings == {}  # coming up: what held before holds
     (f,) = s.step(imex()).findings["imex"][""]
     assert (f.kind, f.severity) == (domain.KIND, WARNING) and "#5 172.31.50.44" in f.message
     ctl.answer(capture=UP)
@@ -240,7 +243,8 @@ def test_a_domain_not_ready_on_two_reads_is_a_host_problem_that_ends(ctl: Ctl) -
     ctl.answer(capture=UP, replace=[["Domain State: UP", "Domain State: DOWN"]])
     s.step(imex())
     assert s.step(imex("enabled", "failed")).findings == {"imex": {}}
-    assert s.step(imex()).findings == {"imex": {"": []}}
+    assert s.step(imex()).findings == {}  # running again: one read down is coming up
+    assert [f.severity for f in s.step(imex()).findings["imex"][""]] == [CRITICAL]
 
 
 def test_the_tool_missing_is_one_warning_per_outage_never_a_problem(ctl: Ctl) -> None:
@@ -321,3 +325,31 @@ def test_a_tray_with_imex_installed_and_disabled_never_looks_for_the_tool(host: 
     st = host.tick(5).state
     assert looked == [] and st["host_problems"] == []
     assert [r for r in host.logs.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_restart_neither_ends_nor_starts_again_a_domain_down(host: Host, tmp_path: str) -> None:
+    """The first read after a restart is held back as any first one not ready: the problem
+    held before it holds on, its first ``since`` kept, no line cleared or started again."""
+    directory, wall = os.path.join(str(tmp_path), "state"), Clock(1_800_000_000.0)
+    os.mkdir(directory)
+    ctl = Ctl(str(tmp_path))
+    ctl.answer(capture=UP, replace=[*GONE5, ["Domain State: UP", "Domain State: DOWN"]])
+    units = FakeUnits()
+    units.set(unit(FM), unit(PD), unit(IMEX, file_state="enabled"))
+
+    def agent() -> None:
+        a = host.make_agent(
+            units=units, state_directory=directory, boot=lambda: BOOT, wall=wall, imex_interval=1.0
+        )
+        a.source(ImexSource).which = lambda name: ctl.path
+
+    agent()
+    (first,) = host.tick(3).state["host_problems"]
+    wall.now += 60
+    agent()
+    for _ in range(3):
+        (p,) = host.tick().state["host_problems"]
+        assert (p["kind"], p["since"]) == (domain.KIND, first["since"])
+    assert len(host.events(Event.PROBLEM_IMEX_DOMAIN_NOT_READY)) == 1
+    assert host.events(Event.PROBLEM_CLEARED) == []
+    assert len(host.events(Event.STILL_HOLDS)) == 1

@@ -119,11 +119,15 @@ class Readiness:
     def __init__(self) -> None:
         self._not_ready = 0
 
-    def update(self, domain: Domain) -> Finding | None:
-        """This read's problem (None: ready, or the first read not ready)."""
+    def update(self, domain: Domain) -> list[Finding] | None:
+        """This read's findings: none when ready, the problem from the second read in a row
+        not ready; None on the first (not known yet: what held before holds, so a problem
+        held over a restart neither ends nor starts again on it)."""
         found = finding(domain)
         self._not_ready = 0 if found is None else self._not_ready + 1
-        return found if self._not_ready >= 2 else None
+        if found is None:
+            return []
+        return [found] if self._not_ready >= 2 else None
 
     def reset(self) -> None:
         """The domain is no longer read (the unit stopped or was disabled): start over."""

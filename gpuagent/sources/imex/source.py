@@ -10,8 +10,9 @@ runner (its timeout, its output cap).  The tool missing from ``$PATH``, failing 
 ``Domain State`` is a failed read: retried on the cadence's backoff, an outage one warning and
 its end one line, never a problem of the host or its GPUs.  Its finding
 (``imex_domain_not_ready``: :mod:`gpuagent.sources.imex.domain`) goes to the verdict as source
-``imex`` (the host's) after each read that answered; between reads the last one holds, and it
-ends once the unit no longer runs or is disabled.
+``imex`` (the host's) after each read that answered, but for the first not ready (a domain
+coming up); between reads the last one holds, and it ends once the unit no longer runs or is
+disabled.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class ImexSource(Source):
         if self.cadence.succeeded():
             self.log(INFO, Event.IMEX_READ_RECOVERED, "the IMEX domain is read again")
         found = self.readiness.update(read)
-        return {"": [] if found is None else [found]}
+        return None if found is None else {"": found}
 
     def _failed(self, reason: str) -> None:
         if self.cadence.failed():
