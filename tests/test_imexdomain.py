@@ -208,7 +208,7 @@ def message_id(record: logging.LogRecord) -> str:
 @pytest.mark.parametrize(
     "tick",
     [
-        Tick(0.0, 0.0, Config(interval=10.0)),  # no system bus, or no IMEX unit at all
+        imex("", "inactive"),  # its UnitFileState not known (not installed)
         imex("disabled", "inactive"),  # aicr#2641: installed, disabled (the package's default)
         imex("disabled", "active"),  # started by hand or by a job, not enabled
         imex("enabled", "failed"),  # imex_down's: its daemon down
@@ -221,6 +221,14 @@ def test_no_spawn_where_the_host_does_not_run_imex(ctl: Ctl, tick: Tick) -> None
         out = s.step(tick)
         assert out.view is None and out.findings == {"imex": {}}
     assert ctl.calls() == [] and looked == [] and s.spawns_total == 0 and records == []
+
+
+def test_units_not_known_spawn_nothing_and_end_nothing(ctl: Ctl) -> None:
+    """No system bus, or it failed: nothing is read, and a problem held holds."""
+    s, records, looked = source(ctl, every=10.0)
+    unknown = Tick(0.0, 0.0, Config(interval=10.0))
+    assert all(s.step(unknown).findings == {} for _ in range(20))
+    assert ctl.calls() == [] and looked == [] and records == []
 
 
 def test_an_enabled_running_unit_reads_the_domain_on_its_own_cadence(ctl: Ctl) -> None:

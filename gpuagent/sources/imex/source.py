@@ -12,7 +12,7 @@ its end one line, never a problem of the host or its GPUs.  Its finding
 (``imex_domain_not_ready``: :mod:`gpuagent.sources.imex.domain`) goes to the verdict as source
 ``imex`` (the host's) after each read that answered, but for the first not ready (a domain
 coming up); between reads the last one holds, and it ends once the unit no longer runs or is
-disabled.
+disabled (while NVIDIA's units are not known, no system bus, it holds too).
 """
 
 from __future__ import annotations
@@ -69,7 +69,11 @@ class ImexSource(Source):
         self.cadence.expedite()
 
     def step(self, tick: Tick) -> Outcome:
-        unit = tick.services.units.get(IMEX)
+        units = tick.services.units
+        if not units:
+            # NVIDIA's units not known (no system bus, or it failed): what held holds.
+            return Outcome(None)
+        unit = units.get(IMEX)
         if unit is None or not imex_runs(unit.file_state, unit.active_state):
             # Not used here, or its daemon down (imex_down says so): nothing holds.
             self.readiness.reset()
