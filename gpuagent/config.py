@@ -94,6 +94,7 @@ class Config:
     processes_interval: float | None = _default("processes_interval")
     proc_root: str = _default("proc_root")
     vgpu_interval: float = _default("vgpu_interval")
+    imex_interval: float = _default("imex_interval")
 
 
 class _Refused(Exception):

@@ -256,6 +256,8 @@ KEYS: tuple[Key, ...] = (
     Key("proc_root", _absolute_path, "/proc", "where proc is mounted"),
     # Rounded up to whole ticks; read only on a vGPU guest (nvidia-gridd installed).
     Key("vgpu_interval", _SECONDS, 300.0, "how often a vGPU guest's licences are read"),
+    # Rounded up to whole ticks; read only where nvidia-imex.service is enabled and running.
+    Key("imex_interval", _SECONDS, 60.0, "how often the IMEX domain's readiness is read"),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

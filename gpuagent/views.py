@@ -338,13 +338,15 @@ class VgpuView:
 
 @dataclass(frozen=True)
 class UnitView:
-    """One of NVIDIA's systemd units as last read over D-Bus."""
+    """One of NVIDIA's systemd units as last read over D-Bus; ``file_state`` its
+    ``UnitFileState`` (``enabled``: the host means to run it), where read."""
 
     load_state: str
     active_state: str
     sub_state: str
     result: str
     restarts: int | None
+    file_state: str = ""
 
 
 @dataclass(frozen=True)

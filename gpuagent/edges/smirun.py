@@ -1,6 +1,7 @@
-"""One nvidia-smi subcommand beside the probe, through the probe's :class:`Runner`.
+"""One nvidia-smi subcommand (or another NVIDIA tool) beside the probe, through the probe's
+:class:`Runner`.
 
-The NVLink read and the processes read run their own commands between probes; both read an
+The NVLink, processes, vGPU and IMEX reads run their own commands between probes; all read an
 answer the same way: stdout of an exit 0, ``None`` when the run was interrupted (shutdown),
 and for anything else a :class:`Failed` whose text is one line saying how.
 """
@@ -25,10 +26,12 @@ class Failed(Exception):
         self.spawned = spawned
 
 
-def run(runner: Runner, binary: str, args: tuple[str, ...]) -> str | None:
+def run(
+    runner: Runner, binary: str, args: tuple[str, ...], *, name: str = "nvidia-smi"
+) -> str | None:
     """Run ``binary`` with ``args`` (``LC_ALL=C``); its stdout, ``None`` when interrupted.
-    Raises :class:`Failed`."""
-    what = f"nvidia-smi {' '.join(args)}"
+    Raises :class:`Failed`, its reason naming the tool ``name``."""
+    what = f"{name} {' '.join(args)}"
     result = runner.run([binary, *args], {**os.environ, "LC_ALL": "C"})
     if result.outcome is Outcome.SPAWN_FAILED:
         raise Failed(f"{what}: cannot run: {result.error}", spawned=False)

@@ -12,6 +12,7 @@ driver      ``bus``, ``probe``, ``kernel``                    after the probe: i
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
 vgpu        ``bus``, ``probe``                                a guest's: for the GPUs answered
+imex        ``services``                                      where the IMEX unit runs
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
@@ -34,6 +35,7 @@ from gpuagent.sources import Source
 from gpuagent.sources.bus.bus import BusScan
 from gpuagent.sources.bus.had import GpusHad
 from gpuagent.sources.driver.source import Driver
+from gpuagent.sources.imex.source import ImexSource
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.source import Kernel
 from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
@@ -101,7 +103,8 @@ def sources(
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
     vgpu = VgpuSource(config, prober.runner, log, which=which)
-    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu)
+    imex = ImexSource(config, prober.runner, log, which=which)
+    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu, imex)
 
 
 def system_units(ping: Callable[[], None]) -> Systemd:

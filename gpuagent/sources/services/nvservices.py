@@ -28,8 +28,9 @@ the probe's rows), :class:`~gpuagent.health.Finding` out:
   the daemon (NVIDIA's IMEX guide: ``systemctl enable nvidia-imex``).  The package installs it
   disabled, and a Kubernetes host runs it in its ComputeDomain's pods instead: installed but
   disabled is no problem (NVIDIA/aicr#2641, NVSentinel#1471, DCGM#308: an idle GB300 or a
-  single HGX box called unhealthy for an IMEX daemon nobody needed).  The domain's readiness
-  (``nvidia-imex-ctl -N``) would cost a spawn; it is not read.
+  single HGX box called unhealthy for an IMEX daemon nobody needed).  Where the unit is
+  enabled and running, the domain's readiness (``nvidia-imex-ctl -N``) is the ``imex``
+  source's (:mod:`gpuagent.sources.imex`).
 
 A unit whose state is not known (no system bus) is never a problem.  While
 ``fabricmanager_down`` (or ``fabricmanager_mismatch``) holds, :func:`fold_fabric` marks each
@@ -61,6 +62,7 @@ __all__ = [
     "fm_mismatch",
     "fold_fabric",
     "imex_findings",
+    "imex_runs",
     "persistence_findings",
     "persistenced_findings",
 ]
@@ -179,6 +181,12 @@ def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:
     )
     ends = f"when {PERSISTENCED} runs again"
     return [Finding("persistenced_down", WARNING, "restart_service", text, ends=ends)]
+
+
+def imex_runs(file_state: str, active_state: str) -> bool:
+    """Whether nvidia-imex.service, with these states, is enabled and running: the host uses
+    IMEX and its daemon is up, so its domain can be read (:mod:`gpuagent.sources.imex`)."""
+    return file_state in _ENABLED and active_state in _RUNNING
 
 
 def imex_findings(unit: UnitFacts | None) -> list[Finding]:

@@ -110,7 +110,9 @@ class ServicesSource(Source):
         units = result.units if result.watch is Watch.OK else {}
         self._view = ServicesView(
             {
-                name: UnitView(u.load_state, u.active_state, u.sub_state, u.result, u.n_restarts)
+                name: UnitView(
+                    u.load_state, u.active_state, u.sub_state, u.result, u.n_restarts, u.file_state
+                )
                 for name, u in units.items()
             }
         )
