@@ -312,7 +312,11 @@ def test_metrics_reach_prometheus_and_go_stale_when_the_probe_fails(
     # (The host's own series, pci_slot "": exit 18's driver_mismatch, no GPU's value.)
     values = '{__name__=~"gpuagent_gpu_.+", __name__!~"gpuagent_gpu_(info|healthy)", pci_slot!=""}'
     stack.wait_for("the value series to go stale", lambda: stack.query(values) == [])
-    assert stack.value('gpuagent_host_problem{kind="driver_mismatch"}') == 1
+    # driver_mismatch starts with the outage (backoff_after failures): waited for, not assumed.
+    stack.wait_for(
+        "driver_mismatch in Prometheus",
+        lambda: stack.value('gpuagent_host_problem{kind="driver_mismatch"}') == 1,
+    )
     assert stack.value("count(gpuagent_gpu_info)") == 8
     assert stack.value("sum(gpuagent_gpu_healthy)") == 0
     assert stack.value('gpuagent_probe_failure_info{class="version_mismatch"}') == 1
