@@ -5,7 +5,9 @@ NVIDIA/nvidia-docker#377), so the runner's SIGKILL stays pending until the thaw.
 The writer makes it a critical ``driver_hung`` at once (action reboot) that every surface
 reads (``status`` exits 2, Slurm's drain reason names it); after the thaw the child is reaped,
 and three normal answers in a row end it.  Root and a cgroup v1 freezer only (a cgroup v2
-freezer lets a fatal signal through), skipped elsewhere.
+freezer lets a fatal signal through), skipped elsewhere.  A property of the host, not of a
+fresh container: marked ``system``, so it runs with the booted tests (on the CI host, root with
+the v1 freezer) and not in fresh-check, whose containers have no freezer of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from tests.conftest import Host
 from tests.fakehost import FAKE_SMI
 
 FREEZER = "/sys/fs/cgroup/freezer"
+
+
+pytestmark = pytest.mark.system
 
 
 def _write(path: str, text: str) -> None:
