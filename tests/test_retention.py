@@ -174,6 +174,15 @@ def test_real_files_at_their_cap_and_below_it(make: Any, tmp_path: Any) -> None:
     assert other is not None and (judge(other, 30, time.time()) or ("",))[0] == "at_cap"
 
 
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.got: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.got.append(record)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -182,7 +191,7 @@ class Clock:
         return self.now
 
 
-def test_the_source_warns_once_and_holds_the_trouble(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_source_warns_once_and_holds_the_trouble() -> None:
     lost = Store("/var/log/journal", "there is no /var/log/journal", "mkdir /var/log/journal")
     seen: list[Store | None] = [lost]
     looks: list[tuple[str, str]] = []
@@ -192,22 +201,28 @@ def test_the_source_warns_once_and_holds_the_trouble(caplog: pytest.LogCaptureFi
         return seen[0]
 
     clock = Clock()
-    source = Retention(EventLog(), root="/fake", look=fake, monotonic=clock)
+    # A logger of its own: another test's logging setup does not change what it records.
+    logger = logging.getLogger("tests.retention")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    records = Records()
+    logger.addHandler(records)
+    source = Retention(EventLog(logger), root="/fake", look=fake, monotonic=clock)
     config = replace(Config(), journal_directory="", history_days=30)
     tick = Tick(NOW, 0.0, config)
-    caplog.set_level(logging.INFO)
     for _ in range(3):
         clock.now += 10
         trouble = source.step(tick).trouble[KIND]
         assert trouble is not None and "lost at each boot" in trouble
     assert looks == [("/fake", "")]  # once an hour, not each tick
-    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    warned = [r for r in records.got if r.levelno == logging.WARNING]
     assert [r.getMessage() for r in warned] == [trouble]
     clock.now += EVERY
     source.step(tick)
-    assert len(looks) == 2 and len(caplog.records) == 1  # the same case: said once
+    assert len(looks) == 2 and len(records.got) == 1  # the same case: said once
     seen[0] = None
     source.reset(config, config)  # a reload looks now
     assert source.step(tick).trouble == {KIND: None}
     assert len(looks) == 3
-    assert caplog.records[-1].getMessage() == "the journal holds history_days again"
+    assert records.got[-1].getMessage() == "the journal holds history_days again"
+    logger.removeHandler(records)
