@@ -141,3 +141,48 @@ def test_a_journal_directory_it_may_not_read_is_one_line(
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "history"])
     assert (res.exit_code, res.stdout) == (1, "")
     assert res.stderr == f"gpuagent: cannot read the journal in {directory}: {reason}\n"
+
+
+def test_another_hosts_journal_directory_read_offline(make: Any, tmp_path: str) -> None:
+    # Laid out as that host's /var/log/journal: one folder per machine id, as journalctl -D
+    # reads it; the config's journal_directory (this host's) is not read.
+    machine = "f" * 32
+    os.mkdir(os.path.join(str(tmp_path), "other"))
+    journal = make(FELL_OFF, name=f"other/{machine}", boot=EARLIER)
+    append(journal, clear_entry("0", LATER, login=str(PERSON_UID), sudo_user="alice"))
+    conf = os.path.join(str(tmp_path), "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(f'journal_directory = "{tmp_path}/nowhere"\n')
+    other = os.path.join(str(tmp_path), "other")
+    args = ["--config", conf, "history", SLOT, "--json", "--days", "100000"]
+    res = CliRunner(mix_stderr=False).invoke(main, [*args, "--directory", other])
+    assert res.exit_code == 0, res.stderr
+    steps = json.loads(res.stdout)
+    # The clear is stamped with this boot's id (clear_entry's): a second boot.
+    assert [s["event"] for s in steps] == ["boot", "xid", "boot", "clear"]
+    # That host's login uid: this host's user database does not name its users.
+    assert steps[3]["by"] == f"uid {PERSON_UID}"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("gone", "No such file or directory"),
+        ("empty", "no journal file it may read"),
+        ("file", "Not a directory"),
+    ],
+)
+def test_a_directory_it_cannot_read_is_one_line(tmp_path: str, name: str, reason: str) -> None:
+    os.mkdir(os.path.join(str(tmp_path), "empty"))
+    with open(os.path.join(str(tmp_path), "file"), "w", encoding="utf-8") as f:
+        f.write("not a journal\n")
+    conf = os.path.join(str(tmp_path), "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write("")
+    directory = os.path.join(str(tmp_path), name)
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", "--directory", directory]
+    )
+    assert (res.exit_code, res.stdout) == (1, "")
+    assert res.stderr.startswith(f"gpuagent: cannot read the journal in {directory}: {reason}")
+    assert res.stderr.count("\n") == 1

@@ -22,15 +22,16 @@ if TYPE_CHECKING:
 __all__ = ["history"]
 
 
-def _read(directory: str, where: str | None, days: int) -> list[Step]:
+def _read(directory: str, where: str | None, days: int, *, other_host: bool) -> list[Step]:
     """The timeline's steps of the last ``days`` days in the journal in ``directory`` (``""``:
     the system's), of the GPU in slot ``where`` (None: every GPU); raises ``OSError``, and
-    exits 1 for a journal the caller may not read at all."""
+    exits 1 for a journal the caller may not read at all.  ``other_host``: the journal is
+    another host's (``--directory``), whose login uids this host's users do not name."""
     from systemd import journal  # noqa: PLC0415
 
     from gpuagent.edges.users import user_name  # noqa: PLC0415
     from gpuagent.logs import Event  # noqa: PLC0415
-    from gpuagent.sources.kernel import timeline  # noqa: PLC0415
+    from gpuagent.sources.kernel import clears, timeline  # noqa: PLC0415
     from gpuagent.sources.kernel.earlier import entries  # noqa: PLC0415
 
     if directory:
@@ -39,9 +40,10 @@ def _read(directory: str, where: str | None, days: int) -> list[Step]:
         reader = journal.Reader(flags=journal.LOCAL_ONLY | journal.SYSTEM_ONLY)
     try:
         if not reader.get_usage():
+            # sd-journal skips, silently, each file this process may not read.
             click.echo(
-                "gpuagent: cannot read the journal: run as root or as a member of the "
-                "systemd-journal group",
+                f"gpuagent: cannot read {_what(directory)}: no journal file it may read "
+                "(run as root or as a member of the systemd-journal group)",
                 err=True,
             )
             sys.exit(1)
@@ -51,9 +53,14 @@ def _read(directory: str, where: str | None, days: int) -> list[Step]:
         reader.add_disjunction()
         reader.add_match(MESSAGE_ID=Event.OPERATOR_CLEAR.value, _UID="0")
         reader.seek_realtime(max(time.time() - days * 86400, 0.0))
-        return timeline.events(entries(reader), where, user_name)
+        names = clears.no_names if other_host else user_name
+        return timeline.events(entries(reader), where, names)
     finally:
         reader.close()
+
+
+def _what(directory: str) -> str:
+    return f"the journal in {directory}" if directory else "the journal"
 
 
 @click.command("history")
@@ -62,8 +69,16 @@ def _read(directory: str, where: str | None, days: int) -> list[Step]:
 @click.option(
     "--days", type=click.IntRange(min=1), default=30, show_default=True, help="How far back."
 )
+@click.option(
+    "--directory",
+    "other",
+    metavar="DIR",
+    help="Read the journal files in DIR (another host's, offline, as journalctl -D does).",
+)
 @click.pass_context
-def history(ctx: click.Context, slot: str | None, as_json: bool, days: int) -> None:
+def history(
+    ctx: click.Context, slot: str | None, as_json: bool, days: int, other: str | None
+) -> None:
     """Show a GPU's (or every GPU's) problems, Xids, clears and reboots across boots."""
     from gpuagent.sources.kernel import clears, timeline  # noqa: PLC0415
 
@@ -72,14 +87,16 @@ def history(ctx: click.Context, slot: str | None, as_json: bool, days: int) -> N
         where = clears.slot_of(slot)
         if where is None:
             raise click.BadParameter(f"{slot!r} is not a PCI slot", param_hint="SLOT")
-    path, required = ctx.obj["config_file"]
-    directory = config.salvage(path, required=required)[0].journal_directory
+    if other is not None:
+        directory = other
+    else:
+        path, required = ctx.obj["config_file"]
+        directory = config.salvage(path, required=required)[0].journal_directory
     try:
-        steps = _read(directory, where, days)
+        steps = _read(directory, where, days, other_host=other is not None)
     except OSError as e:
-        # A journal_directory this user may not read (or gone): one line, not a traceback.
-        what = f"the journal in {directory}" if directory else "the journal"
-        click.echo(f"gpuagent: cannot read {what}: {e.strerror or e}", err=True)
+        # A directory this user may not read (or gone, or no directory): one line.
+        click.echo(f"gpuagent: cannot read {_what(directory)}: {e.strerror or e}", err=True)
         sys.exit(1)
     if as_json:
         click.echo(json.dumps([s.as_json() for s in steps], indent=2))

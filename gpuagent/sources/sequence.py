@@ -12,7 +12,9 @@ driver      ``bus``, ``probe``, ``kernel``                    after the probe: i
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
 vgpu        ``bus``, ``probe``                                a guest's: for the GPUs answered
-imex        ``services``                                      where the IMEX unit runs
+    imex = ImexSource(config, prober.runner, log, which=which)
+    retention = Retention(log, monotonic=monotonic)
+    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu, imex, retention)
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
@@ -46,6 +48,7 @@ from gpuagent.sources.probe.source import Probe
 from gpuagent.sources.probe.throttle import ThrottleWindow
 from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
+from gpuagent.sources.retention.source import Retention
 from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
 from gpuagent.sources.services.unitlog import unit_messages
@@ -104,7 +107,8 @@ def sources(
     had = GpusHad(state_directory, log, boot)
     vgpu = VgpuSource(config, prober.runner, log, which=which)
     imex = ImexSource(config, prober.runner, log, which=which)
-    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu, imex)
+    retention = Retention(log, monotonic=monotonic)
+    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu, imex, retention)
 
 
 def system_units(ping: Callable[[], None]) -> Systemd:
