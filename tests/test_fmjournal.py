@@ -28,6 +28,7 @@ from tests.fake_units import FakeUnits, unit
 from tests.journalfeed import journal_remote
 from tests.replay import CORPUS
 from tests.test_nvidia_scenarios import PD, fabric_pending, nvswitch_host
+from tests.tools import need
 
 HOST = os.path.join(CORPUS, "host")
 SHARED = os.path.join(os.path.dirname(CORPUS), "..", "..", "..", "shared", "corpus", "host")
@@ -67,8 +68,7 @@ def test_the_driver_refusing_the_fabric_manager_in_both_spellings(
 def test_no_other_fabric_manager_text_is_a_mismatch() -> None:
     """The other fabric manager captures (no NVSwitch, a config error, its log file, a
     healthy status) say nothing of a version."""
-    if not os.path.isdir(SHARED):
-        pytest.skip("no ../shared/corpus")
+    need(os.path.isdir(SHARED), "no ../shared/corpus")
     others = [n for n in os.listdir(SHARED) if n.startswith("fabricmanager-")]
     others = [n for n in others if not n.endswith(".source.txt")]
     assert others
