@@ -137,6 +137,10 @@ class Finding:
     # again"); "" for one that holds until a clear or the next boot
     # (:func:`gpuagent.sources.kernel.clears.ending` says the whole of it).
     ends: str = field(default="", compare=False)
+    # Its start and end are told by a line of the source's own (the probe's "nvidia-smi
+    # failing", the gate's "module not loaded"), with that line's MESSAGE_ID since before it
+    # was a problem: the verdict logs only a change of its severity or action.
+    told: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

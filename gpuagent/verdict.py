@@ -3,10 +3,11 @@
 Sources report with :meth:`Verdict.report` (``smi`` from the probe, ``xid`` from the kernel
 log); :meth:`Verdict.judge` adds the PCI bus's and the host's findings, settles them and logs
 each problem's start (warning, error when critical), a change of its severity or action, and
-its end (info), each with the event of its kind.  The problems the agent before a restart left
-open (:mod:`gpuagent.held`) hold from the first tick with their first ``since``, restated at
-info with an event of their own (``still_holds``: no new start), until their source has had a
-complete look of its own.
+its end (info), each with the event of its kind; of a problem that its source's own line
+tells (an outage's: :attr:`gpuagent.health.Finding.told`), only the change.  The problems
+the agent before a restart left open (:mod:`gpuagent.held`) hold from the first tick with
+their first ``since``, restated at info with an event of their own (``still_holds``: no new
+start), until their source has had a complete look of its own.
 """
 
 from __future__ import annotations
@@ -96,15 +97,16 @@ class Verdict:
         started, ended = self.tracker.settle(now, exempt)
         # A problem with a cause (a GPU's fabric under fabricmanager_down) is the cause's to
         # say: no line of its own, nor for its uncaused self ending or starting beside it.
+        # One told by its source's own line (an outage's) has no start or end line here.
         quiet = {(p.slot, p.finding.kind) for p in [*started, *ended] if p.finding.caused}
         for p in started:
-            if (p.slot, p.finding.kind) not in quiet:
+            if (p.slot, p.finding.kind) not in quiet and not p.finding.told:
                 self._log(p, "start")
         for p in self.tracker.restated:
             if not p.finding.caused:
                 self._log(p, "restated")
         for p in ended:
-            if (p.slot, p.finding.kind) not in quiet:
+            if (p.slot, p.finding.kind) not in quiet and not p.finding.told:
                 self._log(p, "end")
         self._restating = set()
 

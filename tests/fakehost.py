@@ -29,6 +29,8 @@ PATIENT = 5.0
 PATIENT_INTERVAL = PATIENT + 1
 H200_LOAD = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 MISMATCH = "driver-library-version-mismatch-exit18-nvml535.161.txt"
+# An outage of the probe's own (smi_failing), where exit 18's is the driver's (driver_mismatch).
+NOT_LOADED = "driver-not-loaded-exit9.txt"
 # One entry that is not the kernel's: a journal that opens and has no kernel record.
 _QUIET = (
     b"__REALTIME_TIMESTAMP=1700000000000000\n__MONOTONIC_TIMESTAMP=1\n"

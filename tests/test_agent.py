@@ -15,7 +15,7 @@ from gpuagent.sources.probe.smi import FIELDS
 from tests import fakesysfs, replay
 from tests.conftest import Host
 from tests.fake_units import FakeUnits
-from tests.fakehost import H200_LOAD
+from tests.fakehost import H200_LOAD, NOT_LOADED
 from tests.test_smi import BLOCKED
 
 INFO, WARNING, ERROR = logging.INFO, logging.WARNING, logging.ERROR
@@ -144,37 +144,37 @@ def test_seed_driver_upgrade(host: Host) -> None:
     host.failing()
     host.tick(5)
     assert len(host.events(Event.DRIVER_LOADED)) == 1
-    warnings = host.events(Event.FAILING_VERSION_MISMATCH)
-    assert len(warnings) == 1
-    assert warnings[0].levelno == WARNING
-    assert warnings[0].FAILURE_CLASS == "version_mismatch"  # type: ignore[attr-defined]
-    assert warnings[0].EXIT_CODE == "18"  # type: ignore[attr-defined]
-    assert "a driver upgrade awaits a module reload or a reboot" in warnings[0].getMessage()
-    assert "container" not in warnings[0].getMessage()
-    # Module back at tick 0 of this phase: probes at 0, 1, 2 (warning), then 4.
+    # Exit 18's outage is driver_mismatch's to tell: one error, which says what helps (the
+    # fake's library is unknown: no reboot asked for), and no "nvidia-smi failing" beside it.
+    (mismatch,) = host.events(Event.PROBLEM_DRIVER_MISMATCH)
+    assert mismatch.levelno == ERROR
+    assert mismatch.getMessage().startswith(
+        "host: critical driver_mismatch: nvidia-smi: Driver/library version mismatch (exit 18)"
+    )
+    assert host.lines(WARNING) == [host.events(Event.DRIVER_UNLOADED)[0].getMessage()]
+    # Module back at tick 0 of this phase: probes at 0, 1, 2 (the outage), then 4.
     assert host.spawns == before + 4
     assert host.report is not None
     assert host.report.status == (
         "1 critical (host driver_mismatch); 8 GPUs, nvidia-smi failing (version_mismatch)"
     )
-    # Within driver_absent_grace the module's absence was a warning, ended when it came back.
-    assert [r.PROBLEM for r in host.events(Event.PROBLEM_CLEARED)] == ["no_driver_module"]  # type: ignore[attr-defined]
+    # Within driver_absent_grace the module's absence was a warning, told by the gate's lines.
+    assert host.events(Event.PROBLEM_NO_DRIVER_MODULE) == []
 
     host.healthy()
     tick_until_ok(host, 10)  # the next probe is 4 ticks away
-    recovered = host.events(Event.RECOVERED)
-    assert [r.getMessage() for r in recovered] == ["nvidia-smi is answering again"]
+    assert host.events(Event.RECOVERED) == []
+    assert [r.PROBLEM for r in host.events(Event.PROBLEM_CLEARED)] == ["driver_mismatch"]  # type: ignore[attr-defined]
     snap = host.state
     assert all(not g["stale"] for g in snap["gpus"])
     assert snap["probe"]["consecutive_failures"] == 0
     infos_and_up = [r for r in host.logs.records if r.levelno >= INFO]
-    # Unloaded, loaded, one warning, one recovery; no_driver_module's and driver_mismatch's
-    # start and end (the problems each surface reads).
-    assert len(infos_and_up) == 8
+    # One line each: unloaded, loaded, the mismatch, its end (bench/day.py's upgrade).
+    assert len(infos_and_up) == 4
 
 
 def test_failing_probe_backs_off_by_ticks(host: Host) -> None:
-    host.failing()
+    host.failing(NOT_LOADED, 9)
     host.make_agent()
     probed = []
     for tick in range(40):
@@ -190,11 +190,11 @@ def test_failing_probe_backs_off_by_ticks(host: Host) -> None:
 def test_one_warning_per_outage_at_the_threshold(host: Host) -> None:
     host.make_agent(backoff_after=2)
     for _ in range(2):
-        host.failing()
+        host.failing(NOT_LOADED, 9)
         host.tick(10)
         host.healthy()
         host.tick(20)
-    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 2
+    assert len(host.events(Event.FAILING_DRIVER_NOT_LOADED)) == 2
     assert len(host.events(Event.RECOVERED)) == 2
 
 
@@ -372,7 +372,7 @@ def test_a_cleared_gate_probes_on_that_tick_whatever_the_backoff(host: Host) -> 
 
 
 def test_reload_keeps_the_outage_and_looks_now_under_the_new_cap(host: Host) -> None:
-    host.failing()
+    host.failing(NOT_LOADED, 9)
     agent = host.make_agent()
     host.tick(9)  # failures 0..: probes at ticks 0, 1, 2, 4, 8; the gap is now 6 ticks
     assert (host.probe["consecutive_failures"], host.probe["next_probe_in_ticks"]) == (5, 6)
@@ -382,28 +382,28 @@ def test_reload_keeps_the_outage_and_looks_now_under_the_new_cap(host: Host) -> 
     host.tick()
     # The next gap is the new cap's (2 ticks), not the old one's (6).
     assert (host.probe["consecutive_failures"], host.probe["next_probe_in_ticks"]) == (6, 2)
-    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
+    assert len(host.events(Event.FAILING_DRIVER_NOT_LOADED)) == 1
 
 
 def test_a_lower_threshold_on_reload_still_warns_once(host: Host) -> None:
-    host.failing()
+    host.failing(NOT_LOADED, 9)
     agent = host.make_agent(backoff_after=10)
     host.tick(5)
     agent.configure(host.config(backoff_after=3))
     host.tick(40)
-    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
+    assert len(host.events(Event.FAILING_DRIVER_NOT_LOADED)) == 1
     host.healthy()
     tick_until_ok(host, 10)  # the gap is at most the cap, 6 ticks
     assert len(host.events(Event.RECOVERED)) == 1
 
 
 def test_a_higher_threshold_on_reload_does_not_warn_again(host: Host) -> None:
-    host.failing()
+    host.failing(NOT_LOADED, 9)
     agent = host.make_agent(backoff_after=3)
     host.tick(5)
     agent.configure(host.config(backoff_after=6))
     host.tick(40)
-    assert len(host.events(Event.FAILING_VERSION_MISMATCH)) == 1
+    assert len(host.events(Event.FAILING_DRIVER_NOT_LOADED)) == 1
 
 
 def test_access_blocked_by_a_sandbox_is_one_warning_naming_it(host: Host) -> None:

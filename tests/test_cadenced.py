@@ -11,6 +11,7 @@ import pytest
 
 from gpuagent.logs import Event
 from tests.conftest import Host
+from tests.fakehost import NOT_LOADED
 from tests.test_nvidia_scenarios import COUNTERS, STATUS
 
 NVLINK = {"status": STATUS, "errorcounters": COUNTERS}
@@ -28,9 +29,9 @@ class Cadenced:
 
 READS = {
     "probe": Cadenced(
-        lambda host: host.failing(),
+        lambda host: host.failing(NOT_LOADED, 9),
         lambda host: host.spawns,
-        Event.FAILING_VERSION_MISMATCH,
+        Event.FAILING_DRIVER_NOT_LOADED,
         Event.RECOVERED,
     ),
     # The probe answers; nvlink --status exits 3.

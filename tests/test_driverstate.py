@@ -66,9 +66,9 @@ def test_gpus_waiting_for_the_module_past_the_grace(host: Host, make: Any) -> No
     assert "the kernel rejected the module's signature" in message
     assert "host no_driver_module" in host.state["status"]
     assert code(host) == ExitCode.CRITICAL
-    # One start (a warning), then its severity restated: one problem, one since.
-    (start, restated) = host.events(Event.problem("no_driver_module"))
-    assert start.levelno == logging.WARNING and start.getMessage().startswith("host: warning ")
+    # The warning's start is the gate's line above; the verdict says its turn to critical:
+    # one problem, one since.
+    (restated,) = host.events(Event.problem("no_driver_module"))
     assert restated.levelno == logging.ERROR
     assert restated.getMessage().startswith("host: critical no_driver_module: ")
     fakesysfs.set_module(host.root, True)
@@ -76,6 +76,19 @@ def test_gpus_waiting_for_the_module_past_the_grace(host: Host, make: Any) -> No
     host.tick()
     assert host_problems(host) == []
     assert code(host) == ExitCode.OK
+    assert [r.PROBLEM for r in host.events(Event.PROBLEM_CLEARED)] == ["no_driver_module"]  # type: ignore[attr-defined]
+
+
+def test_without_nvidia_smi_the_verdict_says_the_wait_itself(host: Host) -> None:
+    # The gate stops at nvidia-smi's absence and says nothing of the module.
+    fakesysfs.set_module(host.root, False)
+    host.make_agent(nvidia_smi="/nonexistent/nvidia-smi", driver_absent_grace=60.0)
+    host.tick(2)
+    assert host.events(Event.DRIVER_UNLOADED) == []
+    (start,) = host.events(Event.problem("no_driver_module"))
+    assert start.levelno == logging.WARNING and start.getMessage().startswith("host: warning ")
+    fakesysfs.set_module(host.root, True)
+    host.tick()
     assert [r.PROBLEM for r in host.events(Event.PROBLEM_CLEARED)] == ["no_driver_module"]  # type: ignore[attr-defined]
 
 

@@ -82,7 +82,7 @@ def error_row(name: str, code: int, failure: str) -> Fault:
         "failing",
         failure,
         failing(failure),
-        2,  # the outage's warning, and its problem's start
+        1,  # the outage's warning (its problem's start), or exit 18's driver_mismatch
     )
 
 
@@ -147,7 +147,7 @@ FAULTS = [
         "failing",
         "gpu_lost",
         failing("gpu_lost"),
-        2,
+        1,
     ),
     # infoROM: a warning with exit 14 beside valid data is a success and a problem of the GPU it
     # names; alone it is not data.
@@ -173,7 +173,7 @@ FAULTS = [
         "failing",
         "unparseable",
         failing("unparseable"),
-        2,
+        1,
     ),
     Fault(
         "hang past the timeout",
@@ -207,7 +207,7 @@ FAULTS = [
         "failing",
         "unparseable",
         failing("unparseable"),
-        2,
+        1,
     ),
     Fault(
         "truncated row",
@@ -215,7 +215,7 @@ FAULTS = [
         "failing",
         "unparseable",
         failing("unparseable"),
-        2,
+        1,
     ),
     Fault(
         "extra columns",
@@ -223,7 +223,7 @@ FAULTS = [
         "failing",
         "unparseable",
         failing("unparseable"),
-        2,
+        1,
     ),
     Fault(
         "non-UTF-8 bytes",
@@ -231,7 +231,7 @@ FAULTS = [
         "failing",
         "unparseable",
         failing("unparseable"),
-        2,
+        1,
     ),
     Fault(
         "10 MB of output",
@@ -239,7 +239,7 @@ FAULTS = [
         "failing",
         "unparseable",
         failing("unparseable"),
-        2,
+        1,
     ),
     Fault(
         "error text with exit 0",
@@ -247,7 +247,7 @@ FAULTS = [
         "failing",
         "no_devices",
         failing("no_devices"),
-        2,
+        1,
     ),
     Fault(
         "binary missing",
@@ -255,7 +255,7 @@ FAULTS = [
         "gated",
         None,
         "1 warning (host nvidia_smi_missing); 8 GPUs, nvidia-smi not found",
-        2,
+        1,
     ),
     Fault(
         "binary not executable",
@@ -263,7 +263,7 @@ FAULTS = [
         "failing",
         "permission_denied",
         failing("permission_denied"),
-        2,
+        1,
     ),
     Fault(
         "binary is a directory",
@@ -271,7 +271,7 @@ FAULTS = [
         "failing",
         "permission_denied",
         failing("permission_denied"),
-        2,
+        1,
     ),
     Fault(
         "module unloaded",
@@ -279,7 +279,7 @@ FAULTS = [
         "gated",
         None,
         "1 warning (host no_driver_module); 8 GPUs, NVIDIA driver not loaded; not probing",
-        2,  # the gate's warning, and no_driver_module's within driver_absent_grace
+        1,  # the gate's warning: no_driver_module's start within driver_absent_grace
     ),
     Fault("one GPU re-bound to vfio-pci", _rebind_one, "ok", None, "8 GPUs, sampling", 0),
     Fault(

@@ -15,8 +15,12 @@ from gpuagent.logs import Event, EventLog
 from gpuagent.views import Failure
 
 
-def test_every_failure_class_has_an_event() -> None:
+def test_every_failure_class_but_exit_18_s_has_an_event() -> None:
     for failure in Failure:
+        if failure is Failure.VERSION_MISMATCH:  # driver_mismatch's lines tell it
+            with pytest.raises(KeyError):
+                Event.failing(failure.value)
+            continue
         assert Event.failing(failure.value).name == f"FAILING_{failure.name}"
 
 
@@ -39,19 +43,19 @@ def test_journal_fields_through_a_fake_sender() -> None:
     logger.setLevel(logging.DEBUG)
     EventLog(logger)(
         logging.WARNING,
-        Event.FAILING_VERSION_MISMATCH,
+        Event.FAILING_DRIVER_NOT_LOADED,
         "nvidia-smi failing",
-        failure_class="version_mismatch",
-        exit_code=18,
+        failure_class="driver_not_loaded",
+        exit_code=9,
         pci_slot=None,
     )
     ((message, fields),) = sent
     assert message == "nvidia-smi failing"
-    assert fields["MESSAGE_ID"] == Event.FAILING_VERSION_MISMATCH.value
+    assert fields["MESSAGE_ID"] == Event.FAILING_DRIVER_NOT_LOADED.value
     assert fields["SYSLOG_IDENTIFIER"] == "gpuagent"
-    assert fields["FAILURE_CLASS"] == "version_mismatch"
-    assert fields["EXIT_CODE"] == "18"
-    assert fields["GPUAGENT_EVENT"] == "failing_version_mismatch"
+    assert fields["FAILURE_CLASS"] == "driver_not_loaded"
+    assert fields["EXIT_CODE"] == "9"
+    assert fields["GPUAGENT_EVENT"] == "failing_driver_not_loaded"
     assert fields["PRIORITY"] == "4"
     assert "PCI_SLOT" not in fields
 

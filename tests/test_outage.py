@@ -25,7 +25,9 @@ def test_every_failure_class_but_the_driver_s_is_smi_failing(failure: Failure) -
     assert (f.kind, f.severity, f.action) == ("smi_failing", CRITICAL, "check_host")
     assert f.message.startswith(f"nvidia-smi failing ({failure.value}): exit 9: no driver; ")
     assert f.ends == "when nvidia-smi answers again"
-    assert Event.problem(f.kind).value == "bb18a023194140e2b5a5e8835e03a226"
+    # Told by the probe's "nvidia-smi failing" line (its class's MESSAGE_ID), not the verdict.
+    assert f.told
+    assert Event.failing(failure.value).name == f"FAILING_{failure.name}"
 
 
 @pytest.mark.parametrize("failure", sorted(DRIVERS))
@@ -43,7 +45,8 @@ def test_nvidia_smi_missing_is_a_warning() -> None:
     (f,) = outage(ProbeView(state=ProbeState.GATED, gate=Gate.NVIDIA_SMI_MISSING))
     assert (f.kind, f.severity, f.action) == ("nvidia_smi_missing", WARNING, "check_host")
     assert f.ends == "when nvidia-smi is found"
-    assert Event.problem(f.kind).value == "d33dcbca4185484eb785784d7a43cd63"
+    assert f.told  # by the gate's "nvidia-smi not found" (5db6b6b5…)
+    assert Event.NVIDIA_SMI_MISSING.value == "5db6b6b58a7b4b4a8fe49e8609753bea"
 
 
 @pytest.mark.parametrize(

@@ -303,23 +303,25 @@ def fake_host(c: Container, scenario: dict[str, object]) -> None:
 
 
 def driver_upgrade(c: Container) -> None:
-    """Failing with a version mismatch: one warning; then healthy: one recovery line."""
-    wait_for("the version-mismatch warning", lambda: c.events(Event.FAILING_VERSION_MISMATCH), 20)
+    """Failing with a version mismatch: one error (driver_mismatch's, which tells exit 18's
+    outage); then healthy: one line of its end."""
+    mismatch = Event.PROBLEM_DRIVER_MISMATCH
+    wait_for("the version-mismatch error", lambda: c.events(mismatch), 20)
     wait_for("the failing status", lambda: FAILING_STATUS.match(c.prop("StatusText")), 10)
-    c.wait_ticks(4)  # four more ticks, to see that the warning is not repeated
-    warning = one(c.events(Event.FAILING_VERSION_MISMATCH), "the version mismatch")
-    assert {k: warning.get(k) for k in ("PRIORITY", "FAILURE_CLASS", "EXIT_CODE")} == {
-        "PRIORITY": "4",
-        "FAILURE_CLASS": "version_mismatch",
-        "EXIT_CODE": "18",
+    c.wait_ticks(4)  # four more ticks, to see that the line is not repeated
+    error = one(c.events(mismatch), "the version mismatch")
+    assert {k: error.get(k) for k in ("PRIORITY", "PROBLEM", "SEVERITY")} == {
+        "PRIORITY": "3",
+        "PROBLEM": "driver_mismatch",
+        "SEVERITY": "critical",
     }
-    assert warning["SYSLOG_IDENTIFIER"] == "gpuagent"
-    assert "Driver/library version mismatch" in warning["MESSAGE"]
+    assert error["SYSLOG_IDENTIFIER"] == "gpuagent"
+    assert "Driver/library version mismatch (exit 18)" in error["MESSAGE"]
     assert c.status().returncode == 2  # critical: nothing is known about the GPUs
 
     slots = fakesysfs.gpu_slots(8)
     c.write(f"{FAKE}/scenario.json", json.dumps({"capture": CAPTURE, "slots": slots}))
-    wait_for("the recovery line", lambda: c.events(Event.RECOVERED), 10)
+    wait_for("the end of the mismatch", lambda: c.events(Event.PROBLEM_CLEARED), 10)
 
     def fresh() -> dict[str, Any]:
         st: dict[str, Any] = json.loads(c.status("--json").stdout)
@@ -329,8 +331,9 @@ def driver_upgrade(c: Container) -> None:
 
     st = wait_for("8 fresh samples in gpuagent status --json", fresh, 10)
     assert sorted(g["pci_slot"] for g in st["gpus"]) == slots
-    recovered = one(c.events(Event.RECOVERED), "the recovery")
-    assert recovered["MESSAGE"] == "nvidia-smi is answering again"
+    cleared = one(c.events(Event.PROBLEM_CLEARED), "the end of the mismatch")
+    assert cleared["MESSAGE"] == "host: driver_mismatch cleared"
+    assert c.events(Event.RECOVERED) == []
     assert c.prop("StatusText") == "8 GPUs, sampling"
     status = c.status()
     assert status.returncode == 0, status.stdout + status.stderr

@@ -182,9 +182,17 @@ class ModuleAbsence:
         self.since = now - held_for
 
     def update(
-        self, now: float, *, loaded: bool, wanted: bool, reasons: Iterable[str] = ()
+        self,
+        now: float,
+        *,
+        loaded: bool,
+        wanted: bool,
+        reasons: Iterable[str] = (),
+        told: bool = False,
     ) -> Finding | None:
-        """The ``no_driver_module`` finding at monotonic time ``now`` (s), or ``None``."""
+        """The ``no_driver_module`` finding at monotonic time ``now`` (s), or ``None``;
+        ``told``: the probe's gate says the module is not loaded (nvidia-smi is found), so
+        the warning's start and end are that line's (:attr:`Finding.told`)."""
         if loaded or not wanted:
             self.since = None
             self.reasons.clear()
@@ -203,6 +211,7 @@ class ModuleAbsence:
                 f"the nvidia kernel module is not loaded (critical after "
                 f"driver_absent_grace, {self.grace:g} s): {text}",
                 ends="when the nvidia module is loaded",
+                told=told,
             )
         return Finding(
             "no_driver_module",

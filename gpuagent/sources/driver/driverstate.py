@@ -34,7 +34,7 @@ from gpuagent.sources.driver.driver import (
     mismatch_evidence,
 )
 from gpuagent.sources.driver.hangs import ProbeHangs
-from gpuagent.views import BusView, DriverRecords, Failure, ProbeView
+from gpuagent.views import BusView, DriverRecords, Failure, Gate, ProbeView
 
 __all__ = ["DriverState"]
 
@@ -91,7 +91,13 @@ class DriverState:
         after = self._installed_after_boot() if evidence else None
         found = [
             self.absence.update(
-                now, loaded=bus.module_loaded, wanted=wanted, reasons=records.reasons
+                now,
+                loaded=bus.module_loaded,
+                wanted=wanted,
+                reasons=records.reasons,
+                # The gate looks for nvidia-smi before the module: without it, no line of
+                # the gate's says the module is missing.
+                told=probe.gate is not Gate.NVIDIA_SMI_MISSING,
             ),
             driver_mismatch(evidence, after),
             self.hangs.finding(now),

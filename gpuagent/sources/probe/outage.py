@@ -24,7 +24,8 @@ def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
     ``idle`` has none): ``nvidia_smi_missing`` (warning) while it is not found, and
     ``smi_failing`` (critical: nothing is known of the GPUs) while it fails, its class and
     error in the message, from the ``after``-th failure in a row on (``backoff_after``: the
-    outage's start; one failed probe is a blip, no drain)."""
+    outage's start; one failed probe is a blip, no drain).  Both are told by the probe's own
+    lines (``nvidia-smi not found``, ``nvidia-smi failing``: :attr:`Finding.told`)."""
     if probe.state is ProbeState.GATED and probe.gate is Gate.NVIDIA_SMI_MISSING:
         return [
             Finding(
@@ -34,6 +35,7 @@ def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
                 "nvidia-smi is not found with GPUs on the PCI bus: they are not sampled; "
                 f"{HINTS[Failure.NOT_FOUND]}",
                 ends="when nvidia-smi is found",
+                told=True,
             )
         ]
     failure = probe.failure or Failure.OTHER
@@ -47,5 +49,6 @@ def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
             f"nvidia-smi failing ({failure.value}): {probe.last_error or 'no answer'}; "
             f"{HINTS[failure]}",
             ends="when nvidia-smi answers again",
+            told=True,
         )
     ]

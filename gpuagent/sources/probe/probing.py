@@ -201,7 +201,11 @@ class Probing:
         fields = {"failure_class": failure.value, "exit_code": result.exit_code}
         if result.detail:
             self.log(DEBUG, None, f"nvidia-smi output not understood: {result.detail!r}")
-        if started:
+        if started and failure is Failure.VERSION_MISMATCH:
+            # driver_mismatch (the driver's problem) tells this outage, and whether a reboot
+            # helps: this line would say it twice, the second time without knowing.
+            self.log(DEBUG, None, f"nvidia-smi failing ({failure.value}): {result.error}", **fields)
+        elif started:
             self.log(
                 WARNING,
                 Event.failing(failure.value),
@@ -223,7 +227,10 @@ class Probing:
     def _succeeded(self, rows: list[Row], result: ProbeResult) -> None:
         n = self.cadence.failures
         if self.cadence.succeeded():
-            self.log(INFO, Event.RECOVERED, "nvidia-smi is answering again", failures=n)
+            if self._view.failure is Failure.VERSION_MISMATCH:  # driver_mismatch's end says it
+                self.log(DEBUG, None, "nvidia-smi is answering again", failures=n)
+            else:
+                self.log(INFO, Event.RECOVERED, "nvidia-smi is answering again", failures=n)
         elif n:
             self.log(DEBUG, None, f"probe succeeded after {n} failures")
         self._view = replace(
