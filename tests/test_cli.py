@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import select
 import subprocess
 import sys
 from typing import Any
@@ -272,14 +272,24 @@ def test_check_config_of_an_absent_default_file(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_reload_signals_the_pid_it_is_given(tmp_path: str) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import signal, sys; signal.sigwait([signal.SIGHUP]); sys.exit(7)"],
+    # The child takes SIGHUP back from whatever it inherited (nohup ignores it, and an ignored
+    # signal is discarded) and blocks it for sigwait before it says it is ready.
+    child = (
+        "import signal, sys\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})\n"
+        "print('ready', flush=True)\n"
+        "signal.sigwait({signal.SIGHUP})\n"
+        "sys.exit(7)\n"
     )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
     try:
-        # sigwait needs SIGHUP blocked; until then, the default action would end it with -1.
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], 60)[0], "the child never got ready"
+        assert proc.stdout.readline() == "ready\n"
         res = CliRunner(mix_stderr=False).invoke(main, ["reload", str(proc.pid)])
         assert res.exit_code == 0
-        assert proc.wait(timeout=10) in (7, -signal.SIGHUP)
+        assert proc.wait(timeout=60) == 7
     finally:
         proc.kill()
         proc.wait()
