@@ -10,13 +10,12 @@ hand.  ``docs/architecture.md`` has the picture.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
-from gpuagent import __version__, report
+from gpuagent import report
 from gpuagent.condition import Bug
 from gpuagent.config import Config
 from gpuagent.edges import bootid
@@ -26,7 +25,6 @@ from gpuagent.sources import Source
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.probe.probe import Prober, lookup
 from gpuagent.sources.sequence import EVENT_STEP, READY_AFTER, Systemd, sources, system_units
-from gpuagent.state import SCHEMA
 from gpuagent.verdict import Verdict
 from gpuagent.views import Tick
 
@@ -54,7 +52,7 @@ class Agent:
     ) -> None:
         self.wall, self.monotonic = wall, monotonic
         self.config = config
-        self.origin = report.Origin(SCHEMA, __version__, os.getpid(), wall(), config.interval)
+        self.origin = report.Origin.this_agent(wall(), config.interval)
         self.ticks = 0
         # The runner's heartbeat feeds the watchdog: the bus calls of a tick feed it too.
         systemd = units() if units is not None else system_units(prober.runner.heartbeat)

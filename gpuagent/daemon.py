@@ -24,9 +24,9 @@ from types import FrameType
 
 from gpuagent import __version__, config
 from gpuagent.agent import Agent
+from gpuagent.edges.lock import EX_RUNNING, AlreadyRunning, StateLock
 from gpuagent.edges.runner import Runner
 from gpuagent.events import Pace, Waits
-from gpuagent.lock import EX_RUNNING, AlreadyRunning, StateLock
 from gpuagent.logs import Event, EventLog, setup
 from gpuagent.notify import Notifier, watchdog_period
 from gpuagent.publish import Publisher
@@ -155,7 +155,7 @@ class Daemon:
 
     def run(self, ticks: int | None = None) -> int:
         """Run until SIGTERM/SIGINT or ``ticks`` ticks; returns the exit status: 0, or
-        :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state file (then nothing
+        :data:`~gpuagent.edges.lock.EX_RUNNING` when another agent has the state file (then nothing
         was touched)."""
         refused = self.start()
         if refused is not None:
@@ -189,7 +189,7 @@ class Daemon:
 
     def start(self, *, install_signals: bool = True) -> int | None:
         """Take the state file's lock, handle signals (``install_signals``) and say so in the
-        journal; returns :data:`~gpuagent.lock.EX_RUNNING` when another agent has the state
+        journal; returns :data:`~gpuagent.edges.lock.EX_RUNNING` when another agent has the state
         file."""
         try:
             problem = self.lock.acquire(self.config.state_file)

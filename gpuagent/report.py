@@ -12,12 +12,13 @@ otherwise.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
+from gpuagent import __version__
 from gpuagent.health import OK, UNKNOWN, Problem, worst
-from gpuagent.memo import ByIdentity
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -34,6 +35,8 @@ from gpuagent.schema import (
     XidEntry,
 )
 from gpuagent.sources.kernel import clears
+from gpuagent.sources.nvlink.memo import ByIdentity
+from gpuagent.state import SCHEMA
 from gpuagent.statusline import Line, Problems, status_line, with_trouble
 from gpuagent.views import (
     BusView,
@@ -120,6 +123,11 @@ class Origin:
     pid: int
     started_at: float
     interval: float
+
+    @classmethod
+    def this_agent(cls, started_at: float, interval: float) -> Origin:
+        """This process's: the schema :data:`gpuagent.state.SCHEMA`, its version and pid."""
+        return cls(SCHEMA, __version__, os.getpid(), started_at, interval)
 
 
 def _problem(p: Problem) -> ProblemEntry:

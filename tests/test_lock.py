@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpuagent.lock import AlreadyRunning, StateLock, lock_path
+from gpuagent.edges.lock import AlreadyRunning, StateLock, lock_path
 
 
 def test_a_second_holder_is_told_the_first_one_s_pid(tmp_path: str) -> None:
@@ -27,7 +27,7 @@ def test_a_second_holder_is_told_the_first_one_s_pid(tmp_path: str) -> None:
 def test_the_kernel_releases_a_dead_holder_s_lock(tmp_path: str) -> None:
     state = os.path.join(tmp_path, "state.json")
     code = (
-        "import os, sys; from gpuagent.lock import StateLock\n"
+        "import os, sys; from gpuagent.edges.lock import StateLock\n"
         f"StateLock().acquire({state!r}); os._exit(0)\n"
     )
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuagent.memo import ByIdentity
+from gpuagent.sources.nvlink.memo import ByIdentity
 
 
 def test_each_object_is_made_once_by_identity_and_all_are_forgotten_past_the_size() -> None:

@@ -15,7 +15,7 @@ from gpuagent import config
 from gpuagent.commands.runconfig import RunConfig, files_line, state_dir_problem, textfile_for
 from gpuagent.config import Config
 from gpuagent.edges import textlink
-from gpuagent.lock import AlreadyRunning
+from gpuagent.edges.lock import AlreadyRunning
 from gpuagent.logs import EventLog
 from tests import fakehost
 from tests.test_daemon import REPO, Notify, start, stop

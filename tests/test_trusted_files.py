@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from gpuagent import config, state
 from gpuagent.commands.cli import main
 from gpuagent.edges import safefile, textlink
-from gpuagent.lock import NotALock, StateLock, lock_path
+from gpuagent.edges.lock import NotALock, StateLock, lock_path
 from gpuagent.logs import EventLog
 from gpuagent.publish import Textfile
 from gpuagent.sources.bus.known import KnownGpus

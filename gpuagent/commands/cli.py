@@ -125,7 +125,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 
     from gpuagent.commands import runconfig  # noqa: PLC0415
     from gpuagent.daemon import Daemon  # noqa: PLC0415
-    from gpuagent.lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
+    from gpuagent.edges.lock import EX_RUNNING, AlreadyRunning  # noqa: PLC0415
     from gpuagent.logs import Event, EventLog, setup  # noqa: PLC0415
 
     path, required = ctx.obj["config_file"]

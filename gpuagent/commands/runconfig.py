@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from gpuagent import config
 from gpuagent.edges import textlink
-from gpuagent.lock import StateLock
+from gpuagent.edges.lock import StateLock
 from gpuagent.logs import EventLog
 
 __all__ = [
@@ -155,7 +155,7 @@ class RunConfig:
 
     def __call__(self, path: str, required: bool) -> config.Config:
         """Load, lock and say what differs; raises :class:`config.ConfigError`, and
-        :class:`~gpuagent.lock.AlreadyRunning` when another agent writes the same textfile
+        :class:`~gpuagent.edges.lock.AlreadyRunning` when another agent writes the same textfile
         (then the lock held so far is kept)."""
         cfg, note = self.resolve(path, required)
         self.lock_textfile(cfg)

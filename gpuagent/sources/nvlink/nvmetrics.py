@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpuagent.memo import ByIdentity
 from gpuagent.schema import NvlinkEntry, State
+from gpuagent.sources.nvlink.memo import ByIdentity
 
 __all__ = ["families"]
 
