@@ -60,7 +60,7 @@ def main() -> int:
         script = os.path.join(d, "gpuagent")
         with open(script, "w") as f:
             f.write(
-                f"#!{PYTHON}\nimport sys\nfrom gpuagent.commands.cli import main\n"
+                f"#!{PYTHON}\nimport sys\nfrom gpuagent.commands.entry import main\n"
                 "if __name__ == '__main__':\n    sys.exit(main())\n"
             )
         os.chmod(script, 0o755)

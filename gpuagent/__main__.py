@@ -1,5 +1,5 @@
 """``python3 -m gpuagent``."""
 
-from gpuagent.commands.cli import main
+from gpuagent.commands.entry import main
 
 main()

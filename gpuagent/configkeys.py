@@ -10,7 +10,6 @@ whose message is one line starting with ``where`` and saying what was expected.
 from __future__ import annotations
 
 from collections.abc import Callable
-from difflib import get_close_matches
 from typing import Any, NamedTuple
 
 from gpuagent.health import ACTIONS, SEVERITIES
@@ -274,5 +273,8 @@ def check_key(source: str, key: str, value: Any) -> Any:
 def _hint(key: str) -> str:
     """What an unknown ``key`` was likely meant to be: the closest known key, or where the
     keys are listed (a list of all of them is too long for one line)."""
+    # difflib only for a key not known: it is a tenth of a status command's start.
+    from difflib import get_close_matches  # noqa: PLC0415
+
     near = get_close_matches(key, _BY_NAME, n=1)
     return f"did you mean {near[0]!r}?" if near else "the keys are in gpuagent(8)"

@@ -3,20 +3,19 @@
 (thin; no logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units``
 (debugging).
 
-Imports beyond click, json and tomllib happen inside the commands that need them, and the
+Imports beyond click and tomllib happen inside the commands that need them, and the
 commands of other modules are imported when they are asked for (:class:`LazyGroup`), so that
-``gpuagent status`` starts fast.
+each command starts fast; the installed ``gpuagent`` (:mod:`gpuagent.commands.entry`) runs
+``gpuagent status`` without this module, and click, where it can.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
-import time
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -184,73 +183,9 @@ def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
         from gpuagent.commands import schedcli  # noqa: PLC0415
 
         schedcli.npd(ctx, warning=form == "npd-warning")
-    as_json = as_json or form == "json"
-    from gpuagent import state  # noqa: PLC0415
-    from gpuagent.commands.status import ExitCode, checked, judge  # noqa: PLC0415
-    from gpuagent.commands.statustext import render  # noqa: PLC0415
+    from gpuagent.commands.statuscmd import show  # noqa: PLC0415
 
-    cfg = _salvage(ctx)
-    try:
-        st = state.read(cfg.state_file)
-    except state.StateError as e:
-        # Only a file that is not there (not one refused: a state directory this user may
-        # not search) means the service stopped.
-        if isinstance(e, state.NoStateFile):
-            from gpuagent.edges.systemd import unitstate  # noqa: PLC0415
-
-            # systemd removed it at stop: it knows since when, or that the agent never ran.
-            stopped = unitstate.describe(unitstate.query())
-            if stopped is not None:
-                if not as_json:
-                    _print(f"\u25cb gpuagent - {stopped}")
-                    sys.exit(ExitCode.UNKNOWN)
-                _unknown(stopped)
-        _unknown(str(e), as_json)
-    typed = checked(st)
-    if isinstance(typed, str):
-        _unknown(f"{cfg.state_file}: not a gpuagent state file: bad {typed!r}", as_json)
-    now = time.time()
-    code, reason = judge(typed, now)
-    if as_json:
-        text = json.dumps(
-            {**st, "health": code.health, "health_reason": reason}, indent=2, sort_keys=True
-        )
-    else:
-        text = render(typed, now, code, reason, wide=wide)
-    _print(text)
-    sys.exit(code)
-
-
-def _unknown(reason: str, as_json: bool = True) -> NoReturn:
-    """Exit 3 for a state that cannot be judged: for ``--json`` an object alone on stdout
-    (its ``health_reason`` says why), so that a script always has JSON to parse; else the
-    reason on stderr."""
-    from gpuagent.commands.status import ExitCode, clean  # noqa: PLC0415
-
-    if as_json:
-        health = ExitCode.UNKNOWN.health
-        _print(json.dumps({"health": health, "health_reason": reason}, indent=2))
-    else:
-        click.echo(f"gpuagent: {clean(reason)}", err=True)
-    sys.exit(ExitCode.UNKNOWN)
-
-
-def _print(text: str) -> None:
-    """Print to stdout whatever it is: a terminal that cannot encode a character gets "?",
-    and a full or broken stdout loses the text, not the exit status."""
-    out = sys.stdout
-    if out is None:
-        return
-    if hasattr(out, "reconfigure"):
-        out.reconfigure(errors="replace")
-    try:
-        out.write(text + "\n")
-        out.flush()
-    except OSError:
-        # Point fd 1 at /dev/null so that the interpreter's last flush cannot fail either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, out.fileno())
-        os.close(devnull)
+    show(ctx.obj["config_file"], as_json=as_json or form == "json", wide=wide)
 
 
 @main.command("check-config")
