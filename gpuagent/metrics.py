@@ -31,7 +31,7 @@ from gpuagent.schema import GpuEntry, ProbeState, ProblemEntry, State
 from gpuagent.sources.nvlink import nvmetrics
 from gpuagent.sources.processes import procmetrics
 
-__all__ = ["GPU_VALUES", "Snapshot", "families", "registry", "render"]
+__all__ = ["GPU_VALUES", "Exposition", "families", "render"]
 
 _MIB = 1048576
 GPU_LABELS = ("pci_slot", "uuid")
@@ -339,26 +339,66 @@ def families(state: State) -> list[Metric]:
     return [f for f in out if f.samples]
 
 
-class Snapshot(Collector):
-    """The one collector of a textfile's registry: the series of :attr:`state`."""
+class _One(Collector):
+    """A registry's one collector: the family it is given."""
 
     def __init__(self) -> None:
-        self.state: State | None = None
+        self.family: Metric | None = None
 
     def collect(self) -> Iterable[Metric]:
-        return [] if self.state is None else families(self.state)
+        return [] if self.family is None else [self.family]
 
 
-def registry() -> tuple[CollectorRegistry, Snapshot]:
-    """A registry whose one collector renders the state it is given."""
-    out = CollectorRegistry(auto_describe=False)
-    collector = Snapshot()
-    out.register(collector)
-    return out, collector
+# A family's samples, compared: a zero by its text too, for -0.0 == 0.0 but prints "-0.0".
+_Key = tuple[str, str, str, tuple[tuple[str, tuple[tuple[str, str], ...], object, object], ...]]
+
+
+def _key(family: Metric) -> _Key:
+    return (
+        family.name,
+        family.type,
+        family.documentation,
+        tuple(
+            (s.name, tuple(s.labels.items()), s.value or repr(s.value), s.timestamp)
+            for s in family.samples
+        ),
+    )
+
+
+class Exposition:
+    """The textfile's bytes for each tick's state, each family formatted by prometheus_client.
+
+    A family whose samples are the same as at the last render is not formatted again: the
+    library's text for 185 samples is a third of an 8-GPU tick's own CPU
+    (docs/performance.md), and on a quiet host most families do not change from one tick to
+    the next (the GPUs' info and health, the NVLink counters between two reads, who is on
+    each GPU).  Its text is the library's for the family alone: the library writes a
+    registry's families one after another, so the file is byte for byte what one
+    ``generate_latest`` of all of them gives."""
+
+    def __init__(self) -> None:
+        self._one = _One()
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(self._one)
+        self._last: dict[_Key, bytes] = {}
+
+    def render(self, state: State) -> bytes:
+        """The exposition text of ``state`` (:func:`families`)."""
+        texts: dict[_Key, bytes] = {}
+        out: list[bytes] = []
+        for family in families(state):
+            key = _key(family)
+            text = self._last.get(key)
+            if text is None:
+                self._one.family = family
+                text = generate_latest(self._registry)
+            texts[key] = text
+            out.append(text)
+        self._one.family = None
+        self._last = texts
+        return b"".join(out)
 
 
 def render(state: State) -> str:
     """The exposition text of one tick's state (what the textfile holds)."""
-    out, collector = registry()
-    collector.state = state
-    return generate_latest(out).decode()
+    return Exposition().render(state).decode()

@@ -14,8 +14,6 @@ import contextlib
 import logging
 import os
 
-from prometheus_client import generate_latest
-
 from gpuagent import metrics, state
 from gpuagent.condition import Bug, Condition, Edge
 from gpuagent.edges import safefile
@@ -71,7 +69,7 @@ class Textfile:
         self.log = log
         self._failing = _Failing(log, Event.METRICS_WRITE_FAILED, "Prometheus metrics to")
         self._absent: Condition[str] = Condition()
-        self._registry, self._collector = metrics.registry()
+        self._exposition = metrics.Exposition()
 
     @property
     def problem(self) -> str | None:
@@ -105,9 +103,8 @@ class Textfile:
                     "does not exist (is prometheus-node-exporter installed?)",
                 )
             return
-        self._collector.state = st
         try:
-            safefile.write_atomic(target, generate_latest(self._registry))
+            safefile.write_atomic(target, self._exposition.render(st))
         except OSError as e:
             self._failing.failed(f"{self._name(target)}: {e.strerror or e}")
             return

@@ -11,8 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from prometheus_client import parser
+from prometheus_client import CollectorRegistry, generate_latest, parser
 from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from gpuagent import metrics
 from gpuagent.config import Config
@@ -523,3 +524,42 @@ def test_a_gpu_with_a_problem_keeps_its_values(host: Host) -> None:
     assert named(got, "gpuagent_gpu_problem") == {frozenset(problem.items()): 1.0}
     assert sum(named(got, "gpuagent_gpu_healthy").values()) == 7.0
     assert one(got, "gpuagent_probe_duration_seconds") == host.probe["duration"]
+
+
+class _All(Collector):
+    def __init__(self, st: State) -> None:
+        self.st = st
+
+    def collect(self) -> Iterable[Metric]:
+        return metrics.families(self.st)
+
+
+def test_the_exposition_is_the_librarys_text_tick_after_tick() -> None:
+    """A family formatted at an earlier tick is reused only while its samples are the same:
+    each tick's bytes are one ``generate_latest`` of all its families, a zero's sign too."""
+    cap = replay.load(H200_LOAD)
+    fields = tuple(f for f in FIELDS if replay.canonical(f) in cap.fields)
+    rows = parse(replay.answer(cap, list(fields), "csv,noheader,nounits")[0], fields)
+    gpus = {sysfs_slot(str(row["pci.bus_id"])): row for row in rows}
+    first = sorted(gpus)[0]
+
+    def changed(slot: str, **values: float) -> dict[str, Row]:
+        return {**gpus, slot: {**gpus[slot], **values}}
+
+    ticks = [
+        snapshot(gpus),
+        snapshot(gpus),
+        snapshot(changed(first, **{"temperature.gpu": 51})),
+        snapshot(changed(first, **{"temperature.gpu": -0.0})),
+        snapshot(changed(first, **{"temperature.gpu": 0.0})),
+        snapshot(changed(first, **{"temperature.gpu": 0})),
+        snapshot({}),
+        snapshot(gpus, spawns_total=11),
+        snapshot(gpus),
+    ]
+    exposition = metrics.Exposition()
+    for st in ticks:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_All(st))
+        assert exposition.render(st) == generate_latest(registry)
+    assert b"-0.0" in metrics.Exposition().render(ticks[3])

@@ -73,7 +73,7 @@ class Faults:
 
         monkeypatch.setattr(state, "write", write_state)
         monkeypatch.setattr(safefile, "write_atomic", write_atomic)
-        monkeypatch.setattr("gpuagent.publish.generate_latest", metrics)
+        monkeypatch.setattr("gpuagent.metrics.generate_latest", metrics)
 
     def set(self, **faults: Any) -> None:
         self.state, self.textfile, self.bug = False, False, False
