@@ -40,7 +40,6 @@ from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.edges.cadence import every_ticks
 from gpuagent.edges.runner import Runner
-from gpuagent.health import Tracker
 from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier
 from gpuagent.publish import Textfile
@@ -51,6 +50,7 @@ from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.processes import apps
 from gpuagent.sources.processes.processes import ProcessesSource
+from gpuagent.verdict import Tracker
 from gpuagent.views import Row
 from tests.fakehost import quiet_journal
 

@@ -19,8 +19,8 @@ import os
 import stat
 import tomllib
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from gpuagent.configkeys import KEYS, MIN_INTERVAL, ConfigError, Override, check_key
 
@@ -52,17 +52,15 @@ _DEFAULTS = {k.name: k.default for k in KEYS}
 
 
 def _default(name: str) -> Any:
-    """Config's field of key ``name``, with its default from
-    :data:`gpuagent.configkeys.KEYS` (a table a fresh copy for each Config: a dataclass
-    shares no mutable default)."""
+    """Config's default of key ``name``, from :data:`gpuagent.configkeys.KEYS`; a table
+    read-only, for every Config shares it."""
     default = _DEFAULTS[name]
-    if isinstance(default, dict):
-        return field(default_factory=default.copy)
-    return field(default=default)
+    return MappingProxyType(default) if isinstance(default, dict) else default
 
 
-@dataclass(frozen=True)
-class Config:
+# Config and Reading are NamedTuples, as configkeys' Key: a dataclass needs the dataclasses
+# module, which imports inspect, a sixth of ``gpuagent status``'s start.
+class Config(NamedTuple):
     """The agent's settings, one per entry of :data:`gpuagent.configkeys.KEYS` (its check,
     default and doc) in its order; durations are in seconds."""
 
@@ -206,8 +204,7 @@ def _listing(path: str) -> tuple[list[str], list[str]]:
     return chosen, others
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(NamedTuple):
     """What the files of one configuration make, whatever they say: ``config``, the
     settings of every valid key (of each file that parses as TOML; a key a cross-key rule
     refuses left out); ``sources``, for each of those keys, the file that set it last;
@@ -327,7 +324,7 @@ def with_interval(cfg: Config, interval: float) -> Config:
     """``cfg`` ticking every ``interval`` s (``run --interval``), its probe timeout capped at
     :data:`TIMEOUT_FRACTION` of it."""
     timeout = min(cfg.probe_timeout, round(TIMEOUT_FRACTION * interval, 3))
-    return replace(cfg, interval=interval, probe_timeout=timeout)
+    return cfg._replace(interval=interval, probe_timeout=timeout)
 
 
 def _parse(path: str, *, required: bool) -> dict[str, Any] | None:
@@ -376,7 +373,7 @@ def _validate(raw: dict[str, Any], *, source: str) -> dict[str, Any]:
 def _settings(values: Mapping[str, Any]) -> Config:
     """The defaults with ``values`` (checked, by key), after :data:`RULES`; raises
     :class:`_Refused`."""
-    cfg = replace(Config(), **values)
+    cfg = Config()._replace(**values)
     for rule in RULES:
         cfg = rule(cfg, values.keys())
     return cfg

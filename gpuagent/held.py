@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuagent.edges.statedir import StateFile
-from gpuagent.health import Finding
 from gpuagent.logs import EventLog
+from gpuagent.views import Finding
 
 __all__ = ["FILE", "Held", "HeldProblems", "by_source"]
 

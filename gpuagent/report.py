@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent import __version__
-from gpuagent.health import OK, UNKNOWN, Problem, worst
+from gpuagent.health import OK, UNKNOWN
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -45,6 +45,7 @@ from gpuagent.views import (
     NvlinkView,
     PciGpu,
     ProbeView,
+    Problem,
     ProcessesView,
     ProcessView,
     SamplesView,
@@ -52,6 +53,7 @@ from gpuagent.views import (
     SXidCount,
     UnitView,
     VgpuView,
+    worst,
 )
 
 __all__ = ["STATE_FILE", "Origin", "Report", "build", "finished", "stored"]

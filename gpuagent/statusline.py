@@ -2,7 +2,7 @@
 (pure).
 
 The line leads with the problems, counted by severity, criticals first, each named (its slot,
-``host`` for the host's, and :attr:`~gpuagent.health.Finding.name`) in the one order of the
+``host`` for the host's, and :attr:`~gpuagent.views.Finding.name`) in the one order of the
 worst (:func:`gpuagent.health.rank`); then, after a semicolon, what the GPUs are doing; then
 the agent's own trouble (the state's ``problems``) by kind::
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuagent.health import CRITICAL, Problem
+from gpuagent.health import CRITICAL
 from gpuagent.schema import ProbeState
-from gpuagent.views import BusView, Gate, ProbeView, plural
+from gpuagent.views import BusView, Gate, ProbeView, Problem, plural
 
 __all__ = ["WIDTH", "Line", "Problems", "status_line", "with_trouble"]
 

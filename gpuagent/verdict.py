@@ -4,7 +4,7 @@ Sources report with :meth:`Verdict.report` (``smi`` from the probe, ``xid`` from
 log); :meth:`Verdict.judge` adds the PCI bus's and the host's findings, settles them and logs
 each problem's start (warning, error when critical), a change of its severity or action, and
 its end (info), each with the event of its kind; of a problem that its source's own line
-tells (an outage's: :attr:`gpuagent.health.Finding.told`), only the change.  The problems
+tells (an outage's: :attr:`gpuagent.views.Finding.told`), only the change.  The problems
 the agent before a restart left open (:mod:`gpuagent.held`) hold from the first tick with
 their first ``since``, restated at info with an event of their own (``still_holds``: no new
 start), until their source has had a complete look of its own.
@@ -17,14 +17,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from gpuagent.health import CRITICAL, Finding, Problem, Tracker
+from gpuagent.health import CRITICAL
 from gpuagent.held import Held, by_source
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.probe import rules
-from gpuagent.views import BusView, Clear
+from gpuagent.views import BusView, Clear, Finding, Problem
 
-__all__ = ["Verdict"]
+__all__ = ["Tracker", "Verdict"]
 
 # Kinds with an event of their own; the others use logs.Event.problem(kind).
 _EVENTS = {
@@ -180,3 +180,77 @@ def _dated(f: Finding, first: float | None) -> Finding:
     if first is None:
         return f
     return replace(f, at=first if f.at is None else min(f.at, first))
+
+
+class Tracker:
+    """Problems from several sources (``smi``, ``pci``, ``xid`` …), each problem's start and end.
+
+    Each source calls :meth:`report` with all it currently finds, ``{slot: [Finding, ...]}``;
+    a source's findings hold until it reports again.  :meth:`settle` then merges them: a
+    problem (slot and :attr:`Finding.key`) seen by any source holds; its ``since`` is the time
+    of the first :meth:`settle` that saw it.  :attr:`restated` lists the problems whose
+    severity or action the last :meth:`settle` changed (a Nonfatal NVLink Xid turned Fatal).
+    """
+
+    def __init__(self) -> None:
+        self._sources: dict[str, dict[str, list[Finding]]] = {}
+        self._open: dict[tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]], Problem] = {}
+        self.restated: list[Problem] = []
+
+    def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
+        """Replace everything ``source`` found with ``findings`` (by slot)."""
+        self._sources[source] = {slot: list(fs) for slot, fs in findings.items()}
+
+    def settle(self, now: float, exempt: Iterable[str] = ()) -> tuple[list[Problem], list[Problem]]:
+        """Merge the sources at wall time ``now`` (s); returns the problems that started and
+        those that ended, in slot order.  Slots in ``exempt`` (a GPU bound to another driver
+        on purpose) have no problems."""
+        skip = set(exempt)
+        current: dict[tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]], Finding] = {}
+        for findings in self._sources.values():
+            for slot, fs in findings.items():
+                if slot in skip:
+                    continue
+                for f in fs:
+                    current.setdefault((slot, f.key), f)
+        started: list[Problem] = []
+        self.restated = []
+        ended = [p for key, p in self._open.items() if key not in current]
+        for key in [k for k in self._open if k not in current]:
+            del self._open[key]
+        for key, f in current.items():
+            old = self._open.get(key)
+            if old is None:
+                since = now if f.at is None else min(now, f.at)
+                self._open[key] = Problem(key[0], f, since)
+                started.append(self._open[key])
+            elif old.finding != f:
+                # Same problem, new wording (another throttle reason): no new start.
+                self._open[key] = Problem(key[0], f, old.since)
+                was = old.finding
+                if (was.severity, was.action) != (f.severity, f.action):
+                    self.restated.append(self._open[key])
+        self.restated.sort(key=_slot_order)
+        return sorted(started, key=_slot_order), sorted(ended, key=_slot_order)
+
+    def problems(self, slot: str) -> list[Problem]:
+        """The problems holding on ``slot``, worst first (:func:`rank`): the first one's
+        action is the one that applies."""
+        mine = [p for (s, _), p in self._open.items() if s == slot]
+        return sorted(mine, key=lambda p: p.rank)
+
+    def slots(self) -> set[str]:
+        """Every slot with a problem (``""`` for the host)."""
+        return {s for s, _ in self._open}
+
+    def reporter(self, p: Problem) -> str | None:
+        """The source whose findings hold ``p`` (the first to report it, as :meth:`settle`
+        takes it), or None."""
+        for source, findings in self._sources.items():
+            if any(f.key == p.finding.key for f in findings.get(p.slot, ())):
+                return source
+        return None
+
+
+def _slot_order(p: Problem) -> tuple[str, str]:
+    return p.slot, p.finding.kind

@@ -6,13 +6,13 @@ changes them after the tick.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from gpuagent.edges.systemd.unitname import Owner
-from gpuagent.health import Finding
+from gpuagent.health import ACTIONS, CRITICAL, SEVERITIES, WARNING, Health, Rank, rank
 from gpuagent.schema import ProbeState, Value
 
 if TYPE_CHECKING:
@@ -22,12 +22,14 @@ __all__ = [
     "BusView",
     "Clear",
     "Failure",
+    "Finding",
     "Gate",
     "KernelView",
     "NvlinkGpu",
     "NvlinkView",
     "PciGpu",
     "ProbeView",
+    "Problem",
     "ProcessView",
     "ProcessesView",
     "Row",
@@ -41,6 +43,7 @@ __all__ = [
     "XidCount",
     "XidInfo",
     "plural",
+    "worst",
 ]
 
 # One GPU's answer from nvidia-smi: each query field's value by its nvidia-smi name (None: N/A).
@@ -50,6 +53,86 @@ Row = dict[str, Value]
 def plural(n: int, word: str) -> str:
     """``1 GPU``, ``2 GPUs``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem seen on one GPU (or the host): ``kind`` (``lost``, ``xid`` …), ``severity``
+    (:data:`SEVERITIES`), ``action`` (:data:`ACTIONS`), a one-line ``message``, and ``extra``
+    fields carried into the state beside them (``(("xid", 79),)``); ``ends`` when it ends by
+    itself (``when nvidia-smi answers again``; ``""``: it holds until a clear or the boot).
+
+    ``kind`` and ``extra`` together identify a problem across ticks: Xid 79 and Xid 48 on one
+    GPU are two problems, each with its own start and end.  ``at`` is when the fault happened,
+    where the source knows (an Xid's first kernel record): the problem's ``since``.
+    """
+
+    kind: str
+    severity: str
+    action: str
+    message: str
+    extra: tuple[tuple[str, int | str], ...] = ()
+    # When the fault itself happened (wall s), where the source knows (an Xid: its first
+    # kernel record); not part of what the finding says.
+    at: float | None = field(default=None, compare=False)
+    # The systemd unit of the process that caused it (an application Xid's), where known: in
+    # the message already, and a field of its own for the journal and the state.
+    unit: str | None = field(default=None, compare=False)
+    # When it ends by itself, said by the rule that makes it ("when nvidia-smi answers
+    # again"); "" for one that holds until a clear or the next boot
+    # (:func:`gpuagent.sources.kernel.clears.ending` says the whole of it).
+    ends: str = field(default="", compare=False)
+    # Its start and end are told by a line of the source's own (the probe's "nvidia-smi
+    # failing", the gate's "module not loaded"), with that line's MESSAGE_ID since before it
+    # was a problem: the verdict logs only a change of its severity or action.
+    told: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"action {self.action!r} is not one of {ACTIONS}")
+
+    @property
+    def name(self) -> str:
+        """The problem in a few words: its kind, or ``Xid 79`` for an Xid."""
+        code = dict(self.extra).get("xid")
+        return self.kind if code is None else f"Xid {code}"
+
+    @property
+    def caused(self) -> bool:
+        """Folded under a host's problem, its ``cause`` (a GPU's fabric while the fabric
+        manager is down): that problem is the one to act on."""
+        return any(k == "cause" for k, _ in self.extra)
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, int | str], ...]]:
+        """What identifies this problem from one tick to the next."""
+        return self.kind, self.extra
+
+
+def worst(findings: Iterable[Finding]) -> Health:
+    """The health of a GPU with ``findings``: ``critical``, ``warning`` or ``ok`` (none)."""
+    severities = {f.severity for f in findings}
+    if CRITICAL in severities:
+        return Health.CRITICAL
+    return Health.WARNING if WARNING in severities else Health.OK
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A :class:`Finding` that holds on the GPU in ``slot`` (``""``: the host) since ``since``
+    (Unix time, s)."""
+
+    slot: str
+    finding: Finding
+    since: float
+
+    @property
+    def rank(self) -> Rank:
+        """Where it sorts among problems, worst first (:func:`rank`)."""
+        f = self.finding
+        return rank(f.severity, f.action, self.slot, f.kind, caused=f.caused)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pytest
@@ -119,7 +119,7 @@ class Host(FakeHost):
             textfile=os.path.join(self.dir, "gpuagent.prom"),
             journal_directory=fakehost.quiet_journal(),
         )
-        return replace(base, **overrides)
+        return base._replace(**overrides)
 
     def make_agent(
         self,

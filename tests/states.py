@@ -11,16 +11,17 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpuagent import __version__, report
-from gpuagent.health import Finding, Problem
 from gpuagent.schema import GpuEntry, ProbeState, State
 from gpuagent.sources.probe import rules
 from gpuagent.state import SCHEMA
 from gpuagent.views import (
     BusView,
+    Finding,
     KernelView,
     NvlinkView,
     PciGpu,
     ProbeView,
+    Problem,
     ProcessesView,
     Row,
     Sample,

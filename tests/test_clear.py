@@ -14,14 +14,13 @@ from click.testing import CliRunner
 from gpuagent.commands import clearcli, statustext
 from gpuagent.commands.cli import main
 from gpuagent.edges import safefile
-from gpuagent.health import Problem
 from gpuagent.logs import Event
 from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.driver.hangs import ProbeHangs
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
-from gpuagent.views import Clear
+from gpuagent.views import Clear, Problem
 from tests import states
 from tests.conftest import Host
 from tests.journalfeed import this_boot

@@ -18,10 +18,9 @@ from gpuagent.commands import drain, drainrecord, slurmcheck
 from gpuagent.commands.cli import main
 from gpuagent.commands.drain import Node, decide, npd, parse_node, worst
 from gpuagent.edges import safefile
-from gpuagent.health import Finding, Problem
 from gpuagent.schema import ProbeState, State
 from gpuagent.sources.driver.driver import driver_mismatch, mismatch_evidence
-from gpuagent.views import Failure, ProbeView
+from gpuagent.views import Failure, Finding, ProbeView, Problem
 from tests import states
 from tests.states import NOW, SLOT
 from tests.test_status import write_state

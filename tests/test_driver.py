@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.logs import Event
 from gpuagent.sources.driver import driver
 from gpuagent.sources.driver.driver import (
@@ -31,7 +31,7 @@ from gpuagent.sources.driver.driver import (
     mismatch_evidence,
     version_of,
 )
-from gpuagent.views import ApiMismatch
+from gpuagent.views import ApiMismatch, Finding
 
 HOST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus", "host")
 # dmesg "[  7.6]", dmesg -T, journalctl's "Apr 19 12:34:42 host kernel: ", Talos' "host:

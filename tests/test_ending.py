@@ -15,14 +15,14 @@ import pytest
 
 from gpuagent import metrics
 from gpuagent.commands import drain, statustext
-from gpuagent.health import CRITICAL, WARNING, Finding, Problem
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import State
 from gpuagent.sources.bus.known import FILE, KnownGpus
 from gpuagent.sources.kernel import clears, xidcount
 from gpuagent.sources.kernel.xidcatalog import lookup
 from gpuagent.sources.probe import rules
-from gpuagent.views import Row, XidCount
+from gpuagent.views import Finding, Problem, Row, XidCount
 from tests import fakesysfs, states
 from tests.conftest import Host
 from tests.test_catalog import entries

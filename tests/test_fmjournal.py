@@ -90,7 +90,7 @@ def test_a_mismatch_is_critical_check_host_and_names_the_version_to_install() ->
 
 def test_the_gpus_fabric_problems_fold_under_the_mismatch() -> None:
     (host,) = fabricmanager_findings(SWITCHES, FAILED, ("590.48.01", "580.126.09"))
-    from gpuagent.health import Finding  # noqa: PLC0415
+    from gpuagent.views import Finding  # noqa: PLC0415
 
     fabric = Finding("fabric", CRITICAL, "check_host", "not joined the NVLink fabric")
     folded = fold_fabric([host], {"0000:18:00.0": [fabric]})

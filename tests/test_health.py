@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuagent.health import ACTIONS, CRITICAL, OK, WARNING, Finding, Health, Tracker, worst
+from gpuagent.health import ACTIONS, CRITICAL, OK, WARNING, Health
+from gpuagent.verdict import Tracker
+from gpuagent.views import Finding, worst
 from tests import states
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -358,7 +357,7 @@ def test_gpu_count_below_expected(host: Host) -> None:
     assert code(host) == ExitCode.CRITICAL
     one_start_host = host.events(Event.PROBLEM_GPU_COUNT)
     assert len(one_start_host) == 1 and not hasattr(one_start_host[0], "PCI_SLOT")
-    host.agent.configure(replace(host.agent.config, expected_gpus=8))
+    host.agent.configure(host.agent.config._replace(expected_gpus=8))
     host.tick()
     assert host.state["host_problems"] == []
     assert len(host.events(Event.PROBLEM_CLEARED)) == 1
@@ -484,7 +483,7 @@ def test_gpus_appearing_on_a_reload_log_one_line(host: Host, tmp_path: Any) -> N
     fakesysfs.set_module(empty, True)
     agent = host.make_agent(sysfs_root=empty)
     assert host.tick(3).status == "no NVIDIA GPU on the PCI bus"
-    agent.configure(replace(agent.config, sysfs_root=host.root))
+    agent.configure(agent.config._replace(sysfs_root=host.root))
     report = host.tick(3)
     lines = [r.getMessage() for r in loud(host)]
     assert lines == [

@@ -11,13 +11,13 @@ import os
 import time
 from typing import Any
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.held import FILE, Held, HeldProblems
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.kernel import clears, timeline
 from gpuagent.sources.probe import rules
 from gpuagent.verdict import Verdict
-from gpuagent.views import BusView, PciGpu
+from gpuagent.views import BusView, Finding, PciGpu
 from tests import fakesysfs, test_kernlog
 from tests.conftest import Clock, Host, ListHandler
 from tests.test_kernlog import corpus_text

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import fields
 
 import click
 
@@ -68,8 +67,8 @@ def test_every_command_and_option() -> None:
 
 def test_every_configuration_key() -> None:
     text = section("CONFIGURATION")
-    for f in fields(Config):
-        assert re.search(rf"^\.BR {f.name} \" \(default ", text, re.M), f.name
+    for name in Config._fields:
+        assert re.search(rf"^\.BR {name} \" \(default ", text, re.M), name
 
 
 def test_every_failure_class() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.nvlink.nvlink import (
     GpuState,
     Link,
@@ -24,6 +24,7 @@ from gpuagent.sources.nvlink.nvlink import (
     parse_status,
     slots_by_key,
 )
+from gpuagent.views import Finding
 from tests import replay
 from tests.replay import CORPUS
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus import pci
 from gpuagent.sources.services.nvservices import (
     FABRICMANAGER,
@@ -20,7 +20,7 @@ from gpuagent.sources.services.nvservices import (
     persistence_findings,
     persistenced_findings,
 )
-from gpuagent.views import Row
+from gpuagent.views import Finding, Row
 from tests import fakesysfs
 from tests.replay import CORPUS
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from gpuagent import metrics
 from gpuagent.commands import status
-from gpuagent.health import CRITICAL, WARNING, Finding, Problem
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.logs import Event
 from gpuagent.schema import State
+from gpuagent.views import Finding, Problem
 from tests import fakesysfs, states
 from tests.conftest import Host
 from tests.test_kernel import FELL_OFF, make

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -308,7 +308,7 @@ def test_an_xid_names_the_unit_its_pid_was_last_seen_in(host: Host, make: Any) -
         "NVRM: Xid (PCI:0000:2a:00): 119, pid=48213, name=python3, Timeout waiting for RPC\n"
     )
     journal = make(xids, start=time.time())
-    agent.configure(replace(agent.config, journal_directory=journal))
+    agent.configure(agent.config._replace(journal_directory=journal))
     state = host.tick().state
     counted = {r.__dict__["XID"]: r for r in host.events(Event.XID_COUNTED)}
     assert (

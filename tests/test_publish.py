@@ -20,16 +20,17 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuagent import report, state
 from gpuagent.edges import safefile
-from gpuagent.health import Finding, Problem
 from gpuagent.schema import ProbeState, State
 from gpuagent.sources.kernel.xidcatalog import lookup
 from gpuagent.views import (
     BusView,
     Clear,
+    Finding,
     KernelView,
     NvlinkGpu,
     NvlinkView,
     ProbeView,
+    Problem,
     ProcessesView,
     ProcessView,
     SamplesView,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from gpuagent.health import Finding
 from gpuagent.sources.kernel.recurrence import Hit, Recurrence
+from gpuagent.views import Finding
 
 SLOT = "0000:cf:00.0"
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

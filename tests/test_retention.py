@@ -208,7 +208,7 @@ def test_the_source_warns_once_and_holds_the_trouble() -> None:
     records = Records()
     logger.addHandler(records)
     source = Retention(EventLog(logger), root="/fake", look=fake, monotonic=clock)
-    config = replace(Config(), journal_directory="", history_days=30)
+    config = Config(journal_directory="", history_days=30)
     tick = Tick(NOW, 0.0, config)
     for _ in range(3):
         clock.now += 10

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.probe import rules
 from gpuagent.sources.probe.smi import FIELDS, parse
-from gpuagent.views import PciGpu, Row
+from gpuagent.views import Finding, PciGpu, Row
 from tests import replay
 from tests.fakehost import H200_LOAD
 

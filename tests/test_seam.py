@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from gpuagent.health import WARNING, Finding
+from gpuagent.health import WARNING
 from gpuagent.sources import Outcome, Source
-from gpuagent.views import Tick
+from gpuagent.views import Finding, Tick
 from tests.conftest import Host
 
 NOW_AND_CONFIG = {"now", "mono", "config", "previous"}

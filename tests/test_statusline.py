@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from gpuagent.health import ACTIONS, CRITICAL, WARNING, Finding, Problem
+from gpuagent.health import ACTIONS, CRITICAL, WARNING
 from gpuagent.logs import Event
 from gpuagent.schema import ProbeState
 from gpuagent.statusline import WIDTH, Line, Problems, status_line, with_trouble
-from gpuagent.views import BusView, Failure, Gate, PciGpu, ProbeView
+from gpuagent.views import BusView, Failure, Finding, Gate, PciGpu, ProbeView, Problem
 
 # The H200 HGX board's slots (fakesysfs.gpu_slots(8)); 0000:ba:00.0 is as long as any
 # slot in domain 0000.

@@ -15,13 +15,14 @@ import pytest
 from gpuagent import metrics
 from gpuagent.commands import drain
 from gpuagent.commands.status import judge
-from gpuagent.health import CRITICAL, WARNING, Finding, Problem, Tracker, rank, ranked
+from gpuagent.health import CRITICAL, WARNING, rank, ranked
 from gpuagent.schema import ProbeState, State
 from gpuagent.sources.driver.driver import driver_mismatch, mismatch_evidence
 from gpuagent.sources.driver.hangs import ProbeHangs
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.probe.outage import outage
-from gpuagent.views import Failure, ProbeView
+from gpuagent.verdict import Tracker
+from gpuagent.views import Failure, Finding, ProbeView, Problem
 from tests import states
 from tests.test_drain import nhc, node
 

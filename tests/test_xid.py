@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from gpuagent.sources.kernel.xidcatalog import CATALOG, RECOVERY_ACTIONS, lookup
 from gpuagent.sources.kernel.xidcount import XidCounter
+from gpuagent.views import Finding
 from tests import xidcorpus
 
 

@@ -16,11 +16,11 @@ from dataclasses import replace
 import pytest
 
 from gpuagent.configkeys import Override
-from gpuagent.health import ACTIONS, CRITICAL, WARNING, Finding
+from gpuagent.health import ACTIONS, CRITICAL, WARNING
 from gpuagent.sources.kernel.xid import Xid, assess
 from gpuagent.sources.kernel.xidcatalog import CATALOG, NONE, lookup, override
 from gpuagent.sources.kernel.xidcount import XidCounter, finding
-from gpuagent.views import XidCount, XidInfo
+from gpuagent.views import Finding, XidCount, XidInfo
 from tests import xidcorpus
 
 TSV = os.path.join(

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuagent.commands.status import clean
-from gpuagent.health import Finding, rank
+from gpuagent.health import rank
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import ProbeResult
-from gpuagent.views import PciGpu
+from gpuagent.views import Finding, PciGpu
 
 __all__ = ["HEADER", "findings", "full", "table"]
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from gpuagent import config
 from gpuagent.edges import textlink
@@ -175,7 +174,7 @@ class RunConfig:
         self.errors = reading.errors
         cfg, sources = reading.config, reading.sources
         textfile, note = textfile_for(cfg, sources, self.env)
-        return replace(cfg, textfile=textfile), note
+        return cfg._replace(textfile=textfile), note
 
     def lock_textfile(self, cfg: config.Config) -> None:
         """Hold the lock of ``cfg.textfile`` (none for ``""``); raises AlreadyRunning."""

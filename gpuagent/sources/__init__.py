@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from gpuagent.health import Finding
+from gpuagent.views import Finding
 
 if TYPE_CHECKING:
     # Annotations only: importing any module of sources/ runs this package first.

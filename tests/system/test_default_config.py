@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import asdict
 
 from gpuagent.config import Config, from_mapping
 
@@ -28,7 +27,7 @@ def test_uncommented_it_gives_exactly_the_defaults() -> None:
     keys = [m.group(1) for line in lines if (m := SETTING.match(line))]
     # A key unset by default (expected_gpus) cannot be written in TOML, and a table ([xid])
     # cannot be commented out key by key: both are shown in a comment.
-    assert keys == [k for k, v in asdict(Config()).items() if v is not None and k != "xid"]
+    assert keys == [k for k, v in Config()._asdict().items() if v is not None and k != "xid"]
     uncommented = "\n".join(line[1:] if SETTING.match(line) else "" for line in lines)
     assert from_mapping(tomllib.loads(uncommented), source=SHIPPED) == Config()
 

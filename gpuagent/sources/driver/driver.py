@@ -1,6 +1,6 @@
 """Why the nvidia kernel module is not there, or not the driver that is installed.
 
-Two host-level problems, each a :class:`~gpuagent.health.Finding` for slot ``""``:
+Two host-level problems, each a :class:`~gpuagent.views.Finding` for slot ``""``:
 
 * ``no_driver_module`` (``check_host``): NVIDIA GPUs wait for the nvidia module, a warning
   until ``driver_absent_grace`` is over, then critical.  :func:`absence_reason` reads one
@@ -25,10 +25,10 @@ import re
 import sys
 from collections.abc import Iterable
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import SLOT
 from gpuagent.sources.kernel import driverrecord
-from gpuagent.views import ApiMismatch
+from gpuagent.views import ApiMismatch, Finding
 
 __all__ = [
     "KEY_REJECTED",

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpuagent.config import Config
-from gpuagent.health import Finding
 from gpuagent.schema import ProbeState
 from gpuagent.sources.driver.driver import (
     ModuleAbsence,
@@ -34,7 +33,7 @@ from gpuagent.sources.driver.driver import (
     mismatch_evidence,
 )
 from gpuagent.sources.driver.hangs import ProbeHangs
-from gpuagent.views import BusView, DriverRecords, Failure, Gate, ProbeView
+from gpuagent.views import BusView, DriverRecords, Failure, Finding, Gate, ProbeView
 
 __all__ = ["DriverState"]
 

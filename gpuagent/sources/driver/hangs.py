@@ -6,7 +6,8 @@ It takes monotonic times in seconds and keeps a few numbers, never a history.
 
 from __future__ import annotations
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.views import Finding
 
 __all__ = ["GOOD_PROBES", "ProbeHangs"]
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.views import Finding
 
 __all__ = ["ARGS", "KIND", "Domain", "Node", "Readiness", "finding", "parse"]
 

@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from gpuagent.health import CRITICAL, Finding
+from gpuagent.health import CRITICAL
 from gpuagent.sources.kernel import timeline
 from gpuagent.sources.kernel.kernlog import journal_boot
 from gpuagent.sources.kernel.recurrence import Hit, Recurrence, recurring
+from gpuagent.views import Finding
 
 __all__ = ["SLICE", "EarlierBoots", "entries"]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from gpuagent.condition import Condition, Edge
 from gpuagent.configkeys import Override
 from gpuagent.edges.users import user_name
-from gpuagent.health import WARNING, Finding
+from gpuagent.health import WARNING
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
@@ -30,7 +30,16 @@ from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS, First, Source, XidCounter
 from gpuagent.sources.processes.owners import source_words
-from gpuagent.views import ApiMismatch, BusView, Clear, DriverRecords, KernelView, Seen, XidCount
+from gpuagent.views import (
+    ApiMismatch,
+    BusView,
+    Clear,
+    DriverRecords,
+    Finding,
+    KernelView,
+    Seen,
+    XidCount,
+)
 
 __all__ = ["SLICE", "KernelRecords"]
 

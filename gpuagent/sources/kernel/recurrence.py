@@ -16,8 +16,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuagent.health import CRITICAL, Finding
-from gpuagent.views import Recurring
+from gpuagent.health import CRITICAL
+from gpuagent.views import Finding, Recurring
 
 __all__ = ["Hit", "Recurrence", "recurring"]
 

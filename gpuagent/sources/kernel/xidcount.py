@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from gpuagent.configkeys import Override
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
-from gpuagent.views import SXidCount, XidCount
+from gpuagent.views import Finding, SXidCount, XidCount
 
 __all__ = [
     "MAX_CODES",

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import sysfs_slot
-from gpuagent.views import Row
+from gpuagent.views import Finding, Row
 
 __all__ = [
     "COUNTERS_ARGS",

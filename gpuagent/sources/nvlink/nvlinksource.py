@@ -25,7 +25,6 @@ from logging import INFO, WARNING
 from gpuagent.config import Config
 from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
-from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources import Findings, Outcome, Source, partial
@@ -33,7 +32,7 @@ from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.nvlink.linksup import LinksUp
 from gpuagent.sources.nvlink.nvlink import GpuState, Parsed
 from gpuagent.sources.nvlink.nvlinkread import Reader
-from gpuagent.views import NvlinkGpu, NvlinkView, Row, Tick
+from gpuagent.views import Finding, NvlinkGpu, NvlinkView, Row, Tick
 
 __all__ = ["NvlinkSource"]
 

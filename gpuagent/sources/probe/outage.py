@@ -8,10 +8,10 @@ timeout or a child stuck in the driver is ``driver_hung``, a driver/library mism
 
 from __future__ import annotations
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.schema import ProbeState
 from gpuagent.sources.probe.smi import HINTS
-from gpuagent.views import Failure, Gate, ProbeView
+from gpuagent.views import Failure, Finding, Gate, ProbeView
 
 __all__ = ["DRIVERS", "outage"]
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.views import Row
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.views import Finding, Row
 
 __all__ = ["FIELDS", "LIMIT", "RISE_PAGES", "RISE_WINDOW", "PageRetirements", "retired"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.views import PciGpu, Row
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.views import Finding, PciGpu, Row
 
 __all__ = [
     "BUSY_UTILIZATION",

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuagent.health import Finding
 from gpuagent.logs import EventLog
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.pages import PageRetirements
 from gpuagent.sources.probe.probe import ProbeResult
 from gpuagent.sources.probe.throttle import ThrottleWindow
-from gpuagent.views import PciGpu, Row, Sample, SamplesView
+from gpuagent.views import Finding, PciGpu, Row, Sample, SamplesView
 
 __all__ = ["STALE_AFTER_INTERVALS", "Samples"]
 

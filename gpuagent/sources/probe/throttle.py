@@ -26,8 +26,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from gpuagent.health import WARNING, Finding
+from gpuagent.health import WARNING
 from gpuagent.sources.probe.rules import THROTTLE_BITS
+from gpuagent.views import Finding
 
 __all__ = ["GAP_INTERVALS", "MIN_COVERAGE", "MIN_SAMPLES", "MIN_SLOWED", "ThrottleWindow"]
 

@@ -1,7 +1,7 @@
 """NVIDIA's host services, judged: the fabric manager, the persistence daemon and IMEX (pure).
 
 Facts in (the units' states from :mod:`gpuagent.edges.systemd.units`, the NVSwitches on the PCI bus,
-the probe's rows), :class:`~gpuagent.health.Finding` out:
+the probe's rows), :class:`~gpuagent.views.Finding` out:
 
 - ``fabricmanager_down`` (host, critical, ``restart_service``): NVSwitches on this host's PCI
   bus and ``nvidia-fabricmanager.service`` not active, or not installed.  A GB200-class
@@ -44,8 +44,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpuagent.health import CRITICAL, WARNING, Finding
-from gpuagent.views import Row
+from gpuagent.health import CRITICAL, WARNING
+from gpuagent.views import Finding, Row
 
 __all__ = [
     "DCGM",

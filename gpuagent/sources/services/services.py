@@ -22,12 +22,11 @@ from typing import Protocol
 from gpuagent.condition import Condition, Edge
 from gpuagent.config import Config
 from gpuagent.edges.systemd.units import Result, Watch
-from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources import Outcome, Source
 from gpuagent.sources.bus import pci
 from gpuagent.sources.services import nvservices
-from gpuagent.views import Row, ServicesView, Tick, UnitView
+from gpuagent.views import Finding, Row, ServicesView, Tick, UnitView
 
 __all__ = ["Reader", "ServicesSource"]
 

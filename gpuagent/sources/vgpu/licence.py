@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuagent.health import CRITICAL, WARNING, Finding
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.views import Finding
 
 __all__ = ["ARGS", "GRACE", "UNLICENSED", "Licence", "finding", "parse"]
 

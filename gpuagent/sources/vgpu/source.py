@@ -22,12 +22,11 @@ from gpuagent.config import Config
 from gpuagent.edges import smirun
 from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
-from gpuagent.health import Finding
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources import Findings, Outcome, Source, partial
 from gpuagent.sources.vgpu import gridd, licence
-from gpuagent.views import Tick, VgpuGpu, VgpuView
+from gpuagent.views import Finding, Tick, VgpuGpu, VgpuView
 
 __all__ = ["GRIDD", "VgpuSource"]
 
