@@ -113,7 +113,7 @@ class ScriptedRunner(Runner):
             ),
         }
 
-    def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
+    def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
         self.spawns += 1
         if argv[1:2] == ["nvlink"]:
             # A PCIe host: drivers before 595 print nothing for a GPU without NVLink.

@@ -11,7 +11,8 @@ processes every tick, the two NVLink reads on the agent's NVLink cadence) and a 
 of the raw output; and that loop writing the agent's second output too, a Prometheus
 textfile of every numeric value through prometheus_client, the library the agent uses for
 it.  The tick and the floors are measured by turns (a call of each in turn), so that their
-ratios, the last lines, are of the same moments on a shared machine.  Usage::
+ratios, the last lines, are of the same moments on a shared machine.  The agent runs in the
+environment its unit gives it (``LC_ALL=C``).  Usage::
 
     /usr/bin/python3 -m bench.tick_cost [--ticks 300] [--gpus 0,1,8,16]
 """
@@ -281,6 +282,9 @@ def main() -> int:
     parser.add_argument("--gpus", default="0,1,8,16", help="the hosts' GPU counts, by commas")
     args = parser.parse_args()
     sizes = [int(n) for n in args.gpus.split(",")]
+    # The environment the unit gives the agent (Environment=LC_ALL=C), which every child,
+    # the agent's and the floors', inherits.
+    os.environ["LC_ALL"] = "C"
     results = {g: measure(g, args.ticks) for g in sizes}
     print(f"{'ms of agent CPU per tick':<36}" + "".join(f"{f'{g} GPUs':>9}" for g in sizes))
     for key in results[sizes[0]]:

@@ -20,7 +20,7 @@ is ``gpuagent_agent_problem{kind}``.  NVLink and NVIDIA's services are in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -30,8 +30,9 @@ from gpuagent.health import state_rank
 from gpuagent.schema import GpuEntry, ProbeState, ProblemEntry, State
 from gpuagent.sources.nvlink import nvmetrics
 from gpuagent.sources.processes import procmetrics
+from gpuagent.views import Series, Table
 
-__all__ = ["GPU_VALUES", "Exposition", "families", "render"]
+__all__ = ["GPU_VALUES", "Exposition", "families", "render", "tables"]
 
 _MIB = 1048576
 GPU_LABELS = ("pci_slot", "uuid")
@@ -98,92 +99,100 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, value=value)
+def _gauge(name: str, doc: str, value: float) -> Table:
+    return Table("gauge", name, doc, (), (((), value),))
 
 
-def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, doc, labels=[label])
-    for v in values:
-        family.add_metric([v], 1.0)
-    return family
+def _counter(name: str, doc: str, value: float) -> Table:
+    return Table("counter", name, doc, (), (((), value),))
 
 
-def _gpu_families(gpus: list[GpuEntry]) -> list[Metric]:
-    info = GaugeMetricFamily(
-        "gpuagent_gpu_info",
-        "A GPU nvidia-smi reports, with its name and driver version; always 1.",
-        labels=[*GPU_LABELS, "name", "driver_version"],
-    )
-    values = {
-        name: GaugeMetricFamily(name, doc, labels=GPU_LABELS) for name, _, _, doc in GPU_VALUES
-    }
-    pstate = GaugeMetricFamily(
-        "gpuagent_gpu_pstate", "Performance state: 0 (P0, fastest) to 15.", labels=GPU_LABELS
-    )
-    mig = GaugeMetricFamily(
-        "gpuagent_gpu_mig_enabled",
-        "1 when MIG mode is enabled, 0 when disabled.",
-        labels=GPU_LABELS,
-    )
-    healthy = GaugeMetricFamily(
-        "gpuagent_gpu_healthy",
-        "1 when the GPU's health is ok, else 0 (a problem, or its health is unknown); for every "
-        "GPU the agent knows.",
-        labels=GPU_LABELS,
-    )
+def _labelled(name: str, doc: str, label: str, values: Iterable[str]) -> Table:
+    return Table("gauge", name, doc, (label,), tuple(((v,), 1.0) for v in values))
+
+
+def _gpu_tables(gpus: list[GpuEntry]) -> list[Table]:
+    info: list[Series] = []
+    healthy: list[Series] = []
+    values: dict[str, list[Series]] = {name: [] for name, _, _, _ in GPU_VALUES}
+    pstate: list[Series] = []
+    mig: list[Series] = []
     for gpu in gpus:
         fields = gpu["fields"]
-        labels = [gpu["pci_slot"], _text(fields.get("uuid"))]
-        healthy.add_metric(labels, 1.0 if gpu["health"] == "ok" else 0.0)
+        who = (gpu["pci_slot"], _text(fields.get("uuid")))
+        healthy.append((who, 1.0 if gpu["health"] == "ok" else 0.0))
         if not fields:
             continue
-        info.add_metric(
-            [*labels, _text(fields.get("name")), _text(fields.get("driver_version"))], 1.0
-        )
+        info.append(((*who, _text(fields.get("name")), _text(fields.get("driver_version"))), 1.0))
         if gpu["stale"]:
             continue
         for name, field, convert, _ in GPU_VALUES:
             number = _number(fields.get(field))
             if number is not None:
-                values[name].add_metric(labels, convert(number))
+                values[name].append((who, convert(number)))
         if m := _PSTATE.fullmatch(_text(fields.get("pstate"))):
-            pstate.add_metric(labels, float(m.group(1)))
+            pstate.append((who, float(m.group(1))))
         mode = _MIG.get(_text(fields.get("mig.mode.current")))
         if mode is not None:
-            mig.add_metric(labels, mode)
-    return [info, healthy, *values.values(), pstate, mig]
+            mig.append((who, mode))
+    return [
+        Table(
+            "gauge",
+            "gpuagent_gpu_info",
+            "A GPU nvidia-smi reports, with its name and driver version; always 1.",
+            (*GPU_LABELS, "name", "driver_version"),
+            tuple(info),
+        ),
+        Table(
+            "gauge",
+            "gpuagent_gpu_healthy",
+            "1 when the GPU's health is ok, else 0 (a problem, or its health is unknown); for "
+            "every GPU the agent knows.",
+            GPU_LABELS,
+            tuple(healthy),
+        ),
+        *(
+            Table("gauge", name, doc, GPU_LABELS, tuple(values[name]))
+            for name, _, _, doc in GPU_VALUES
+        ),
+        Table(
+            "gauge",
+            "gpuagent_gpu_pstate",
+            "Performance state: 0 (P0, fastest) to 15.",
+            GPU_LABELS,
+            tuple(pstate),
+        ),
+        Table(
+            "gauge",
+            "gpuagent_gpu_mig_enabled",
+            "1 when MIG mode is enabled, 0 when disabled.",
+            GPU_LABELS,
+            tuple(mig),
+        ),
+    ]
 
 
-def _problems(state: State) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(
-        "gpuagent_gpu_problem",
-        "A problem holding on a GPU (empty pci_slot and uuid: on the host), with its kind, "
-        "severity (warning, critical) and the action to take; always 1.",
-        labels=[*GPU_LABELS, "kind", "severity", "action"],
-    )
+def _problems(state: State) -> Table:
     owners: list[tuple[str, str, list[ProblemEntry]]] = [("", "", state["host_problems"])]
     for gpu in state["gpus"]:
         owners.append((gpu["pci_slot"], _text(gpu["fields"].get("uuid")), gpu["problems"]))
-    seen: set[tuple[str, ...]] = set()
+    rows: dict[tuple[str, ...], float] = {}
     for slot, uuid, problems in owners:
         for p in problems:
-            labels = (slot, uuid, p["kind"], p["severity"], p["action"])
             # Two Xids of one kind on a GPU are one series.
-            if labels not in seen:
-                seen.add(labels)
-                family.add_metric(list(labels), 1.0)
-    return family
-
-
-def _worst(state: State) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(
-        "gpuagent_gpu_worst_problem",
-        "The one problem of a GPU whose action applies: its worst, with the journal's "
-        "message and how it ends; one series a GPU with a problem (the host's: "
-        "gpuagent_host_problem); always 1.",
-        labels=[*GPU_LABELS, "kind", "severity", "action", "message", "ends"],
+            rows.setdefault((slot, uuid, p["kind"], p["severity"], p["action"]), 1.0)
+    return Table(
+        "gauge",
+        "gpuagent_gpu_problem",
+        "A problem holding on a GPU (empty pci_slot and uuid: on the host), with its kind, "
+        "severity (warning, critical) and the action to take; always 1.",
+        (*GPU_LABELS, "kind", "severity", "action"),
+        tuple(rows.items()),
     )
+
+
+def _worst(state: State) -> Table:
+    rows: list[Series] = []
     for gpu in state["gpus"]:
         slot, uuid = gpu["pci_slot"], _text(gpu["fields"].get("uuid"))
         # A problem folded under a host's cause (a GPU's fabric while the fabric manager is
@@ -191,64 +200,78 @@ def _worst(state: State) -> GaugeMetricFamily:
         own = [p for p in gpu["problems"] if not p.get("cause")]
         if own:
             p = min(own, key=lambda p: state_rank(slot, p))
-            labels = [slot, uuid, p["kind"], p["severity"], p["action"], p["message"]]
-            family.add_metric([*labels, _text(p.get("ends"))], 1)
-    return family
+            labels = (slot, uuid, p["kind"], p["severity"], p["action"], p["message"])
+            rows.append(((*labels, _text(p.get("ends"))), 1.0))
+    return Table(
+        "gauge",
+        "gpuagent_gpu_worst_problem",
+        "The one problem of a GPU whose action applies: its worst, with the journal's "
+        "message and how it ends; one series a GPU with a problem (the host's: "
+        "gpuagent_host_problem); always 1.",
+        (*GPU_LABELS, "kind", "severity", "action", "message", "ends"),
+        tuple(rows),
+    )
 
 
-def _host(state: State) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(
+def _host(state: State) -> Table:
+    rows: dict[str, Series] = {}
+    # Worst first: of two problems of one kind (Xids at addresses that are no GPU), the
+    # worse one's series.
+    for p in sorted(state["host_problems"], key=lambda p: state_rank("", p)):
+        labels = (p["kind"], p["severity"], p["action"], p["message"], _text(p.get("ends")))
+        rows.setdefault(p["kind"], (labels, 1.0))
+    return Table(
+        "gauge",
         "gpuagent_host_problem",
         "A problem of the host (not of one GPU), with its kind, severity, action, the "
         "journal's message and how it ends; one series a kind, for each pages on its own; "
         "always 1.",
-        labels=["kind", "severity", "action", "message", "ends"],
+        ("kind", "severity", "action", "message", "ends"),
+        tuple(rows.values()),
     )
-    seen: set[str] = set()
-    # Worst first: of two problems of one kind (Xids at addresses that are no GPU), the
-    # worse one's series.
-    for p in sorted(state["host_problems"], key=lambda p: state_rank("", p)):
-        if p["kind"] not in seen:
-            seen.add(p["kind"])
-            labels = [p["kind"], p["severity"], p["action"], p["message"], _text(p.get("ends"))]
-            family.add_metric(labels, 1)
-    return family
 
 
-def _xids(state: State) -> list[Metric]:
-    errors = CounterMetricFamily(
-        "gpuagent_gpu_xid_errors",
-        "Xid records the NVIDIA driver logged for the GPU this boot, by code.",
-        labels=[*GPU_LABELS, "xid"],
-    )
-    info = GaugeMetricFamily(
-        "gpuagent_gpu_xid_info",
-        "What an Xid counted on the GPU means: its name, severity (critical, warning, or none: "
-        "the GPU stays healthy) and the action; always 1.",
-        labels=[*GPU_LABELS, "xid", "name", "severity", "action"],
-    )
+def _xids(state: State) -> list[Table]:
+    errors: list[Series] = []
+    info: list[Series] = []
     for gpu in state["gpus"]:
         slot, uuid = gpu["pci_slot"], _text(gpu["uuid"])
         for c in gpu["xids"]:
             code = str(c["xid"])
-            errors.add_metric([slot, uuid, code], float(c["count"]))
-            meaning = [c["name"], c["severity"], c["action"]]
-            info.add_metric([slot, uuid, code, *meaning], 1.0)
-    sxids = CounterMetricFamily(
-        "gpuagent_nvswitch_sxid_errors",
-        "SXid records the NVIDIA driver logged for the NVSwitch this boot, by code.",
-        labels=["pci_slot", "sxid"],
-    )
-    for s in state["sxids"]:
-        sxids.add_metric([s["pci_slot"], str(s["sxid"])], float(s["count"]))
-    return [errors, info, sxids]
+            errors.append(((slot, uuid, code), float(c["count"])))
+            info.append(((slot, uuid, code, c["name"], c["severity"], c["action"]), 1.0))
+    sxids = [((s["pci_slot"], str(s["sxid"])), float(s["count"])) for s in state["sxids"]]
+    return [
+        Table(
+            "counter",
+            "gpuagent_gpu_xid_errors",
+            "Xid records the NVIDIA driver logged for the GPU this boot, by code.",
+            (*GPU_LABELS, "xid"),
+            tuple(errors),
+        ),
+        Table(
+            "gauge",
+            "gpuagent_gpu_xid_info",
+            "What an Xid counted on the GPU means: its name, severity (critical, warning, or "
+            "none: the GPU stays healthy) and the action; always 1.",
+            (*GPU_LABELS, "xid", "name", "severity", "action"),
+            tuple(info),
+        ),
+        Table(
+            "counter",
+            "gpuagent_nvswitch_sxid_errors",
+            "SXid records the NVIDIA driver logged for the NVSwitch this boot, by code.",
+            ("pci_slot", "sxid"),
+            tuple(sxids),
+        ),
+    ]
 
 
-def families(state: State) -> list[Metric]:
-    """The series for one tick's state (:class:`gpuagent.schema.State`)."""
+def tables(state: State) -> list[Table]:
+    """The families of one tick's state (:class:`gpuagent.schema.State`), as data."""
     probe = state["probe"]
     probe_state = probe["state"]
-    out: list[Metric] = [
+    out: list[Table] = [
         _labelled(
             "gpuagent_info",
             "The running gpuagent's version; always 1.",
@@ -280,10 +303,10 @@ def families(state: State) -> list[Metric]:
             "reason",
             [probe["gate"]] if probe["gate"] else [],
         ),
-        CounterMetricFamily(
+        _counter(
             "gpuagent_probe_spawns_total",
             "nvidia-smi processes started since the agent started.",
-            value=float(probe["spawns_total"]),
+            float(probe["spawns_total"]),
         ),
         _gauge(
             "gpuagent_pci_gpus",
@@ -329,14 +352,34 @@ def families(state: State) -> list[Metric]:
     ):
         if value is not None:
             out.append(_gauge(name, doc, float(value)))
-    out.extend(_gpu_families(state["gpus"]))
+    out.extend(_gpu_tables(state["gpus"]))
     out.append(_problems(state))
     out.append(_worst(state))
     out.append(_host(state))
     out.extend(_xids(state))
-    out.extend(nvmetrics.families(state))
-    out.extend(procmetrics.families(state))
-    return [f for f in out if f.samples]
+    out.extend(nvmetrics.tables(state))
+    out.extend(procmetrics.tables(state))
+    return out
+
+
+_KINDS: dict[str, type[GaugeMetricFamily] | type[CounterMetricFamily]] = {
+    "gauge": GaugeMetricFamily,
+    "counter": CounterMetricFamily,
+}
+
+
+def _family(table: Table) -> Metric:
+    """prometheus_client's family of ``table``."""
+    family = _KINDS[table.kind](table.name, table.doc, labels=list(table.labels))
+    for labels, value in table.rows:
+        family.add_metric(list(labels), value)
+    return family
+
+
+def families(state: State) -> list[Metric]:
+    """The series for one tick's state (:class:`gpuagent.schema.State`), each family with
+    at least one."""
+    return [_family(t) for t in tables(state) if t.rows]
 
 
 class _One(Collector):
@@ -349,48 +392,41 @@ class _One(Collector):
         return [] if self.family is None else [self.family]
 
 
-# A family's samples, compared: a zero by its text too, for -0.0 == 0.0 but prints "-0.0".
-_Key = tuple[str, str, str, tuple[tuple[str, tuple[tuple[str, str], ...], object, object], ...]]
-
-
-def _key(family: Metric) -> _Key:
-    return (
-        family.name,
-        family.type,
-        family.documentation,
-        tuple(
-            (s.name, tuple(s.labels.items()), s.value or repr(s.value), s.timestamp)
-            for s in family.samples
-        ),
-    )
+def _key(table: Table) -> Hashable:
+    """What ``table`` prints, compared: a zero by its text too, for -0.0 == 0.0 but prints
+    "-0.0"."""
+    rows = tuple((labels, value or repr(value)) for labels, value in table.rows)
+    return table.kind, table.name, table.doc, table.labels, rows
 
 
 class Exposition:
     """The textfile's bytes for each tick's state, each family formatted by prometheus_client.
 
-    A family whose samples are the same as at the last render is not formatted again: the
-    library's text for 185 samples is a third of an 8-GPU tick's own CPU
-    (docs/performance.md), and on a quiet host most families do not change from one tick to
-    the next (the GPUs' info and health, the NVLink counters between two reads, who is on
-    each GPU).  Its text is the library's for the family alone: the library writes a
-    registry's families one after another, so the file is byte for byte what one
-    ``generate_latest`` of all of them gives."""
+    A family whose samples are the same as at the last render is neither made nor formatted
+    again: the library's family and text for 185 samples are a sixth of an 8-GPU tick's own
+    CPU (docs/performance.md), and on a quiet host most families do not change from one tick
+    to the next (the GPUs' info and health, the limits and clocks, the NVLink counters
+    between two reads, who is on each GPU).  Its text is the library's for the family alone:
+    the library writes a registry's families one after another, so the file is byte for
+    byte what one ``generate_latest`` of all of them gives."""
 
     def __init__(self) -> None:
         self._one = _One()
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(self._one)
-        self._last: dict[_Key, bytes] = {}
+        self._last: dict[Hashable, bytes] = {}
 
     def render(self, state: State) -> bytes:
         """The exposition text of ``state`` (:func:`families`)."""
-        texts: dict[_Key, bytes] = {}
+        texts: dict[Hashable, bytes] = {}
         out: list[bytes] = []
-        for family in families(state):
-            key = _key(family)
+        for table in tables(state):
+            if not table.rows:
+                continue
+            key = _key(table)
             text = self._last.get(key)
             if text is None:
-                self._one.family = family
+                self._one.family = _family(table)
                 text = generate_latest(self._registry)
             texts[key] = text
             out.append(text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from gpuagent.edges.systemd.unitname import Owner
 from gpuagent.health import ACTIONS, CRITICAL, SEVERITIES, WARNING, Health, Rank, rank
@@ -36,7 +36,9 @@ __all__ = [
     "SXidCount",
     "Sample",
     "SamplesView",
+    "Series",
     "ServicesView",
+    "Table",
     "UnitView",
     "VgpuGpu",
     "VgpuView",
@@ -452,6 +454,23 @@ class Seen:
     unit: str | None
     owner: Owner | None
     slot: str | None = None
+
+
+# One series' label values and its value.
+Series = tuple[tuple[str, ...], float]
+
+
+class Table(NamedTuple):
+    """One Prometheus family as data, before prometheus_client makes it
+    (:mod:`gpuagent.metrics`): a ``gauge`` or a ``counter`` (``kind``), its ``name`` (a
+    counter's without ``_total``), ``doc``, the names of its ``labels`` and its ``rows``, one
+    :data:`Series` each."""
+
+    kind: Literal["gauge", "counter"]
+    name: str
+    doc: str
+    labels: tuple[str, ...]
+    rows: tuple[Series, ...]
 
 
 class Recurring(Protocol):

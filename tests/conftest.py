@@ -83,7 +83,7 @@ class CallRunner(Runner):
         super().__init__(timeout=timeout, kill_grace=kill_grace, clock=clock)
         self.call_clock = clock
 
-    def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
+    def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
         self.call_clock.start()
         return super().run(argv, env)
 

@@ -19,6 +19,7 @@ H200 = "nvlink-status-h200-driver590.48.01-18-links.txt"
 L40S = "nvlink-status-l40s-driver595.80-device-does-not-support-nvlink.txt"
 COUNTERS = "nvlink-errorcounters-h100-80gb-hbm3-driverUNKNOWN-placeholder-uuid-TRIMMED.txt"
 MIG = "nvlink-not-supported-in-MIG-mode-exit0.txt"
+B200_INACTIVE = "nvlink-status-b200-driverUNKNOWN-all-links-inactive-uuid-redacted.txt"
 
 
 @pytest.fixture
@@ -149,3 +150,19 @@ def test_no_binary_or_no_gpu_reads_nothing(host: FakeHost) -> None:
     assert not r.tick(None, host.slots).ran
     assert not r.tick(host.smi, []).ran
     assert host.nvlink_spawns == 0
+
+
+def test_the_same_answer_is_parsed_once_and_a_new_one_again(host: FakeHost) -> None:
+    nvlink(host, status=H200, errorcounters=COUNTERS)
+    r = reader(host, every=1)
+    first, again = r.tick(host.smi, host.slots), r.tick(host.smi, host.slots)
+    # A quiet host's answers, read after read: what the last one parsed to, as it was.
+    assert first.status is not None and first.counters is not None
+    assert again.status is first.status and again.counters is first.counters
+    nvlink(host, status=B200_INACTIVE, errorcounters=COUNTERS)
+    changed = r.tick(host.smi, host.slots)
+    assert changed.status is not None and changed.status is not first.status
+    assert [g.state for g in changed.status.gpus] == [GpuState.ALL_INACTIVE] * len(
+        changed.status.gpus
+    )
+    assert host.nvlink_spawns == 5  # every read ran: only the parse is spared

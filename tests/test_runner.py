@@ -13,6 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from gpuagent.edges import runner as runner_mod
+from gpuagent.edges import smirun
 from gpuagent.edges.runner import Outcome, Runner
 
 ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
@@ -55,6 +56,22 @@ def test_stderr_is_read_with_stdout() -> None:
 def test_environment_is_passed() -> None:
     res = Runner(timeout=5).run(["/bin/sh", "-c", "echo $LC_ALL"], ENV)
     assert res.stdout == "C\n"
+
+
+@pytest.mark.parametrize("locale", [None, "de_DE.UTF-8", "C"])
+def test_an_nvidia_tool_runs_in_the_c_locale_whatever_the_agents(
+    monkeypatch: pytest.MonkeyPatch, locale: str | None
+) -> None:
+    if locale is None:
+        monkeypatch.delenv("LC_ALL", raising=False)
+    else:
+        monkeypatch.setenv("LC_ALL", locale)
+    monkeypatch.setenv("GPUAGENT_TEST_MARK", "kept")
+    env = smirun.environment()
+    # The unit's LC_ALL=C: inherited as it is, no copy made.
+    assert (env is None) == (locale == "C")
+    text = smirun.run(Runner(timeout=5), "/bin/sh", ("-c", "echo $LC_ALL $GPUAGENT_TEST_MARK"))
+    assert text == "C kept\n"
 
 
 def ready_clock(flag: str) -> Callable[[], float]:

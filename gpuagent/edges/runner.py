@@ -92,8 +92,9 @@ class Runner:
         if self.stuck is not None:
             _killpg(self.stuck.pid, signal.SIGKILL)
 
-    def run(self, argv: list[str], env: dict[str, str]) -> RunResult:
-        """Run ``argv`` to completion, timeout, overflow or interruption.
+    def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
+        """Run ``argv`` in the environment ``env`` (None: this process's) to completion,
+        timeout, overflow or interruption.
 
         Raises ``RuntimeError`` if called while :meth:`busy`.
         """

@@ -12,9 +12,17 @@ import os
 
 from gpuagent.edges.runner import Outcome, Runner
 
-__all__ = ["Failed", "run"]
+__all__ = ["Failed", "environment", "run"]
 
 _ERROR_CHARS = 300
+
+
+def environment() -> dict[str, str] | None:
+    """The environment an NVIDIA tool runs in: this process's, in the C locale, for its
+    words are parsed; ``None`` (inherit it) where this process's already is.  The unit sets
+    ``LC_ALL=C``, so that the service's children do not each get a copy of the environment
+    to encode, a twentieth of an 8-GPU tick (docs/performance.md)."""
+    return None if os.environ.get("LC_ALL") == "C" else {**os.environ, "LC_ALL": "C"}
 
 
 class Failed(Exception):
@@ -29,10 +37,10 @@ class Failed(Exception):
 def run(
     runner: Runner, binary: str, args: tuple[str, ...], *, name: str = "nvidia-smi"
 ) -> str | None:
-    """Run ``binary`` with ``args`` (``LC_ALL=C``); its stdout, ``None`` when interrupted.
+    """Run ``binary`` with ``args`` (:func:`environment`); its stdout, ``None`` when interrupted.
     Raises :class:`Failed`, its reason naming the tool ``name``."""
     what = f"{name} {' '.join(args)}"
-    result = runner.run([binary, *args], {**os.environ, "LC_ALL": "C"})
+    result = runner.run([binary, *args], environment())
     if result.outcome is Outcome.SPAWN_FAILED:
         raise Failed(f"{what}: cannot run: {result.error}", spawned=False)
     if result.outcome is Outcome.INTERRUPTED:

@@ -10,12 +10,11 @@ otherwise one per link with a non-zero count, labelled ``link``; so the series s
 
 from __future__ import annotations
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from gpuagent.schema import NvlinkEntry, State
 from gpuagent.sources.nvlink.memo import ByIdentity
+from gpuagent.views import Series, Table
 
-__all__ = ["families"]
+__all__ = ["tables"]
 
 _LABELS = ("pci_slot", "uuid")
 
@@ -44,43 +43,56 @@ def _error_series(nvlink: NvlinkEntry) -> tuple[tuple[str, str, float], ...]:
 _errors = ByIdentity(_error_series)
 
 
-def families(state: State) -> list[Metric]:
-    links = GaugeMetricFamily(
-        "gpuagent_gpu_nvlink_links",
-        "The GPU's NVLink links as last read, by state (active, inactive).",
-        labels=[*_LABELS, "state"],
-    )
-    errors = CounterMetricFamily(
-        "gpuagent_gpu_nvlink_errors",
-        "NVLink error counts of the GPU's links (driver lifetime), by counter; per link, with "
-        "a link label, for the links with a non-zero count.",
-        labels=[*_LABELS, "counter", "link"],
-    )
+def tables(state: State) -> list[Table]:
+    """The NVLink and services families of ``state``, as :class:`~gpuagent.views.Table`."""
+    links: list[Series] = []
+    errors: list[Series] = []
     for gpu in state["gpus"]:
         nvlink = gpu.get("nvlink")
         if nvlink is None:
             continue
-        who = [gpu["pci_slot"], gpu["uuid"] or ""]
-        links.add_metric([*who, "active"], float(nvlink["active"]))
-        links.add_metric([*who, "inactive"], float(len(nvlink["inactive"])))
-        for counter, link, value in _errors(nvlink):
-            errors.add_metric([*who, counter, link], value)
-    active = GaugeMetricFamily(
-        "gpuagent_service_active",
-        "1 when the NVIDIA systemd unit is active (or reloading), else 0.",
-        labels=["unit"],
-    )
-    restarts = CounterMetricFamily(
-        "gpuagent_service_restarts",
-        "How often systemd restarted the NVIDIA unit since it was last started by hand "
-        "(NRestarts).",
-        labels=["unit"],
-    )
+        slot, uuid = gpu["pci_slot"], gpu["uuid"] or ""
+        links.append(((slot, uuid, "active"), float(nvlink["active"])))
+        links.append(((slot, uuid, "inactive"), float(len(nvlink["inactive"]))))
+        errors += [((slot, uuid, counter, link), value) for counter, link, value in _errors(nvlink)]
+    active: list[Series] = []
+    restarts: list[Series] = []
     for unit, s in state.get("services", {}).items():
         if s["load_state"] == "not-found":
             continue
         running = s["active_state"] in ("active", "reloading", "refreshing")
-        active.add_metric([unit], 1.0 if running else 0.0)
+        active.append(((unit,), 1.0 if running else 0.0))
         if s["restarts"] is not None:
-            restarts.add_metric([unit], float(s["restarts"]))
-    return [links, errors, active, restarts]
+            restarts.append(((unit,), float(s["restarts"])))
+    return [
+        Table(
+            "gauge",
+            "gpuagent_gpu_nvlink_links",
+            "The GPU's NVLink links as last read, by state (active, inactive).",
+            (*_LABELS, "state"),
+            tuple(links),
+        ),
+        Table(
+            "counter",
+            "gpuagent_gpu_nvlink_errors",
+            "NVLink error counts of the GPU's links (driver lifetime), by counter; per link, "
+            "with a link label, for the links with a non-zero count.",
+            (*_LABELS, "counter", "link"),
+            tuple(errors),
+        ),
+        Table(
+            "gauge",
+            "gpuagent_service_active",
+            "1 when the NVIDIA systemd unit is active (or reloading), else 0.",
+            ("unit",),
+            tuple(active),
+        ),
+        Table(
+            "counter",
+            "gpuagent_service_restarts",
+            "How often systemd restarted the NVIDIA unit since it was last started by hand "
+            "(NRestarts).",
+            ("unit",),
+            tuple(restarts),
+        ),
+    ]

@@ -6,6 +6,7 @@ import os
 import shutil
 from dataclasses import dataclass, field, replace
 
+from gpuagent.edges import smirun
 from gpuagent.edges.runner import Outcome, Runner
 from gpuagent.sources.probe.smi import (
     FALLBACKS,
@@ -105,7 +106,7 @@ class Prober:
 
     def probe(self, binary: str) -> ProbeResult:
         """Run one probe of ``binary``; never raises for anything nvidia-smi does."""
-        env = {**os.environ, "LC_ALL": "C"}
+        env = smirun.environment()
         spawns = 0
         rejected: list[str] = []
         while True:

@@ -10,39 +10,45 @@ not known (the read failing, the probe failing) or whose sample is stale has nei
 
 from __future__ import annotations
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-
 from gpuagent.schema import State
+from gpuagent.views import Series, Table
 
-__all__ = ["families"]
+__all__ = ["tables"]
 
 _LABELS = ("pci_slot", "uuid")
 _MIB = 1048576
 
 
-def families(state: State) -> list[Metric]:
-    count = GaugeMetricFamily(
-        "gpuagent_gpu_processes",
-        "Compute processes on the GPU (nvidia-smi --query-compute-apps), as last read.",
-        labels=list(_LABELS),
-    )
-    memory = GaugeMetricFamily(
-        "gpuagent_gpu_unit_memory_bytes",
-        'GPU memory used by the GPU\'s processes, summed by systemd unit (unit="": processes '
-        "in no unit systemd knows).",
-        labels=[*_LABELS, "unit"],
-    )
+def tables(state: State) -> list[Table]:
+    """Who is on each GPU in ``state``, as :class:`~gpuagent.views.Table`."""
+    count: list[Series] = []
+    memory: list[Series] = []
     for gpu in state["gpus"]:
         processes = gpu.get("processes")
         if processes is None or gpu["stale"]:
             continue
-        who = [gpu["pci_slot"], gpu["uuid"] or ""]
-        count.add_metric(who, float(len(processes)))
+        slot, uuid = gpu["pci_slot"], gpu["uuid"] or ""
+        count.append(((slot, uuid), float(len(processes))))
         by_unit: dict[str, int] = {}
         for p in processes:
             if p["used_memory_mib"] is not None:
                 unit = p["unit"] or ""
                 by_unit[unit] = by_unit.get(unit, 0) + p["used_memory_mib"]
-        for unit, mib in sorted(by_unit.items()):
-            memory.add_metric([*who, unit], float(mib * _MIB))
-    return [count, memory]
+        memory += [((slot, uuid, unit), float(mib * _MIB)) for unit, mib in sorted(by_unit.items())]
+    return [
+        Table(
+            "gauge",
+            "gpuagent_gpu_processes",
+            "Compute processes on the GPU (nvidia-smi --query-compute-apps), as last read.",
+            _LABELS,
+            tuple(count),
+        ),
+        Table(
+            "gauge",
+            "gpuagent_gpu_unit_memory_bytes",
+            'GPU memory used by the GPU\'s processes, summed by systemd unit (unit="": '
+            "processes in no unit systemd knows).",
+            (*_LABELS, "unit"),
+            tuple(memory),
+        ),
+    ]
