@@ -101,6 +101,7 @@ class Event(Enum):
     PROBLEM_IMEX_DOMAIN_NOT_READY = "772924a5beec4d2dade6b5d4ccd13986"
     PROBLEM_VGPU_UNLICENSED = "c67667758bb0400497a960cb1479470e"
     PROBLEM_VGPU_LICENSE_GRACE = "5e4a1da8a50e4e108912de80b9b6d3eb"
+    PROBLEM_PCIE_ERROR = "95882e9cf39d4ea684100fe84ea10a00"
     PROBLEM_CLEARED = "ab7e7a89442b441ba8b34cd8d0a968d0"
     # A problem that held before a restart, restated by the agent after it: no new start.
     STILL_HOLDS = "7570bcdcefa74a158fd45d65000eb219"

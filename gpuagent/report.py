@@ -149,6 +149,8 @@ def _problem(p: Problem) -> ProblemEntry:
             entry["xid"] = value
         elif key == "cause" and isinstance(value, str):
             entry["cause"] = value
+        elif key == "pcie_device" and isinstance(value, str):
+            entry["pcie_device"] = value
     if f.unit is not None:
         entry["unit"] = f.unit
     return _sealed(entry)

@@ -47,8 +47,9 @@ class ProblemEntry(TypedDict):
     journal's words (``ends by itself when nvidia-smi reports the GPU again``, ``after the
     repair: gpuagent clear 0000:18:00.0 xid``), ``latches`` whether only ``gpuagent clear``
     (or the next boot) ends it, a repair alone not (both absent in an older agent's state);
-    ``xid`` for kind ``xid``, ``unit`` the systemd unit of the process that caused it, where
-    known."""
+    ``xid`` for kind ``xid``, ``pcie_device`` for kind ``pcie_error`` (the PCI function on
+    the GPU's path that erred), ``unit`` the systemd unit of the process that caused it,
+    where known."""
 
     kind: str
     severity: str
@@ -58,6 +59,7 @@ class ProblemEntry(TypedDict):
     ends: NotRequired[str]
     latches: NotRequired[bool]
     xid: NotRequired[int]
+    pcie_device: NotRequired[str]
     cause: NotRequired[str]
     unit: NotRequired[str]
 

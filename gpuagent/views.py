@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from gpuagent.config import Config
 
 __all__ = [
+    "AerHeard",
+    "AerRecord",
     "BusView",
     "Clear",
     "Failure",
@@ -331,12 +333,34 @@ class Clear:
 
 
 @dataclass(frozen=True)
+class AerRecord:
+    """One kernel AER record: at ``time`` (wall s) the ``port`` that printed it got an error
+    message of ``kind`` (``correctable``, ``nonfatal``, ``fatal``) from ``source``, the
+    device that erred (:mod:`gpuagent.sources.kernel.aerrecord`)."""
+
+    time: float
+    port: str
+    source: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class AerHeard:
+    """This boot's kernel AER records: how many and the last one's time (wall s) by (source,
+    kind), and the ``recent`` ones, oldest first (what an Xid 79 looks back on)."""
+
+    counts: Mapping[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
+    recent: tuple[AerRecord, ...] = ()
+
+
+@dataclass(frozen=True)
 class KernelView:
     """This boot's kernel records as counted: Xids by (GPU slot, code), SXids by (NVSwitch
     slot or ``nvswitchN``, code), the GPU UUIDs the driver printed, by slot, and each GPU's
     last operator's clear (root's ``gpuagent clear``), by slot.  ``told``: the lines of
     counted Xids and SXids logged this boot, as (slot, ``xid`` or ``sxid``, code), by this
-    agent or the one before a restart (:mod:`gpuagent.held` keeps them)."""
+    agent or the one before a restart (:mod:`gpuagent.held` keeps them).  ``aer``: the
+    kernel's AER records (:class:`AerHeard`)."""
 
     xids: Mapping[tuple[str, int], XidCount] = field(default_factory=dict)
     sxids: Mapping[tuple[str, int], SXidCount] = field(default_factory=dict)
@@ -347,6 +371,7 @@ class KernelView:
     recurrence: Recurring | None = None
     history: str = "this boot only"
     told: frozenset[tuple[str, str, int]] = frozenset()
+    aer: AerHeard = field(default_factory=AerHeard)
 
 
 @dataclass(frozen=True)

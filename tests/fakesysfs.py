@@ -76,6 +76,26 @@ def add_device(
     return dev
 
 
+def nest(root: str, slot: str, above: tuple[str, ...]) -> str:
+    """Lay ``slot``'s entry out as sysfs does: its directory under ``devices/`` below its
+    bridges ``above`` (root port first, each an Intel PCI bridge with its own link), and
+    ``bus/pci/devices/<slot>`` a link to it; returns the directory."""
+    links = os.path.join(root, "bus", "pci", "devices")
+    where = os.path.join(root, "devices", f"pci{slot.split(':', maxsplit=1)[0]}:00")
+    for bridge in above:
+        where = os.path.join(where, bridge)
+        if not os.path.lexists(os.path.join(links, bridge)):
+            os.makedirs(where)
+            for name, value in (("vendor", "0x8086"), ("device", "0x6f04"), ("class", "0x060400")):
+                with open(os.path.join(where, name), "w", encoding="ascii") as f:
+                    f.write(value + "\n")
+            os.symlink(where, os.path.join(links, bridge))
+    where = os.path.join(where, slot)
+    os.rename(os.path.join(links, slot), where)
+    os.symlink(where, os.path.join(links, slot))
+    return where
+
+
 def bind(root: str, slot: str, driver: str | None) -> None:
     """Point ``slot``'s ``driver`` link at ``driver`` (None: unbound)."""
     link = os.path.join(root, "bus", "pci", "devices", slot, "driver")

@@ -435,8 +435,8 @@ def test_a_host_problem_is_refused_saying_how_it_ends(
     assert err == (
         "gpuagent: cannot clear host driver_hung: host driver_hung ends by itself once "
         "nvidia-smi has answered normally 3 probes in a row, or the nvidia module is unloaded; "
-        "no clear ends it (a clear takes a GPU's slot and ends its xid, init_failed or "
-        "gone_from_bus)\n"
+        "no clear ends it (a clear takes a GPU's slot and ends its xid, init_failed, "
+        "pcie_error or gone_from_bus)\n"
     )
     assert "read live" not in err
     code, _, err = clear_cli(conf, "HOST", "gpu_count")

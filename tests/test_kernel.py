@@ -275,7 +275,7 @@ def test_stepping_the_wall_clock_on_does_not_end_a_held_xid_warning(host: Host, 
     assert host.events(Event.PROBLEM_CLEARED) == []
 
 
-class _Records(KernelLog):
+class FedJournal(KernelLog):
     """A journal whose next read gives ``pending``: (realtime s, message) pairs."""
 
     def __init__(self, directory: str) -> None:
@@ -294,7 +294,7 @@ class _Records(KernelLog):
 
 def test_a_recurrence_logged_after_the_clock_went_back_restarts_the_hold() -> None:
     mono, wall = Clock(0.0), Clock(1_700_000_000.0)
-    journal = _Records("")
+    journal = FedJournal("")
     kernel = KernelRecords(
         "", EventLog(), open_log=lambda _: journal, hold=60.0, wall=wall, monotonic=mono
     )

@@ -85,8 +85,8 @@ def names() -> list[str]:
     return sorted(f[:-4] for f in os.listdir(DIR) if f.endswith(".txt") and ".source" not in f)
 
 
-def path(name: str) -> str:
-    return os.path.join(DIR, name + ".txt")
+def path(name: str, directory: str = DIR) -> str:
+    return os.path.join(directory, name + ".txt")
 
 
 # The prefixes dmesg, dmesg -T, syslog and journalctl put before a record's MESSAGE.
@@ -96,11 +96,12 @@ _PREFIX = re.compile(
 )
 
 
-def messages(name: str) -> list[str]:
-    """The file's records as journald stores their MESSAGE: prefixes removed, indented
-    continuation lines joined with newlines."""
+def messages(name: str, directory: str = DIR) -> list[str]:
+    """The file's records (in ``directory``: the Xid corpus, or another of kernel lines) as
+    journald stores their MESSAGE: prefixes removed, indented continuation lines joined with
+    newlines."""
     out: list[str] = []
-    with open(path(name), encoding="utf-8") as f:
+    with open(path(name, directory), encoding="utf-8") as f:
         for line in f.read().splitlines():
             if line[:1] in (" ", "\t") and out:
                 out[-1] += "\n" + line.strip()

@@ -65,9 +65,9 @@ def _refuse_host(ctx: click.Context, kind: str) -> NoReturn:
 @click.pass_context
 def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     """After a repair, end the GPU's problems that hold until the next boot (xid,
-    init_failed), or forget a GPU gone from the bus for good (gone_from_bus); root only.  A
-    problem read live is refused (exit 1), and so is a host's (SLOT ``host``): the refusal
-    says how it ends."""
+    init_failed, pcie_error), or forget a GPU gone from the bus for good (gone_from_bus); root
+    only.  A problem read live is refused (exit 1), and so is a host's (SLOT ``host``): the
+    refusal says how it ends."""
     import pwd  # noqa: PLC0415
 
     from gpuagent.logs import Event  # noqa: PLC0415

@@ -6,23 +6,24 @@ source      reads                                            why here
 scan        the last tick's ``bus`` (what the bus had)        first: every other reads it
 kernel      ``scan``; the last tick's samples and processes   whatever the probe's gates say
 bus         ``scan``, ``kernel`` (root's clears, UUIDs)       the GPUs this host had
+pcie        ``bus``, ``kernel`` (its AER records, clears)     sysfs only: before any spawn
 services    the last tick's samples                           before the probe: fabric
 probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-smi, samples
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
 vgpu        ``bus``, ``probe``                                a guest's: for the GPUs answered
-    imex = ImexSource(config, prober.runner, log, which=which)
-    retention = Retention(log, monotonic=monotonic)
-    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu, imex, retention)
+imex        ``services`` (nvidia-imex's state)                the host's IMEX domain
+retention   the config (the journal's directory)              the journal's reach
 =========== ================================================ ==============================
 
 The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a probe that may
 hang.  An event step (news between ticks: :mod:`gpuagent.events`) runs, in the same order,
 only the sources of :data:`EVENT_STEP`, which spawn nothing: those that wait on news (kernel,
-services), the PCI scan (cheap, and it tells a GPU gone from the bus), ``bus`` after it, and
-``driver``, which judges what the kernel's records said of the driver; the others' views are
-the last tick's.  Adding a source: one folder under ``sources/``, one entry here, one field of
+services), the PCI scan (cheap, and it tells a GPU gone from the bus), ``bus`` after it,
+``pcie`` (an AER record is the kernel's news), and ``driver``, which judges what the kernel's
+records said of the driver; the others' views are the last tick's.  Adding a source: one
+folder under ``sources/``, one entry here, and where it has a view, one field of
 :class:`gpuagent.views.Tick`, its key in the state (:mod:`gpuagent.report`) and its events.
 """
 
@@ -41,6 +42,7 @@ from gpuagent.sources.imex.source import ImexSource
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.source import Kernel
 from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
+from gpuagent.sources.pcie.source import PcieSource
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
@@ -57,7 +59,7 @@ from gpuagent.sources.vgpu.source import VgpuSource
 __all__ = ["EVENT_STEP", "READY_AFTER", "Systemd", "sources", "system_units"]
 
 READY_AFTER = "bus"
-EVENT_STEP = frozenset({"scan", "kernel", "bus", "services", "driver"})
+EVENT_STEP = frozenset({"scan", "kernel", "bus", "pcie", "services", "driver"})
 
 
 class Systemd(UnitsReader, PidLookup, Protocol):
@@ -105,10 +107,14 @@ def sources(
     )
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)
+    pcie = PcieSource(config.sysfs_root, log)
     vgpu = VgpuSource(config, prober.runner, log, which=which)
     imex = ImexSource(config, prober.runner, log, which=which)
     retention = Retention(log, monotonic=monotonic)
-    return (scan, kernel, had, services, probe, driver, nvlink, processes, vgpu, imex, retention)
+    return (
+        *(scan, kernel, had, pcie, services, probe, driver),
+        *(nvlink, processes, vgpu, imex, retention),
+    )
 
 
 def system_units(ping: Callable[[], None]) -> Systemd:

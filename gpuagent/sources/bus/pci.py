@@ -10,7 +10,9 @@ hot-plug, not an error.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
+from gpuagent.sources.bus.pciaddr import path
 from gpuagent.views import PciGpu
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "is_nvswitch",
     "module_loaded",
     "nvswitches",
+    "path_of",
     "scan",
 ]
 
@@ -227,3 +230,13 @@ def describe(sysfs_root: str, slot: str) -> str:
         return "nothing"
     name = _CLASS_NAMES.get(value >> 16, "a device")
     return f"{name} (class 0x{value:06x})"
+
+
+def path_of(
+    sysfs_root: str, slot: str, resolve: Callable[[str], str] = os.path.realpath
+) -> tuple[str, ...]:
+    """The PCIe path of the function at ``slot``, root port first, the function last
+    (:func:`gpuagent.sources.bus.pciaddr.path` of its sysfs entry resolved): the function alone
+    where its entry is not under its bridges (a flat tree)."""
+    found = path(resolve(os.path.join(sysfs_root, "bus", "pci", "devices", slot)))
+    return found if found and found[-1] == slot else (slot,)

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DEVICE", "SLOT", "device_of", "is_bus_id", "parse_device", "slot_of", "sysfs_slot"]
+__all__ = [
+    "DEVICE",
+    "SLOT",
+    "device_of",
+    "is_bus_id",
+    "parse_device",
+    "path",
+    "path_role",
+    "slot_of",
+    "sysfs_slot",
+]
 
 # Regular-expression fragments for the kernel's forms, for patterns that embed an address.
 DEVICE = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
@@ -19,6 +29,7 @@ SLOT = DEVICE + r"\.[0-7]"
 
 _BUS_ID = re.compile(r"(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<rest>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])")
 _WHERE = re.compile(rf"(?P<device>{DEVICE})(?:\.(?P<function>[0-7]))?")
+_FUNCTION = re.compile(SLOT, re.ASCII)
 
 
 def sysfs_slot(bus_id: str) -> str:
@@ -59,3 +70,20 @@ def slot_of(text: str) -> str:
 def device_of(slot: str) -> str:
     """The device of a sysfs slot: ``0000:3b:00.0`` -> ``0000:3b:00``."""
     return slot.rpartition(".")[0]
+
+
+def path(resolved: str) -> tuple[str, ...]:
+    """The PCI functions from the root port down to a device, as its sysfs directory resolved
+    (``/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0``) names them: ``("0000:00:01.0",
+    "0000:01:00.0")``; the device alone where it hangs off the host bridge (a root-complex
+    integrated device, a VM's)."""
+    return tuple(part for part in resolved.split("/") if _FUNCTION.fullmatch(part))
+
+
+def path_role(position: int, length: int) -> str:
+    """What the function at ``position`` of a GPU's path of ``length`` is, for a message."""
+    if position == length - 1:
+        return "the GPU itself"
+    if position == 0:
+        return "its root port"
+    return "a bridge on its path (PCIe switch or riser)"

@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 # The kinds that hold until the next boot unless an operator clears them.
-LATCHING = ("xid", "init_failed")
+LATCHING = ("xid", "init_failed", "pcie_error")
 # KIND for every latching problem of the GPU (`gpuagent clear SLOT --all`).
 ALL = "all"
 # The one kind read from the bus that a clear accepts: the GPU left for good, forget it.

@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 
 from gpuagent.condition import Condition, Edge
 from gpuagent.configkeys import Override
@@ -26,7 +27,7 @@ from gpuagent.health import WARNING
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
-from gpuagent.sources.kernel import clears
+from gpuagent.sources.kernel import aerrecord, clears
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS, First, Source, XidCounter
 from gpuagent.sources.processes.owners import source_words
@@ -39,6 +40,7 @@ from gpuagent.views import (
     KernelView,
     Seen,
     XidCount,
+    XidInfo,
 )
 
 __all__ = ["SLICE", "KernelRecords"]
@@ -85,6 +87,11 @@ class KernelRecords:
         # The devices of the GPUs the agent knows of (the bus's, nvidia-smi's): never strays.
         self._gpus: set[str] = set()
         self.xids = XidCounter(overrides, gpu=self._gpus.__contains__)
+        # The AER records read with the rest, for the PCIe source and an Xid 79's path; the
+        # GPUs' paths (poll's ``path``), each kept once it names bridges.
+        self.aer = aerrecord.Heard()
+        self._path_of: Callable[[str], tuple[str, ...]] = lambda slot: ()
+        self._paths: dict[str, tuple[str, ...]] = {}
         self.hold = hold
         self.wall = wall
         self.monotonic = monotonic
@@ -120,6 +127,7 @@ class KernelRecords:
 
     def _count_afresh(self, overrides: Mapping[int, Override] | None) -> None:
         self.xids = XidCounter(overrides, gpu=self._gpus.__contains__)
+        self.aer = aerrecord.Heard()
         self._strays, self._stray_lines, self._summarised, self._read = {}, 0, False, 0
 
     @property
@@ -191,12 +199,15 @@ class KernelRecords:
         named: Iterable[str] = (),
         describe: Callable[[str], str] = lambda slot: "nothing",
         who: Callable[[int], Seen | None] = lambda pid: None,
+        path: Callable[[str], tuple[str, ...]] = lambda slot: (),
     ) -> dict[str, list[Finding]]:
         """Read what is new (on the first call: the whole boot).  Returns every GPU's Xid and
         init-failure problems, by slot, and under ``""`` the Xids of addresses that are no
         GPU: neither on ``bus`` now nor ever seen on it, never ``named`` by nvidia-smi, nor
         by the driver (a UUID or init-failure line); ``describe`` says what sysfs has there;
-        ``who`` where a PID an Xid names was last seen on a GPU (its unit)."""
+        ``who`` where a PID an Xid names was last seen on a GPU (its unit); ``path`` a GPU's
+        PCIe path, root port first (:func:`gpuagent.sources.bus.pci.path_of`), which an Xid 79
+        after AER errors above the GPU blames (:func:`.aerrecord.fallen_off`)."""
         slots = bus.slots
 
         def attribute(slot: str, count: XidCount) -> Source | None:
@@ -209,15 +220,17 @@ class KernelRecords:
                 self._sources[key] = source_words(count.pid, count.process, who(count.pid))
             return self._sources[key]
 
+        self._path_of = path
+        blame = self._blame
         self._gpus.update(device_of(s) for s in (*bus.seen, *named))
         self._take(SLICE)
         counts = self.xids.counts(slots)
         gpus = {*bus.seen, *named, *self.xids.uuids(slots), *self.xids.init_failures(slots)}
         self._strays = dict.fromkeys(s for s, _ in counts if s not in gpus)
-        self._tell(self.xids.take_new(slots, attribute), counts, describe)
+        self._tell(self.xids.take_new(slots, attribute, blame), counts, describe)
         lapsed = self._lapsed(counts)
         found: dict[str, list[Finding]] = {}
-        for s, fs in self.xids.findings(slots, attribute=attribute).items():
+        for s, fs in self.xids.findings(slots, attribute=attribute, blame=blame).items():
             held = [f for f in fs if f.kind != "xid" or (device_of(s), _code(f)) not in lapsed]
             if held:
                 found[s] = held
@@ -309,6 +322,7 @@ class KernelRecords:
 
     def _record(self, time: float, message: str) -> None:
         self.xids.add(time, message)
+        self.aer.add(time, message)
         reason = absence_reason(message)
         if reason is not None:
             self._reasons.append(reason)
@@ -366,17 +380,38 @@ class KernelRecords:
                 journal_directory=self.journal.directory or None,
             )
 
+    def _blame(self, slot: str, count: XidCount) -> XidInfo | None:
+        """An Xid 79 on ``slot`` blamed on its PCIe path (:func:`.aerrecord.fallen_off`), or
+        None (as where the site's ``[xid]`` table sets its action).  A path of bridges, once
+        resolved, is the slot's for the boot: a GPU fallen off the bus may leave sysfs after
+        its record."""
+        recent = self.aer.view.recent
+        site = self.xids.overrides.get(count.code)
+        if count.code != aerrecord.FALLEN_OFF or not recent or (site and site.action):
+            return None  # the site's action has the last word
+        path = self._paths.get(slot)
+        if path is None:
+            path = self._path_of(slot)
+            if len(path) > 1:
+                self._paths[slot] = path
+        return aerrecord.fallen_off(count.info, path, recent, count.first)
+
     def view(self, slots: list[str]) -> KernelView:
-        """This boot's counts as the report needs them; ``slots`` are the GPUs on the bus.
-        The addresses that are no GPU (:meth:`poll`) have no GPU entry: their Xids are the
-        host's problem."""
-        xids = self.xids.counts(slots)
+        """This boot's counts as the report needs them (an Xid 79 as its path has it); ``slots``
+        are the GPUs on the bus.  The addresses that are no GPU (:meth:`poll`) have no GPU
+        entry: their Xids are the host's problem."""
+        xids: dict[tuple[str, int], XidCount] = {}
+        for (slot, code), c in self.xids.counts(slots).items():
+            if slot not in self._strays:
+                info = self._blame(slot, c)
+                xids[slot, code] = c if info is None else replace(c, info=info)
         return KernelView(
-            {k: c for k, c in xids.items() if k[0] not in self._strays},
+            xids,
             self.xids.sxid_counts(),
             self.xids.uuids(slots),
             dict(self.cleared),
             told=self.told,
+            aer=self.aer.view,
         )
 
 

@@ -80,6 +80,7 @@ class Kernel(Source):
             last.probe.samples.samples,
             lambda slot: pci.describe(tick.config.sysfs_root, slot),
             last.processes.last_seen.get,
+            lambda slot: pci.path_of(tick.config.sysfs_root, slot),
         )
         view = self.records.view(tick.scan.slots)
         found = self.earlier.escalate(found, view.uuids, self.records.cleared)

@@ -15,7 +15,7 @@ from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
-from gpuagent.views import Finding, SXidCount, XidCount
+from gpuagent.views import Finding, SXidCount, XidCount, XidInfo
 
 __all__ = [
     "MAX_CODES",
@@ -113,6 +113,9 @@ class _Answers:
 
 # Who caused a GPU's count (its slot, the count), where its records name a process.
 Attribute = Callable[[str, XidCount], Source | None]
+# What a GPU's Xid means where its own record is not the whole story (an Xid 79 after errors
+# on its PCIe path), by slot; None: what the catalog and the site say.
+Blame = Callable[[str, XidCount], XidInfo | None]
 
 
 @dataclass(frozen=True)
@@ -331,11 +334,13 @@ class XidCounter:
             return slot
         return f"{device}.{self._functions.get(device, 0)}"
 
-    def _site(self, count: XidCount) -> XidCount:
+    def _site(self, count: XidCount, slot: str = "", blame: Blame | None = None) -> XidCount:
         """``count`` as the site's ``[xid]`` table has it
-        (:func:`gpuagent.sources.kernel.xid.assess`)."""
+        (:func:`gpuagent.sources.kernel.xid.assess`), and as ``blame`` has it on ``slot``."""
         site = self.overrides.get(count.code)
-        return count if site is None else replace(count, info=override(count.info, site))
+        count = count if site is None else replace(count, info=override(count.info, site))
+        info = blame(slot, count) if blame is not None else None
+        return count if info is None else replace(count, info=info)
 
     def _answers(self, slots: list[str]) -> _Answers:
         """The per-slot answers for ``slots``: asked several times a tick (the kernel's view,
@@ -380,16 +385,18 @@ class XidCounter:
         now: float | None = None,
         hold: float | None = None,
         attribute: Attribute | None = None,
+        blame: Blame | None = None,
     ) -> dict[str, list[Finding]]:
         """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code;
         a warning Xid ends ``hold`` s after its last record at wall time ``now``
-        (:func:`finding`); ``attribute`` names the process that caused each."""
+        (:func:`finding`); ``attribute`` names the process that caused each, ``blame`` says
+        what an Xid means beyond its record."""
         by_device = self._slotter(slots)
         out: dict[str, list[Finding]] = {}
         for (device, code), count in sorted(self._xids.items()):
             slot = self._slot(device, by_device)
             source = attribute(slot, count) if attribute is not None else None
-            found = finding(self._site(count), now, hold, source, slot)
+            found = finding(self._site(count, slot, blame), now, hold, source, slot)
             if found is not None and self._holds("xid", device, code):
                 out.setdefault(slot, []).append(found)
         for device, failure in sorted(self._init.items()):
@@ -397,16 +404,18 @@ class XidCounter:
                 out.setdefault(self._slot(device, by_device), []).append(failure.finding())
         return out
 
-    def take_new(self, slots: list[str], attribute: Attribute | None = None) -> list[First]:
+    def take_new(
+        self, slots: list[str], attribute: Attribute | None = None, blame: Blame | None = None
+    ) -> list[First]:
         """The (GPU or NVSwitch, code) pairs first seen since the last call, oldest first;
-        ``attribute`` names the process an Xid's record names."""
+        ``attribute`` names the process an Xid's record names, ``blame`` as :meth:`findings`."""
         by_device = self._slotter(slots)
         new, self._new = self._new, []
         out: list[First] = []
         for kind, where, code in new:
             if kind == "xid":
-                c = self._site(self._xids[where, code])
                 slot = self._slot(where, by_device)
+                c = self._site(self._xids[where, code], slot, blame)
                 source = attribute(slot, c) if attribute is not None else None
                 words, unit = source or ("", None)
                 message = (

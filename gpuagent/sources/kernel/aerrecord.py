@@ -1,0 +1,122 @@
+"""The kernel's PCIe AER records (pure): read with the rest of the boot's kernel records, for
+the PCIe source (:mod:`gpuagent.sources.pcie`) and for an Xid 79 that follows them.
+
+A record is the AER driver's line for an error message that a root port (or a root complex
+event collector) received, naming the device the message came from, its source:
+
+* ``pcieport 0000:00:02.0: AER: Uncorrected (Fatal) error received: id=0010`` (to Linux
+  4.16: the requester id, bus and devfn, in the port's domain);
+* ``pcieport 0000:00:01.1: AER: Corrected error received: 0000:00:00.0`` (4.17 to 6.6);
+* ``pcieport 0000:00:1b.2: AER: Uncorrectable (Fatal) error message received from
+  0000:03:04.0`` (6.7 on); each with ``Multiple`` before it for several at once.
+
+The device that erred is the source, not the port that printed.  Only the kernel's own
+records are read (``_TRANSPORT=kernel``, which journald sets): no user can log one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import replace
+
+from gpuagent.sources.bus.pciaddr import SLOT, path_role
+from gpuagent.views import AerHeard, AerRecord, XidInfo
+
+__all__ = ["FALLEN_OFF", "LOOKBACK", "RECENT", "Heard", "fallen_off", "record"]
+
+# The records an Xid 79 looks back on: the latest, whatever a storm of correctable ones brings;
+# and the (device, kind) pairs counted, past which a record naming a new one is not.
+RECENT = 512
+_MAX_DEVICES = 256
+# The Xid of a GPU fallen off the bus, which errors on its path may explain.
+FALLEN_OFF = 79
+# How long before an Xid 79 an error above the GPU on its path blames the path (s).
+LOOKBACK = 3600.0
+_RECORD = re.compile(
+    rf"^\S+ (?P<port>{SLOT}): AER: (?:Multiple )?"
+    r"(?P<kind>Correct(?:ed|able)|Uncorrect(?:ed|able) \((?:Non-)?Fatal\)) error (?:message )?"
+    rf"received(?:: | from )(?:(?P<source>{SLOT})|id=(?P<id>[0-9a-fA-F]{{4}}))",
+    re.ASCII,
+)
+# A kind as a message says it.
+WORDS = {"fatal": "fatal", "nonfatal": "non-fatal", "correctable": "correctable"}
+
+
+def record(time: float, message: str) -> AerRecord | None:
+    """The AER record a kernel message logged at ``time`` (wall s) is, or None."""
+    if "AER: " not in message:
+        return None
+    m = _RECORD.match(message)
+    if m is None:
+        return None
+    port = m["port"].lower()
+    source = m["source"]
+    if source is None:
+        # The requester id: bus (8 bits), device (5), function (3), in the port's domain.
+        rid = int(m["id"], 16)
+        domain = port.rsplit(":", 2)[0]
+        source = f"{domain}:{rid >> 8:02x}:{(rid >> 3) & 0x1F:02x}.{rid & 7}"
+    words = m["kind"].lower()
+    kind = "correctable" if words.startswith("correct") else "nonfatal"
+    if kind == "nonfatal" and "non-fatal" not in words:
+        kind = "fatal"
+    return AerRecord(time, port, source.lower(), kind)
+
+
+class Heard:
+    """This boot's AER records as read (:meth:`add` each kernel message in journal order);
+    :attr:`view` is what a tick sees, made anew only after a record."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str], tuple[int, float]] = {}
+        self._recent: deque[AerRecord] = deque(maxlen=RECENT)
+        self._view = AerHeard()
+        self._changed = False
+
+    def add(self, time: float, message: str) -> None:
+        """Take one kernel message logged at ``time`` (wall s), if it is an AER record."""
+        found = record(time, message)
+        if found is None:
+            return
+        self._recent.append(found)
+        key = (found.source, found.kind)
+        count, _ = self._counts.get(key, (0, 0.0))
+        if count or len(self._counts) < _MAX_DEVICES:
+            self._counts[key] = (count + 1, time)
+        self._changed = True
+
+    @property
+    def view(self) -> AerHeard:
+        """The records so far (:class:`gpuagent.views.AerHeard`)."""
+        if self._changed:
+            self._view = AerHeard(dict(self._counts), tuple(self._recent))
+            self._changed = False
+        return self._view
+
+
+def fallen_off(
+    info: XidInfo, path: tuple[str, ...], recent: Iterable[AerRecord], at: float
+) -> XidInfo | None:
+    """An Xid 79's ``info`` blamed on its path, or None: where, within :data:`LOOKBACK` s
+    before its first record (``at``, wall s), the kernel logged AER errors of a function
+    above the GPU (``path`` without its last entry, the GPU), the latest of them names that
+    function, and the action is ``check_host`` there: the slot, riser, cable or switch."""
+    above = path[:-1]
+    hits = [r for r in recent if r.source in above and at - LOOKBACK <= r.time <= at]
+    if not hits:
+        return None
+    last = hits[-1]
+    kinds = {r.kind for r in hits if r.source == last.source}
+    said = " and ".join(w for k, w in WORDS.items() if k in kinds)
+    return replace(
+        info,
+        action="check_host",
+        advice=(
+            f"its path logged PCIe {said} errors at {last.source}, "
+            f"{path_role(above.index(last.source), len(path))}, {at - last.time:.0f} s "
+            f"before: check the slot, riser, cable or switch there (lspci -vvv -s "
+            f"{last.source}) before the board; reboot the host to bring the GPU back"
+        ),
+    )
