@@ -53,6 +53,7 @@ from gpuagent.views import (
     SXidCount,
     UnitView,
     VgpuView,
+    uuid_of,
     worst,
 )
 
@@ -251,10 +252,9 @@ def _gpus(
         if health == OK and (gpu is None or gpu.probeable):
             health = OK if slot in samples.fresh else UNKNOWN
         fields = s.fields if s else {}
-        smi_uuid = fields.get("uuid")
         entry: GpuEntry = {
             "pci_slot": slot,
-            "uuid": kernel.uuids.get(slot) or (smi_uuid if isinstance(smi_uuid, str) else None),
+            "uuid": uuid_of(slot, kernel, samples),
             # A sample's fields are scalars: a copy is theirs sealed.
             "fields": _sealed(fields),
             "sampled_at": s.sampled_at if s else None,

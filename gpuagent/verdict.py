@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from gpuagent.health import CRITICAL
@@ -52,6 +52,7 @@ class Verdict:
         self.started = started
         self.tracker = Tracker()
         self._cleared: Mapping[str, Clear] = {}
+        self._uuid: Callable[[str], str | None] = lambda slot: None
         # Each remembered problem's first-seen time by its source, until that source's first
         # complete look; the problems the first judge restates as seen before the restart.
         self._before: dict[str, dict[Key, float]] = {}
@@ -68,11 +69,14 @@ class Verdict:
         bus: BusView,
         expected_gpus: int | None,
         cleared: Mapping[str, Clear] | None = None,
+        uuid: Callable[[str], str | None] = lambda slot: None,
     ) -> None:
         """Settle the sources at wall time ``now`` (s) with the bus as scanned and log what
         started, changed and ended; ``cleared`` is each GPU's last operator's clear (an end
-        it covers says so)."""
+        it covers says so), ``uuid`` a GPU's UUID by slot (its lines' ``GPU_UUID``: the
+        board's story in ``gpuagent history``, whatever slot it was in)."""
         self._cleared = cleared or {}
+        self._uuid = uuid
         gpus = list(bus.gpus)
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
@@ -115,6 +119,7 @@ class Verdict:
         where = f"GPU {p.slot}" if p.slot else "host"
         fields = {
             "pci_slot": p.slot or None,
+            "gpu_uuid": self._uuid(p.slot) if p.slot else None,
             "problem": f.kind,
             "severity": f.severity,
             "action": f.action,

@@ -47,6 +47,7 @@ __all__ = [
     "XidCount",
     "XidInfo",
     "plural",
+    "uuid_of",
     "worst",
 ]
 
@@ -505,6 +506,14 @@ class Recurring(Protocol):
     def escalate(self, slot: str, uuid: str | None, finding: Finding) -> Finding: ...
 
 
+def uuid_of(slot: str, kernel: KernelView, samples: SamplesView) -> str | None:
+    """The UUID of the GPU in ``slot``: the one the driver printed, else nvidia-smi's
+    (``uuid`` of its last sample); None where neither is known."""
+    sample = samples.samples.get(slot)
+    smi = sample.fields.get("uuid") if sample else None
+    return kernel.uuids.get(slot) or (smi if isinstance(smi, str) else None)
+
+
 @dataclass(frozen=True)
 class Tick:
     """One tick's facts, filled in the sequence's order (:mod:`gpuagent.sources.sequence`):
@@ -532,6 +541,10 @@ class Tick:
     def last(self) -> Tick:
         """The previous tick, or this one where there is none (the first)."""
         return self.previous or self
+
+    def uuid(self, slot: str) -> str | None:
+        """The UUID of the GPU in ``slot`` (:func:`uuid_of`)."""
+        return uuid_of(slot, self.kernel, self.probe.samples)
 
     def next(self, now: float, mono: float, config: Config) -> Tick:
         """The tick after this one, at ``now`` (wall s) and ``mono`` (monotonic s): this

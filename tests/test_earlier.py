@@ -89,10 +89,13 @@ def earlier_slice() -> float:
     return earlier.SLICE
 
 
-def agent_problem(boot: str, at: float, slot: str) -> bytes:
-    """The agent's start line of a critical recovery_action, as the journal stores it."""
+def agent_problem(boot: str, at: float, slot: str, uuid: str | None = None) -> bytes:
+    """The agent's start line of a critical recovery_action, as the journal stores it (with
+    the board's ``GPU_UUID`` where given)."""
+    board = [("GPU_UUID", uuid.encode())] if uuid else []
     return export_entry(
         [
+            *board,
             ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
             ("__MONOTONIC_TIMESTAMP", b"5000000"),
             ("_BOOT_ID", boot.encode()),
@@ -129,6 +132,29 @@ def test_nvidia_smi_s_problem_recurring_asks_for_rma(host: Host, make: Any) -> N
     (p,) = next(g for g in st["gpus"] if g["pci_slot"] == sick)["problems"]
     assert (p["kind"], p["action"]) == ("recovery_action", "drain_and_rma")
     assert p["message"].startswith(f"recovery_action on {sick} in 3 boots since 2023-11-1")
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_replaced_board_does_not_inherit_its_slots_problems(
+    host: Host, make: Any, same: bool
+) -> None:
+    sick = host.slots[0]
+    host.healthy(override={sick: {"gpu_recovery_action": "Reset"}})
+    host.make_agent()
+    board = next(g for g in host.tick().state["gpus"] if g["pci_slot"] == sick)["uuid"]
+    assert board is not None
+    old = board if same else "GPU-99999999-8888-7777-6666-555555555555"
+    journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
+    append(
+        journal,
+        agent_problem(A, 1_700_000_100, sick, old) + agent_problem(B, 1_700_086_500, sick, old),
+    )
+    host.make_agent(journal_directory=journal, history_days=3650)
+    host.tick()
+    st = host.tick().state
+    assert st["history"] == "2 earlier boots"
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == sick)["problems"]
+    assert p["action"] == ("drain_and_rma" if same else "reset_gpu")
 
 
 def test_reopened_every_chunk_nothing_is_read_twice_or_missed(

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from gpuagent.commands.cli import main
 from gpuagent.logs import Event
+from gpuagent.sources.kernel import timeline
 from tests.journalfeed import this_boot
 from tests.test_clear import LATER, PERSON_UID, clear_entry
 from tests.test_kernel import FELL_OFF
@@ -186,3 +187,69 @@ def test_a_directory_it_cannot_read_is_one_line(tmp_path: str, name: str, reason
     assert (res.exit_code, res.stdout) == (1, "")
     assert res.stderr.startswith(f"gpuagent: cannot read the journal in {directory}: {reason}")
     assert res.stderr.count("\n") == 1
+
+
+BOARD = "GPU-11111111-2222-3333-4444-555555555555"
+NEW_BOARD = "GPU-99999999-8888-7777-6666-555555555555"
+
+
+def test_a_boards_story_in_whichever_slot_it_was(make: Any, tmp_path: str) -> None:
+    # This boot: the board of FELL_OFF (its UUID line, then Xid 79) in slot 0000:18:00.0;
+    # the agent's lines name it; another board's problem in 0000:2a:00.0, and that slot's
+    # clear, whose board is known only from its boot's other lines.
+    journal = make(FELL_OFF)
+    fields = {"PCI_SLOT": SLOT, "PROBLEM": "xid", "XID": "79", "ACTION": "reboot"}
+    append(journal, agent_line(LATER - 5, Event.XID_PROBLEM, GPU_UUID=BOARD, **fields))
+    other = {"PCI_SLOT": "0000:2a:00.0", "PROBLEM": "throttled", "ACTION": "check_host"}
+    append(journal, agent_line(LATER - 4, Event.PROBLEM_THROTTLED, GPU_UUID=NEW_BOARD, **other))
+    append(journal, clear_entry("0", LATER, slot="0000:2a:00.0"))
+    code, out = history(journal, str(tmp_path), BOARD.lower(), "--json")
+    assert code == 0, out
+    assert [(s["event"], s["pci_slot"], s["uuid"]) for s in json.loads(out)[1:]] == [
+        ("xid", SLOT, BOARD),
+        ("problem_start", SLOT, BOARD),
+    ]
+    code, out = history(journal, str(tmp_path), NEW_BOARD, "--json")
+    assert [(s["event"], s["kind"]) for s in json.loads(out)[1:]] == [
+        ("problem_start", "throttled"),
+        ("clear", "xid"),
+    ]
+    code, out = history(journal, str(tmp_path), "GPU-00000000-0000-0000-0000-000000000000")
+    assert (code, out) == (0, "no GPU events in the journal\n")
+
+
+def test_history_names_what_it_takes() -> None:
+    res = CliRunner(mix_stderr=False).invoke(main, ["history", "nonsense"])
+    assert res.exit_code == 2
+    assert "neither a PCI slot (0000:3b:00.0) nor a GPU's UUID (GPU-...)" in res.stderr
+
+
+def test_a_board_moved_between_boots_is_followed_pure() -> None:
+    def line(at: float, boot: str, slot: str, uuid: str | None) -> tuple[float, dict[str, object]]:
+        fields: dict[str, object] = {
+            "_BOOT_ID": boot,
+            "_SYSTEMD_UNIT": "gpuagent.service",
+            "MESSAGE_ID": Event.PROBLEM_THROTTLED.value,
+            "PCI_SLOT": slot,
+            "PROBLEM": "throttled",
+        }
+        if uuid is not None:
+            fields["GPU_UUID"] = uuid
+        return at, fields
+
+    entries = [
+        line(1.0, "b1", "0000:18:00.0", BOARD),
+        line(2.0, "b1", "0000:2a:00.0", NEW_BOARD),
+        # The board moved to 0000:2a:00.0; an older agent's line of its slot names no UUID.
+        line(3.0, "b2", "0000:2a:00.0", BOARD),
+        line(4.0, "b2", "0000:2a:00.0", None),
+        line(5.0, "b2", "0000:18:00.0", NEW_BOARD),
+    ]
+    steps = timeline.events(entries, None, uuid=BOARD)
+    assert [(s.event, s.boot, s.pci_slot, s.time) for s in steps] == [
+        ("boot", "b1", None, 1.0),
+        ("problem_start", "b1", "0000:18:00.0", 1.0),
+        ("boot", "b2", None, 3.0),
+        ("problem_start", "b2", "0000:2a:00.0", 3.0),
+        ("problem_start", "b2", "0000:2a:00.0", 4.0),
+    ]

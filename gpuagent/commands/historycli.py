@@ -1,5 +1,5 @@
-"""``gpuagent history [SLOT]``: a GPU's story across boots from the journal (thin; the
-timeline is :mod:`gpuagent.sources.kernel.timeline`'s).
+"""``gpuagent history [SLOT|UUID]``: a GPU's (or a board's) story across boots from the
+journal (thin; the timeline is :mod:`gpuagent.sources.kernel.timeline`'s).
 
 It reads the journal as its caller may: root or the ``systemd-journal`` group see the
 kernel's records and the agent's lines; anyone else is told so.
@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 __all__ = ["history"]
 
 
-def _read(directory: str, where: str | None, days: int, *, other_host: bool) -> list[Step]:
+def _read(
+    directory: str, where: str | None, days: int, *, other_host: bool, uuid: str | None = None
+) -> list[Step]:
     """The timeline's steps of the last ``days`` days in the journal in ``directory`` (``""``:
-    the system's), of the GPU in slot ``where`` (None: every GPU); raises ``OSError``, and
-    exits 1 for a journal the caller may not read at all.  ``other_host``: the journal is
-    another host's (``--directory``), whose login uids this host's users do not name."""
+    the system's), of the GPU in slot ``where`` (None: every GPU) or the board ``uuid``;
+    raises ``OSError``, and exits 1 for a journal the caller may not read at all.
+    ``other_host``: the journal is another host's (``--directory``), whose login uids this
+    host's users do not name."""
     from systemd import journal  # noqa: PLC0415
 
     from gpuagent.edges.users import user_name  # noqa: PLC0415
@@ -54,7 +57,7 @@ def _read(directory: str, where: str | None, days: int, *, other_host: bool) -> 
         reader.add_match(MESSAGE_ID=Event.OPERATOR_CLEAR.value, _UID="0")
         reader.seek_realtime(max(time.time() - days * 86400, 0.0))
         names = clears.no_names if other_host else user_name
-        return timeline.events(entries(reader), where, names)
+        return timeline.events(entries(reader), where, names, uuid=uuid)
     finally:
         reader.close()
 
@@ -64,7 +67,7 @@ def _what(directory: str) -> str:
 
 
 @click.command("history")
-@click.argument("slot", required=False)
+@click.argument("slot", metavar="[SLOT|UUID]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of events.")
 @click.option(
     "--days", type=click.IntRange(min=1), default=30, show_default=True, help="How far back."
@@ -79,21 +82,27 @@ def _what(directory: str) -> str:
 def history(
     ctx: click.Context, slot: str | None, as_json: bool, days: int, other: str | None
 ) -> None:
-    """Show a GPU's (or every GPU's) problems, Xids, clears and reboots across boots."""
+    """Show a GPU's (or every GPU's) problems, Xids, clears and reboots across boots: by its
+    PCI slot, or by its board's UUID (GPU-...) in whichever slot it was."""
     from gpuagent.sources.kernel import clears, timeline  # noqa: PLC0415
 
-    where = None
-    if slot is not None:
+    where = uuid = None
+    if slot is not None and slot.upper().startswith("GPU-"):
+        uuid = slot
+    elif slot is not None:
         where = clears.slot_of(slot)
         if where is None:
-            raise click.BadParameter(f"{slot!r} is not a PCI slot", param_hint="SLOT")
+            raise click.BadParameter(
+                f"{slot!r} is neither a PCI slot (0000:3b:00.0) nor a GPU's UUID (GPU-...)",
+                param_hint="SLOT|UUID",
+            )
     if other is not None:
         directory = other
     else:
         path, required = ctx.obj["config_file"]
         directory = config.salvage(path, required=required)[0].journal_directory
     try:
-        steps = _read(directory, where, days, other_host=other is not None)
+        steps = _read(directory, where, days, other_host=other is not None, uuid=uuid)
     except OSError as e:
         # A directory this user may not read (or gone, or no directory): one line.
         click.echo(f"gpuagent: cannot read {_what(directory)}: {e.strerror or e}", err=True)

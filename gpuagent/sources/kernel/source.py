@@ -21,7 +21,7 @@ from gpuagent.sources.bus import pci
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
-from gpuagent.views import Tick
+from gpuagent.views import Tick, uuid_of
 
 __all__ = ["Kernel"]
 
@@ -83,7 +83,9 @@ class Kernel(Source):
             lambda slot: pci.path_of(tick.config.sysfs_root, slot),
         )
         view = self.records.view(tick.scan.slots)
-        found = self.earlier.escalate(found, view.uuids, self.records.cleared)
+        samples = last.probe.samples
+        uuids = {s: u for s in found if (u := uuid_of(s, view, samples)) is not None}
+        found = self.earlier.escalate(found, uuids, self.records.cleared)
         view = replace(
             view,
             forgotten=tuple(self.records.take_forgotten()),

@@ -1,7 +1,8 @@
 """A GPU's story across boots, from journal entries: ``gpuagent history`` (pure).
 
 The entries are the kernel's records (Xids, the UUID lines), the agent's own problem lines
-(``_SYSTEMD_UNIT=gpuagent.service``: starts and ends) and root's clears, of every boot the
+(``_SYSTEMD_UNIT=gpuagent.service``: starts and ends, each naming the GPU's UUID in
+``GPU_UUID`` where it was known) and root's clears, of every boot the
 journal holds, in journal order.  :func:`events` turns them into :class:`Step` s, a ``boot``
 step where each boot's entries begin; :func:`render` is the timeline for a person.
 """
@@ -28,6 +29,7 @@ FIELDS = (
     "MESSAGE",
     "MESSAGE_ID",
     "PCI_SLOT",
+    "GPU_UUID",
     "PROBLEM",
     "SEVERITY",
     "ACTION",
@@ -80,9 +82,13 @@ def events(
     entries: Iterable[tuple[float, Mapping[str, object]]],
     slot: str | None,
     names: clears.Names = clears.no_names,
+    *,
+    uuid: str | None = None,
 ) -> list[Step]:
-    """The timeline of the GPU in ``slot`` (None: every GPU) from ``(time, fields)`` entries
-    in journal order; ``names`` gives the user names of the clears' login uids."""
+    """The timeline of the GPU in ``slot`` (None: every GPU), or of the board ``uuid`` in
+    whichever slot it was, from ``(time, fields)`` entries in journal order; ``names`` gives
+    the user names of the clears' login uids.  A step that names no UUID is the board's
+    where another step of its boot names the board in that slot."""
     out: list[Step] = []
     boot = ""
     uuids: dict[str, str] = {}
@@ -96,11 +102,27 @@ def events(
         for step in steps(boot, at, entry, uuids, told, names=names):
             if want is None or (step.pci_slot and device_of(step.pci_slot) == want):
                 out.append(step)
-    if slot is not None:
+    if uuid is not None:
+        out = _board(out, uuid.lower())
+    if slot is not None or uuid is not None:
         # A boot step only where the GPU's story goes on after it.
         kept = [s for i, s in enumerate(out) if s.event != "boot" or _after(out, i)]
         out = kept
     return out
+
+
+def _board(steps: list[Step], uuid: str) -> list[Step]:
+    """The boot steps and those of the board ``uuid`` (lower case)."""
+    boards = {
+        (s.boot, device_of(s.pci_slot)): s.uuid.lower() for s in steps if s.uuid and s.pci_slot
+    }
+
+    def whose(s: Step) -> str | None:
+        if s.uuid:
+            return s.uuid.lower()
+        return boards.get((s.boot, device_of(s.pci_slot))) if s.pci_slot else None
+
+    return [s for s in steps if s.event == "boot" or whose(s) == uuid]
 
 
 def _after(steps: list[Step], i: int) -> bool:
@@ -138,7 +160,8 @@ def steps(
                 )
         return found
     where = _text(entry, "PCI_SLOT")
-    uuid = uuids.get(device_of(where)) if where else None
+    # The agent's lines name the board (GPU_UUID); a clear or an older agent's line does not.
+    uuid = _text(entry, "GPU_UUID") or (uuids.get(device_of(where)) if where else None)
     message_id = _text(entry, "MESSAGE_ID")
     if message_id == Event.OPERATOR_CLEAR.value:
         clear = clears.parse(entry, at, names)

@@ -18,7 +18,7 @@ from gpuagent.sources.probe.outage import outage
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
 from gpuagent.sources.services.nvservices import fold_fabric
-from gpuagent.views import ProbeView, Tick
+from gpuagent.views import ProbeView, Tick, uuid_of
 
 __all__ = ["Probe"]
 
@@ -54,7 +54,11 @@ class Probe(Source):
             self.samples.forget()
         elif answer is not None:
             found = self.samples.take(answer, gpus)
-            found = recurring(found, tick.kernel.recurrence, tick.kernel.uuids)
+            # A GPU is its board's UUID where known (a replaced board's earlier boots are
+            # another board's), the driver's else nvidia-smi's.
+            now = self.samples.view
+            uuids = {s: u for s in found if (u := uuid_of(s, tick.kernel, now)) is not None}
+            found = recurring(found, tick.kernel.recurrence, uuids)
             findings["smi"] = fold_fabric(tick.services.host, found)
         samples = self.samples.mark_stale(gpus, tick.config.interval)
         view = self._view()
