@@ -380,6 +380,19 @@ def test_a_clear_starts_the_counts_afresh(tmp_path: str) -> None:
     )
     again = found(source, tick(root, kernel=KernelView(aer=heard.view, cleared=cleared)))[GPU]
     assert [(f[0], f[1]) for f in again] == [("warning", GPU)]
+    # A record logged after a clear but read with it still counts.
+    source2 = PcieSource(root, Log())
+    found(source2, tick(root))
+    late = aerrecord.Heard()
+    late.add(
+        50.0, "pcieport 0000:00:02.0: AER: Uncorrected (Non-Fatal) error received: 0000:02:00.0"
+    )
+    late.add(
+        65.0, "pcieport 0000:00:02.0: AER: Uncorrected (Non-Fatal) error received: 0000:02:00.0"
+    )
+    at60 = {GPU: Clear(GPU, "pcie_error", "alice", 60.0)}
+    (one,) = found(source2, tick(root, kernel=KernelView(aer=late.view, cleared=at60)))[GPU]
+    assert one[1] == GPU and "1 non-fatal" in one[2]
     # A clear of another kind ends nothing here.
     other = {GPU: Clear(GPU, "xid", "alice", 80.0)}
     assert found(source, tick(root, kernel=KernelView(aer=heard.view, cleared=other)))[GPU]

@@ -127,7 +127,13 @@ class PcieSource(Source):
             for kind, _ in aer.FILES:
                 if kind in read[device]:
                     self._base[slot, device, kind] = read[device][kind]
-                self._heard[slot, device, kind] = heard.counts.get((device, kind), (0, 0.0))[0]
+                # The records up to the clear; one read with it but logged after it counts.
+                count = heard.counts.get((device, kind), (0, 0.0))[0]
+                after = sum(
+                    r.source == device and r.kind == kind and r.time > clear.at
+                    for r in heard.recent
+                )
+                self._heard[slot, device, kind] = max(count - after, 0)
 
     def _finding(
         self,
