@@ -16,6 +16,7 @@ from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
+from gpuagent.sources.board import serials
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.smi import FIELDS
 from tests import fakesysfs, replay
@@ -61,14 +62,18 @@ def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> 
         for i, slot in enumerate(slots):
             for n in range(processes):
                 pid = 10000 + i * 100 + n
-                f.write(f"{replay.gpu_uuid(i, slot)}, {pid}, {2566 + n}\n")
+                f.write(f"{replay.gpu_uuid(slot)}, {pid}, {2566 + n}\n")
+    boards = os.path.join(directory, "serials.csv")
+    with open(boards, "w") as f:
+        f.write("".join(f"00000000:{slot[5:].upper()}, 0000000000000\n" for slot in slots))
     path = os.path.join(directory, "nvidia-smi")
     with open(path, "w") as f:
         f.write(
             "#!/bin/sh\n"
             f'case "$1 $2" in "nvlink --status") exec cat {status} ;; '
             f'"nvlink --errorcounters") exec cat {counters} ;; esac\n'
-            f'case "$1" in --query-compute-apps=*) exec cat {apps} ;; esac\n'
+            f'case "$1" in --query-compute-apps=*) exec cat {apps} ;; '
+            f"{serials.ARGS[0]}) exec cat {boards} ;; esac\n"
             f"exec cat {answer}\n"
         )
     os.chmod(path, 0o755)
@@ -91,9 +96,12 @@ class ScriptedRunner(Runner):
         with open(os.path.join(replay.CORPUS, "errors", MISMATCH), encoding="utf-8") as f:
             mismatch = f.read()
         apps = "".join(
-            f"{replay.gpu_uuid(i, slot)}, {10000 + i}, 2566\n" for i, slot in enumerate(self.slots)
+            f"{replay.gpu_uuid(slot)}, {10000 + i}, 2566\n" for i, slot in enumerate(self.slots)
         )
         self._apps = RunResult(Outcome.EXITED, 0, apps)
+        # The boards' serials, as the capture's collector left them (masked: none).
+        serials = "".join(f"00000000:{slot[5:].upper()}, 0000000000000\n" for slot in self.slots)
+        self._serials = RunResult(Outcome.EXITED, 0, serials)
         self._answers = {
             "healthy": RunResult(Outcome.EXITED, 0, rows),
             "missing_gpu": RunResult(Outcome.EXITED, 0, rows.split("\n", 1)[1]),
@@ -118,6 +126,8 @@ class ScriptedRunner(Runner):
         if argv[1:2] == ["nvlink"]:
             # A PCIe host: drivers before 595 print nothing for a GPU without NVLink.
             return RunResult(Outcome.EXITED, 0, "")
+        if argv[1:2] == [serials.ARGS[0]] and self.step in ("healthy", "missing_gpu"):
+            return self._serials
         if any(a.startswith("--query-compute-apps=") for a in argv) and self.step in (
             "healthy",
             "missing_gpu",

@@ -68,6 +68,10 @@ class Event(Enum):
     VGPU_READ_RECOVERED = "3caf957657ea4522b260ba798b7ada8c"
     IMEX_READ_FAILED = "87b1f8014b674b668ba75cbfa980b37d"
     IMEX_READ_RECOVERED = "d48fefa3b2e34056ad87233e8e246c30"
+    BOARD_READ_FAILED = "7cacebd40c61403d912a768dd431aca1"
+    BOARD_READ_RECOVERED = "771d5490213d49bd84c387901144a36b"
+    # A slot's board replaced (its UUID changed), with the old and the new serial.
+    BOARD_REPLACED = "0c3fbb108e5e4888982c5337ccf08ae7"
 
     PROBLEM_LOST = "a6c5d15b39824dc594ffb44e6910ec28"
     PROBLEM_REQUIRES_RESET = "0d706c08af5c47678a4a25bbd30768de"

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AerHeard",
     "AerRecord",
+    "BoardView",
     "BusView",
     "Clear",
     "Failure",
@@ -169,7 +170,10 @@ class BusView:
     ``gone_since`` when those missing from it before the agent started were first found
     missing (wall s; their ``gone_from_bus`` is no new fault to this agent), ``removed`` the
     slots root said left for good (``gpuagent clear SLOT gone_from_bus``) and not on the bus
-    since, each with the ``expected_gpus`` of its clear (None: unset)."""
+    since, each with the ``expected_gpus`` of its clear (None: unset), and ``replaced`` the
+    slots whose board was replaced while this agent ran, each with when it saw the new one
+    (wall s): their recurrence starts afresh there; ``boards`` the UUID remembered in each
+    slot (:mod:`gpuagent.sources.bus.known`)."""
 
     gpus: tuple[PciGpu, ...] = ()
     seen: frozenset[str] = frozenset()
@@ -178,6 +182,8 @@ class BusView:
     not_back: frozenset[str] = frozenset()
     gone_since: Mapping[str, float] = field(default_factory=dict)
     removed: Mapping[str, int | None] = field(default_factory=dict)
+    replaced: Mapping[str, float] = field(default_factory=dict)
+    boards: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def slots(self) -> list[str]:
@@ -448,6 +454,14 @@ class VgpuView:
 
 
 @dataclass(frozen=True)
+class BoardView:
+    """The boards' serial numbers as last read (nvidia-smi's ``serial``), by slot, each with
+    the UUID the slot's board had then (None: not known): the GPUs whose board has one."""
+
+    serials: Mapping[str, tuple[str | None, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class UnitView:
     """One of NVIDIA's systemd units as last read over D-Bus; ``file_state`` its
     ``UnitFileState`` (``enabled``: the host means to run it), where read."""
@@ -503,7 +517,12 @@ class Recurring(Protocol):
     """The earlier boots' record of critical problems (the kernel's, once read): what a
     finding of this boot becomes when it recurs."""
 
-    def escalate(self, slot: str, uuid: str | None, finding: Finding) -> Finding: ...
+    def escalate(
+        self, slot: str, uuid: str | None, finding: Finding, swapped: float | None = None
+    ) -> Finding:
+        """``finding`` as the earlier boots make it; ``swapped``: when the slot's board came
+        into it this boot (wall s; None: not known to)."""
+        ...
 
 
 def uuid_of(slot: str, kernel: KernelView, samples: SamplesView) -> str | None:
@@ -533,6 +552,7 @@ class Tick:
     bus: BusView = field(default_factory=BusView)
     services: ServicesView = field(default_factory=ServicesView)
     probe: ProbeView = field(default_factory=ProbeView)
+    board: BoardView = field(default_factory=BoardView)
     nvlink: NvlinkView = field(default_factory=NvlinkView)
     processes: ProcessesView = field(default_factory=ProcessesView)
     vgpu: VgpuView = field(default_factory=VgpuView)

@@ -137,7 +137,7 @@ def _apps(step: dict[str, Any]) -> int:
         sys.stdout.write(str(apps["stdout"]))
         return int(apps.get("exit", 0))
     slots = list(step.get("slots") or [])
-    uuid = {slot: replay.gpu_uuid(i, slot) for i, slot in enumerate(slots)}
+    uuid = {slot: replay.gpu_uuid(slot) for slot in slots}
     if isinstance(apps, dict):
         apps = replay.apps_capture(str(apps["capture"]), str(apps["slot"]))
     out = [] if "noheader" in fmt else [", ".join(asked)]

@@ -81,7 +81,16 @@ class FakeHost:
     def spawns(self) -> int:
         """How many times the fake nvidia-smi has run as the probe (its nvlink and processes
         reads apart)."""
-        return sum(1 for argv in self.calls() if argv[:1] != ["nvlink"] and not _apps(argv))
+        return sum(
+            1
+            for argv in self.calls()
+            if argv[:1] != ["nvlink"] and not _apps(argv) and not serials(argv)
+        )
+
+    @property
+    def serials_spawns(self) -> int:
+        """How many times it has run as the boards' serials read."""
+        return sum(1 for argv in self.calls() if serials(argv))
 
     @property
     def apps_spawns(self) -> int:
@@ -112,6 +121,11 @@ def write_proc(proc: str, apps: list[dict[str, Any]] | dict[str, Any]) -> None:
         os.makedirs(os.path.join(proc, str(app["pid"])), exist_ok=True)
         with open(os.path.join(proc, str(app["pid"]), "comm"), "wb") as f:
             f.write(name.encode()[:15] + b"\n")
+
+
+def serials(argv: list[str]) -> bool:
+    """Whether a command line is the board source's serials read."""
+    return argv[:1] == ["--query-gpu=pci.bus_id,serial"]
 
 
 def _apps(argv: list[str]) -> bool:

@@ -77,10 +77,11 @@ def bus_id(slot: str) -> str:
     return f"{int(domain, 16):08X}:{rest.upper()}"
 
 
-def gpu_uuid(index: int, slot: str) -> str:
-    """The UUID the fake host's GPU ``index`` in ``slot`` has, in every answer."""
+def gpu_uuid(slot: str) -> str:
+    """The UUID of the fake host's GPU in ``slot``, in every answer: its board's, whatever
+    the other GPUs (one lost, one gone from the bus) or the answer's order."""
     serial = int(slot.replace(":", "").replace(".", ""), 16)
-    return f"GPU-{index:08x}-0000-0000-0000-{serial:012x}"
+    return f"GPU-00000000-0000-0000-0000-{serial:012x}"
 
 
 def answer(
@@ -109,7 +110,7 @@ def answer(
             for name, value in (
                 ("index", str(i)),
                 ("pci.bus_id", bus_id(slot)),
-                ("uuid", gpu_uuid(i, slot)),
+                ("uuid", gpu_uuid(slot)),
             ):
                 if name in cap.fields:
                     row[cap.fields.index(name)] = value
@@ -194,7 +195,7 @@ def nvlink_answer(
         body = [ln.replace("Link 0:", f"Link {n}:") for n in range(links) for ln in one]
     out = []
     for i, slot in enumerate(slots):
-        out.append(f"GPU {i}: {header['name']} (UUID: {gpu_uuid(i, slot)})")
+        out.append(f"GPU {i}: {header['name']} (UUID: {gpu_uuid(slot)})")
         change = (overrides or {}).get(slot, {})
         if isinstance(change, str):
             out.append(change)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests import fakesysfs, test_kernlog
+from tests import fakesysfs, replay, test_kernlog
 from tests.fakehost import FAKE_SMI
 from tests.golden import DATA, Golden, check
 from tests.test_kernlog import append, corpus_text, export
@@ -141,7 +141,10 @@ def xids(g: Golden) -> None:
     could log; appended while the agent runs: Xid 154 back to 0x0 (None) and Xid 31."""
     fell, app, recovery, late = g.host.slots
     text = (
-        corpus_text("xid-79-driver535-pid-unknown-crashdump").replace("0000:a1:00", fell[:-2])
+        # The capture's placeholder UUID: the one the fake nvidia-smi gives the GPU in the slot.
+        corpus_text("xid-79-driver535-pid-unknown-crashdump")
+        .replace("0000:a1:00", fell[:-2])
+        .replace("GPU-11111111-2222-3333-4444-555555555555", replay.gpu_uuid(fell))
         + corpus_text("xid-13-driver535-a800-pid-unknown").replace("0000:43:00", app[:-2])
         + corpus_text("sxid-22013-driver570-open-nvswitch")
         + _xid(recovery, 154, RECOVERY.format("0x0 (None)", RESET))

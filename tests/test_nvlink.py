@@ -309,7 +309,7 @@ def counters(overrides: dict[str, Any] | None = None) -> Parsed:
 
 
 def uuid(slot: str) -> str:
-    return replay.gpu_uuid(SLOTS.index(slot), slot)
+    return replay.gpu_uuid(slot)
 
 
 def kinds(watch: Watch) -> dict[str, list[tuple[str, str, str, str]]]:

@@ -363,7 +363,7 @@ def test_a_pid_outside_uint32_is_a_malformed_row_and_the_tick_reaches_its_verdic
     host: Host, pid: str
 ) -> None:
     a, sick = host.slots[0], host.slots[1]
-    uuid_a = replay.gpu_uuid(0, a)
+    uuid_a = replay.gpu_uuid(a)
     apps = [{"slot": a, "pid": pid, "mib": 100}, {"slot": a, "pid": 4242, "mib": 200}]
     host.healthy(apps=apps, override={sick: {"gpu_recovery_action": "Reset"}})
     host.make_agent(units=_Uint32Units(pids={4242: "train@3.service"}))
@@ -383,7 +383,7 @@ def test_a_process_name_with_a_newline_forges_no_process_on_another_gpu(host: Ho
     a, b = host.slots[0], host.slots[1]
     # The name ends its own row and starts a well-formed one on GPU b, as nvidia-smi prints
     # process_name: "GPU-a, 5, x, 1\nGPU-b, 4242, python, 1024".
-    forged = f"x, 1\n{replay.gpu_uuid(1, b)}, 4242, python"
+    forged = f"x, 1\n{replay.gpu_uuid(b)}, 4242, python"
     busy(host, {"slot": a, "pid": 5, "name": forged, "mib": 1024})
     host.make_agent()
     state = host.tick().state

@@ -78,6 +78,7 @@ def test_the_story_across_two_boots(make: Any, tmp_path: str) -> None:
         ("problem_end", this_boot()[:4], 79),
     ]
     keys = {"boot", "time", "pci_slot", "uuid", "event", "kind", "xid", "action", "by"}
+    keys |= {"serial", "old_uuid", "old_serial"}
     assert set(steps[1]) == keys and steps[1]["by"] is None
     assert steps[1]["pci_slot"] == SLOT
     assert steps[1]["uuid"] == "GPU-11111111-2222-3333-4444-555555555555"
@@ -219,9 +220,9 @@ def test_a_boards_story_in_whichever_slot_it_was(make: Any, tmp_path: str) -> No
 
 
 def test_history_names_what_it_takes() -> None:
-    res = CliRunner(mix_stderr=False).invoke(main, ["history", "nonsense"])
+    res = CliRunner(mix_stderr=False).invoke(main, ["history", "3b:zz.0"])
     assert res.exit_code == 2
-    assert "neither a PCI slot (0000:3b:00.0) nor a GPU's UUID (GPU-...)" in res.stderr
+    assert "neither a PCI slot (0000:3b:00.0), a GPU's UUID (GPU-...) nor a board's" in res.stderr
 
 
 def test_a_board_moved_between_boots_is_followed_pure() -> None:

@@ -1,4 +1,4 @@
-"""``gpuagent history [SLOT|UUID]``: a GPU's (or a board's) story across boots from the
+"""``gpuagent history [SLOT|UUID|SERIAL]``: a GPU's (or a board's) story across boots from the
 journal (thin; the timeline is :mod:`gpuagent.sources.kernel.timeline`'s).
 
 It reads the journal as its caller may: root or the ``systemd-journal`` group see the
@@ -8,6 +8,7 @@ kernel's records and the agent's lines; anyone else is told so.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -62,12 +63,42 @@ def _read(
         reader.close()
 
 
+# A board serial is letters and digits (NVIDIA's are 13 digits); shorter is a typo.
+_SERIAL_MIN = 6
+
+
+def _known_file() -> str:
+    """The GPUs the agent remembers: ``$STATE_DIRECTORY``'s, else the package's."""
+    from gpuagent.sources.bus.known import FILE  # noqa: PLC0415
+
+    directory = os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/gpuagent"
+    return os.path.join(directory, FILE)
+
+
+def _remembered(serial: str) -> set[str]:
+    """The UUIDs the agent remembers with ``serial``; a file it cannot read is one line."""
+    from gpuagent.sources.bus.known import boards_with  # noqa: PLC0415
+
+    path = _known_file()
+    try:
+        return boards_with(path, serial)
+    except FileNotFoundError:
+        return set()
+    except OSError as e:
+        click.echo(
+            f"gpuagent: cannot read {path}: {e.strerror or e}; the journal's alone", err=True
+        )
+    except (ValueError, TypeError) as e:
+        click.echo(f"gpuagent: {path}: {e}; the journal's alone", err=True)
+    return set()
+
+
 def _what(directory: str) -> str:
     return f"the journal in {directory}" if directory else "the journal"
 
 
 @click.command("history")
-@click.argument("slot", metavar="[SLOT|UUID]", required=False)
+@click.argument("slot", metavar="[SLOT|UUID|SERIAL]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of events.")
 @click.option(
     "--days", type=click.IntRange(min=1), default=30, show_default=True, help="How far back."
@@ -82,20 +113,23 @@ def _what(directory: str) -> str:
 def history(
     ctx: click.Context, slot: str | None, as_json: bool, days: int, other: str | None
 ) -> None:
-    """Show a GPU's (or every GPU's) problems, Xids, clears and reboots across boots: by its
-    PCI slot, or by its board's UUID (GPU-...) in whichever slot it was."""
+    """Show a GPU's (or every GPU's) problems, Xids, clears, board replacements and reboots
+    across boots: by its PCI slot, or by its board's UUID (GPU-...) or serial number in
+    whichever slot it was."""
     from gpuagent.sources.kernel import clears, timeline  # noqa: PLC0415
 
-    where = uuid = None
+    where = uuid = serial = None
     if slot is not None and slot.upper().startswith("GPU-"):
         uuid = slot
     elif slot is not None:
         where = clears.slot_of(slot)
-        if where is None:
+        if where is None and (not slot.isalnum() or len(slot) < _SERIAL_MIN):
             raise click.BadParameter(
-                f"{slot!r} is neither a PCI slot (0000:3b:00.0) nor a GPU's UUID (GPU-...)",
-                param_hint="SLOT|UUID",
+                f"{slot!r} is neither a PCI slot (0000:3b:00.0), a GPU's UUID (GPU-...) nor "
+                "a board's serial number",
+                param_hint="SLOT|UUID|SERIAL",
             )
+        serial = None if where is not None else slot
     if other is not None:
         directory = other
     else:
@@ -107,6 +141,15 @@ def history(
         # A directory this user may not read (or gone, or no directory): one line.
         click.echo(f"gpuagent: cannot read {_what(directory)}: {e.strerror or e}", err=True)
         sys.exit(1)
+    if serial is not None:
+        boards = timeline.serials(steps, serial) | _remembered(serial)
+        if not boards:
+            click.echo(
+                f"gpuagent: no board with serial {serial} in {_known_file()} or the journal",
+                err=True,
+            )
+            sys.exit(1)
+        steps = timeline.of_boards(steps, boards)
     if as_json:
         click.echo(json.dumps([s.as_json() for s in steps], indent=2))
     else:

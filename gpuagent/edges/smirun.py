@@ -35,10 +35,16 @@ class Failed(Exception):
 
 
 def run(
-    runner: Runner, binary: str, args: tuple[str, ...], *, name: str = "nvidia-smi"
+    runner: Runner,
+    binary: str,
+    args: tuple[str, ...],
+    *,
+    name: str = "nvidia-smi",
+    answers: frozenset[int] = frozenset({0}),
 ) -> str | None:
     """Run ``binary`` with ``args`` (:func:`environment`); its stdout, ``None`` when interrupted.
-    Raises :class:`Failed`, its reason naming the tool ``name``."""
+    Raises :class:`Failed`, its reason naming the tool ``name``, unless it exited with one of
+    ``answers``."""
     what = f"{name} {' '.join(args)}"
     result = runner.run([binary, *args], environment())
     if result.outcome is Outcome.SPAWN_FAILED:
@@ -49,7 +55,7 @@ def run(
         raise Failed(f"{what}: no answer within {runner.timeout:g} s")
     if result.outcome is Outcome.OVERFLOW:
         raise Failed(f"{what}: more than {runner.max_output} bytes of output")
-    if result.exit_code != 0:
+    if result.exit_code not in answers:
         first = " ".join(ln.strip() for ln in result.stdout.splitlines() if ln.strip())
         raise Failed(f"{what}: exit {result.exit_code}: {first[:_ERROR_CHARS] or '(none)'}")
     return result.stdout

@@ -9,6 +9,7 @@ bus         ``scan``, ``kernel`` (root's clears, UUIDs)       the GPUs this host
 pcie        ``bus``, ``kernel`` (its AER records, clears)     sysfs only: before any spawn
 services    the last tick's samples                           before the probe: fabric
 probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-smi, samples
+board       ``probe`` (the answering GPUs' UUIDs)             the serials, when boards change
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
@@ -35,6 +36,7 @@ from typing import Protocol
 from gpuagent.config import Config
 from gpuagent.logs import EventLog
 from gpuagent.sources import Source
+from gpuagent.sources.board.source import BoardSource
 from gpuagent.sources.bus.bus import BusScan
 from gpuagent.sources.bus.had import GpusHad
 from gpuagent.sources.driver.source import Driver
@@ -89,6 +91,7 @@ def sources(
     scan = BusScan(config.sysfs_root, log)
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic, told=told)
     window = ThrottleWindow(config.throttle_window, config.throttle_fraction, config.interval)
+    board = BoardSource(config, prober.runner, log)
     probe = Probe(
         Probing(config, prober, log, which=which, wall=wall),
         Samples(log, monotonic=monotonic, wall=wall, throttle=window),
@@ -112,7 +115,7 @@ def sources(
     imex = ImexSource(config, prober.runner, log, which=which)
     retention = Retention(log, monotonic=monotonic)
     return (
-        *(scan, kernel, had, pcie, services, probe, driver),
+        *(scan, kernel, had, pcie, services, probe, board, driver),
         *(nvlink, processes, vgpu, imex, retention),
     )
 

@@ -4,17 +4,22 @@ Its view is the scan (:mod:`gpuagent.sources.bus.bus`) with every slot seen on t
 the agent started, those that did not come back after a reboot, and since when the missing
 ones are missing, less those root said left for good (``gpuagent clear --gone``, read by the
 kernel source).  It keeps them across restarts in ``$STATE_DIRECTORY``
-(:class:`gpuagent.sources.bus.known.KnownGpus`), and hands its view to the next tick's scan.
+(:class:`gpuagent.sources.bus.known.KnownGpus`), their boards' serials with them (the board
+source's, :mod:`gpuagent.sources.board`), and hands its view to the next tick's scan.  Another
+UUID in a slot than the file's is a board replaced: one line (``BOARD_REPLACED``, both
+boards' UUIDs and serials), said once since the file then holds the new board, and the slot
+in the view's ``replaced``, from which the slot's recurrence starts afresh.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
-from gpuagent.logs import EventLog
+from gpuagent.logs import Event, EventLog
 from gpuagent.sources import Outcome, Source
-from gpuagent.sources.bus.known import Gpu, KnownGpus
+from gpuagent.sources.bus.known import Gpu, KnownGpus, Swap
 from gpuagent.views import BusView, Tick
 
 __all__ = ["GpusHad"]
@@ -26,8 +31,11 @@ class GpusHad(Source):
     name = "bus"
 
     def __init__(self, directory: str | None, log: EventLog, boot: str) -> None:
+        self.log = log
         self.known = KnownGpus(directory, log, boot)
         self._stepped = False
+        # The slots whose board was replaced while this agent ran, and when it saw it.
+        self._replaced: dict[str, float] = {}
 
     def standing(self) -> BusView | None:
         """Before the first tick, what the bus had before this agent started (its first
@@ -49,17 +57,43 @@ class GpusHad(Source):
             self.known.forget(gone, tick.config.expected_gpus)
             bus = _forget(bus, gone)
         rows = tick.last.probe.samples.samples
+        serials = tick.last.board.serials
         present: dict[str, Gpu] = {}
         for slot in bus.slots:
             row = rows[slot].fields if slot in rows else {}
             uuid, name = row.get("uuid") or tick.kernel.uuids.get(slot), row.get("name")
+            uuid = uuid if isinstance(uuid, str) else None
+            # A serial read for the board now in the slot, not for the one before it.
+            read_for, serial = serials.get(slot, (None, None))
             present[slot] = {
-                "uuid": uuid if isinstance(uuid, str) else None,
+                "uuid": uuid,
                 "name": name if isinstance(name, str) else None,
+                "serial": serial if read_for == uuid else None,
             }
-        self.known.update(present, tick.now)
-        bus = replace(bus, removed=dict(self.known.removed))
+        for swap in self.known.update(present, tick.now):
+            self._replaced[swap.slot] = tick.now
+            self._tell(swap)
+        boards = {s: u for s, g in self.known.gpus.items() if isinstance(u := g.get("uuid"), str)}
+        bus = replace(
+            bus, removed=dict(self.known.removed), replaced=dict(self._replaced), boards=boards
+        )
         return Outcome(bus, trouble={"known_gpus": self.known.error})
+
+    def _tell(self, swap: Swap) -> None:
+        old_uuid, old_serial = swap.old.get("uuid"), swap.old.get("serial")
+        new_uuid, new_serial = swap.new.get("uuid"), swap.new.get("serial")
+        was = f"{old_uuid}" + (f" (serial {old_serial})" if old_serial else "")
+        now = f"{new_uuid}" + (f" (serial {new_serial})" if new_serial else "")
+        self.log(
+            logging.INFO,
+            Event.BOARD_REPLACED,
+            f"GPU {swap.slot}: board replaced: {was} -> {now}; its slot's recurrence starts afresh",
+            pci_slot=swap.slot,
+            gpu_uuid=new_uuid,
+            old_uuid=old_uuid,
+            old_serial=old_serial,
+            new_serial=new_serial,
+        )
 
 
 def _forget(bus: BusView, slots: Iterable[str]) -> BusView:

@@ -2,7 +2,8 @@
 
 The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
 (:class:`gpuagent.edges.statedir.StateFile`); a hand run without that variable remembers
-nothing.  Each GPU is its slot, UUID and name.  A known GPU missing from the bus is
+nothing.  Each GPU is its slot, UUID, name and its board's serial number; another UUID in a
+slot is another board there (:class:`Swap`).  A known GPU missing from the bus is
 ``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
 it; a GPU so forgotten is one less for ``expected_gpus`` (:attr:`KnownGpus.removed`) until a
 GPU is on its slot again.  Each also notes the boot it was last on the bus in
@@ -13,24 +14,37 @@ reboot (:attr:`KnownGpus.not_back`).  A file that cannot be read or written is o
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
 
-__all__ = ["FILE", "KnownGpus"]
+__all__ = ["FILE", "KnownGpus", "Swap", "boards_with"]
 
 FILE = "gpus.json"
 Gpu = dict[str, str | None]
 # A GPU as the file keeps it: Gpu's keys, ``boot`` and ``gone_at``.
 Entry = dict[str, str | float | None]
-# What the file keeps of each GPU beside its slot; ``boot``: the boot it was last on the bus in;
+# What the file keeps of each GPU beside its slot (``serial``: its board's serial number,
+# absent in an older agent's file); ``boot``: the boot it was last on the bus in;
 # ``gone_at``: when it was first found missing from it (s since the epoch; None while on it).
-_KEYS = ("uuid", "name", "boot", "gone_at")
+_KEYS = ("uuid", "name", "serial", "boot", "gone_at")
+# What the file says of a GPU itself (the rest is of its time on the bus).
+_BOARD = ("uuid", "name", "serial")
 # The file holds a few hundred bytes a GPU: more than this is not the agent's.
 MAX_SIZE = 1024 * 1024
+
+
+class Swap(NamedTuple):
+    """A board replaced in ``slot``: the ``old`` entry the file had (``uuid``, ``serial`` …)
+    and the ``new`` GPU present there."""
+
+    slot: str
+    old: Mapping[str, str | float | None]
+    new: Mapping[str, str | None]
 
 
 class KnownGpus:
@@ -70,17 +84,23 @@ class KnownGpus:
                 out[slot] = float(at)
         return out
 
-    def update(self, present: Mapping[str, Gpu], now: float | None = None) -> None:
-        """Remember the GPUs ``present`` on the bus now (slot: uuid and name, None if not
-        known), on the bus in this boot, and when (wall time ``now``) each of the others was
-        first found missing; writes the file when that changes what it holds."""
+    def update(self, present: Mapping[str, Gpu], now: float | None = None) -> list[Swap]:
+        """Remember the GPUs ``present`` on the bus now (slot: uuid, name and serial, None if
+        not known), on the bus in this boot, and when (wall time ``now``) each of the others
+        was first found missing; writes the file when that changes what it holds.  Returns
+        the boards replaced: a slot whose remembered UUID and present one differ, with the
+        old board's entry (its serial, not the new board's)."""
         merged = dict(self.gpus)
         back = [s for s in self.removed if s in present]
         for slot in back:
             del self.removed[slot]
+        swaps: list[Swap] = []
         for slot, gpu in present.items():
             old = merged.get(slot, {})
-            merged[slot] = {k: gpu.get(k) or old.get(k) for k in ("uuid", "name")}
+            if old.get("uuid") and gpu.get("uuid") and old.get("uuid") != gpu.get("uuid"):
+                swaps.append(Swap(slot, old, gpu))
+                old = {}
+            merged[slot] = {k: gpu.get(k) or old.get(k) for k in _BOARD}
             merged[slot]["boot"] = self.boot or old.get("boot")
             merged[slot]["gone_at"] = None
         for slot in set(merged) - set(present):
@@ -89,6 +109,7 @@ class KnownGpus:
         if merged != self.gpus or back:
             self.gpus = merged
             self._write()
+        return swaps
 
     def forget(self, slots: Iterable[str], expected: int | None = None) -> None:
         """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good), each
@@ -108,9 +129,10 @@ class KnownGpus:
 
 def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None]]:
     """The GPUs of the file's JSON ``{"gpus": [{"pci_slot": str, "uuid": str|null, "name":
-    str|null, "boot": str|null, "gone_at": finite number|null}, ...], "removed":
-    [{"pci_slot": str, "expected_gpus": int|null}, ...]}`` (``removed`` absent in an older
-    agent's file), and those removed; raises ValueError naming what is not so."""
+    str|null, "serial": str|null, "boot": str|null, "gone_at": finite number|null}, ...],
+    "removed": [{"pci_slot": str, "expected_gpus": int|null}, ...]}`` (``serial`` and
+    ``removed`` absent in an older agent's file), and those removed; raises ValueError naming
+    what is not so."""
     gpus = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(gpus, list):
         raise TypeError('expected {"gpus": [...]}')
@@ -119,8 +141,8 @@ def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None]]:
         if not isinstance(g, dict) or not isinstance(g.get("pci_slot"), str):
             raise TypeError(f"gpus[{i}]: expected an object with a pci_slot string")
         entry = {k: g.get(k) for k in _KEYS}
-        if not all(isinstance(entry[k], str | None) for k in ("uuid", "name", "boot")):
-            raise TypeError(f"gpus[{i}]: uuid, name and boot must be strings or null")
+        if not all(isinstance(entry[k], str | None) for k in ("uuid", "name", "serial", "boot")):
+            raise TypeError(f"gpus[{i}]: uuid, name, serial and boot must be strings or null")
         at = entry["gone_at"]
         if at is not None and (
             isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)
@@ -142,3 +164,14 @@ def _removed(data: Any) -> dict[str, int | None]:
             raise TypeError(f"removed[{i}]: expected_gpus must be a whole number or null")
         out[r["pci_slot"]] = n
     return out
+
+
+def boards_with(path: str, serial: str) -> set[str]:
+    """The UUIDs of the GPUs that the file at ``path`` remembers with the board serial
+    ``serial`` (``gpuagent history SERIAL``); raises OSError, and ValueError or TypeError for a
+    file that is not the agent's."""
+    with open(path, encoding="utf-8") as f:
+        gpus, _ = _parsed(json.load(f))
+    return {
+        g["uuid"] for g in gpus.values() if g.get("serial") == serial and isinstance(g["uuid"], str)
+    }

@@ -184,6 +184,8 @@ class EarlierBoots:
         for s in timeline.steps(boot, at, entry, self._uuids, self._told):
             if s.event == "clear" and s.pci_slot and s.kind:
                 self.recurrence.clear(at, s.pci_slot, s.kind)
+            elif s.event == "board_replaced" and s.pci_slot:
+                self.recurrence.swap(at, s.pci_slot)
             elif s.severity == CRITICAL and s.pci_slot and s.kind:
                 if s.event == "problem_start" and s.kind == "xid":
                     continue  # counted from the kernel's own records
@@ -203,10 +205,12 @@ class EarlierBoots:
         findings: dict[str, list[Finding]],
         uuids: Mapping[str, str],
         cleared: Mapping[str, Any],
+        swapped: Mapping[str, float] | None = None,
     ) -> dict[str, list[Finding]]:
         """Read on a slice, then this boot's ``findings`` (by slot) with the recurring ones
-        escalated; ``cleared`` is this boot's clears by slot (they restart the count)."""
+        escalated; ``cleared`` is this boot's clears by slot (they restart the count),
+        ``swapped`` its board replacements (:func:`~.recurrence.swaps`)."""
         self.step()
         for slot, c in cleared.items():
             self.recurrence.clear(c.at, slot, c.kind)
-        return recurring(findings, self.recurrence if self.done else None, uuids)
+        return recurring(findings, self.recurrence if self.done else None, uuids, swapped)

@@ -21,6 +21,7 @@ from gpuagent.sources.bus import pci
 from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.recurrence import swaps
 from gpuagent.views import Tick, uuid_of
 
 __all__ = ["Kernel"]
@@ -85,7 +86,8 @@ class Kernel(Source):
         view = self.records.view(tick.scan.slots)
         samples = last.probe.samples
         uuids = {s: u for s in found if (u := uuid_of(s, view, samples)) is not None}
-        found = self.earlier.escalate(found, uuids, self.records.cleared)
+        swapped = swaps(last.bus, uuids, tick.now)
+        found = self.earlier.escalate(found, uuids, self.records.cleared, swapped)
         view = replace(
             view,
             forgotten=tuple(self.records.take_forgotten()),

@@ -18,7 +18,7 @@ from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
 
-__all__ = ["FIELDS", "UNIT", "Step", "events", "render", "steps"]
+__all__ = ["FIELDS", "UNIT", "Step", "events", "of_boards", "render", "serials", "steps"]
 
 # The fields of a journal entry that the timeline reads.
 FIELDS = (
@@ -30,6 +30,9 @@ FIELDS = (
     "MESSAGE_ID",
     "PCI_SLOT",
     "GPU_UUID",
+    "OLD_UUID",
+    "OLD_SERIAL",
+    "NEW_SERIAL",
     "PROBLEM",
     "SEVERITY",
     "ACTION",
@@ -50,8 +53,10 @@ _STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
 @dataclass(frozen=True)
 class Step:
     """One event of the timeline (``--json``'s objects): ``event`` is ``boot``, ``xid``,
-    ``problem_start``, ``problem_end`` or ``clear``; ``time`` in s since the epoch; ``by``
-    the person behind a clear (:func:`gpuagent.sources.kernel.clears.person`, else root)."""
+    ``problem_start``, ``problem_end``, ``clear`` or ``board_replaced``; ``time`` in s since
+    the epoch; ``by`` the person behind a clear (:func:`gpuagent.sources.kernel.clears.person`,
+    else root); for a board replaced, ``uuid`` and ``serial`` the new board's, ``old_uuid`` and
+    ``old_serial`` the one before it (None: not known)."""
 
     boot: str
     time: float
@@ -64,6 +69,9 @@ class Step:
     # Not in the JSON: what recurrence counts (critical only).
     severity: str | None = None
     by: str | None = None
+    serial: str | None = None
+    old_uuid: str | None = None
+    old_serial: str | None = None
 
     def as_json(self) -> dict[str, object]:
         out = asdict(self)
@@ -103,26 +111,45 @@ def events(
             if want is None or (step.pci_slot and device_of(step.pci_slot) == want):
                 out.append(step)
     if uuid is not None:
-        out = _board(out, uuid.lower())
-    if slot is not None or uuid is not None:
-        # A boot step only where the GPU's story goes on after it.
-        kept = [s for i, s in enumerate(out) if s.event != "boot" or _after(out, i)]
-        out = kept
+        return of_boards(out, {uuid})
+    if slot is not None:
+        out = _trimmed(out)
     return out
 
 
-def _board(steps: list[Step], uuid: str) -> list[Step]:
-    """The boot steps and those of the board ``uuid`` (lower case)."""
+def _trimmed(steps: list[Step]) -> list[Step]:
+    """A boot step only where the GPU's story goes on after it."""
+    return [s for i, s in enumerate(steps) if s.event != "boot" or _after(steps, i)]
+
+
+def of_boards(steps: list[Step], uuids: Iterable[str]) -> list[Step]:
+    """The story of the boards ``uuids`` in whichever slot they were, from every GPU's
+    ``steps``: those naming one of them (a replacement names both boards), and a step naming
+    none where another of its boot names the board in its slot."""
+    want = {u.lower() for u in uuids}
     boards = {
         (s.boot, device_of(s.pci_slot)): s.uuid.lower() for s in steps if s.uuid and s.pci_slot
     }
 
-    def whose(s: Step) -> str | None:
+    def whose(s: Step) -> set[str]:
         if s.uuid:
-            return s.uuid.lower()
-        return boards.get((s.boot, device_of(s.pci_slot))) if s.pci_slot else None
+            return {s.uuid.lower(), *([s.old_uuid.lower()] if s.old_uuid else [])}
+        board = boards.get((s.boot, device_of(s.pci_slot))) if s.pci_slot else None
+        return {board} if board else set()
 
-    return [s for s in steps if s.event == "boot" or whose(s) == uuid]
+    return _trimmed([s for s in steps if s.event == "boot" or whose(s) & want])
+
+
+def serials(steps: Iterable[Step], serial: str) -> set[str]:
+    """The UUIDs of the boards with ``serial`` that the steps' replacements name."""
+    out: set[str] = set()
+    for s in steps:
+        if s.event == "board_replaced":
+            if s.serial == serial and s.uuid:
+                out.add(s.uuid)
+            if s.old_serial == serial and s.old_uuid:
+                out.add(s.old_uuid)
+    return out
 
 
 def _after(steps: list[Step], i: int) -> bool:
@@ -173,6 +200,22 @@ def steps(
     code = _text(entry, "XID")
     xid = int(code) if code and code.isdigit() else None
     kind, action, severity = (_text(entry, k) for k in ("PROBLEM", "ACTION", "SEVERITY"))
+    if message_id == Event.BOARD_REPLACED.value:
+        old_uuid, old_serial, serial = (
+            _text(entry, k) for k in ("OLD_UUID", "OLD_SERIAL", "NEW_SERIAL")
+        )
+        return [
+            Step(
+                boot,
+                at,
+                where,
+                uuid,
+                "board_replaced",
+                serial=serial,
+                old_uuid=old_uuid,
+                old_serial=old_serial,
+            )
+        ]
     if message_id == Event.PROBLEM_CLEARED.value:
         return [Step(boot, at, where, uuid, "problem_end", kind, xid, action)]
     if message_id in _STARTS:
@@ -189,7 +232,14 @@ def render(steps: list[Step]) -> str:
             lines.append(f"-- boot {s.boot[:12]} ({stamp}) --")
             continue
         what = f"Xid {s.xid}" if s.xid is not None else (s.kind or "")
+        if s.event == "board_replaced":
+            what = f"{_board(s.old_uuid, s.old_serial)} -> {_board(s.uuid, s.serial)}"
         action = f" (action: {s.action})" if s.action else ""
         by = f" by {s.by}" if s.by else ""
         lines.append(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}{by}")
     return "\n".join(lines) if lines else "no GPU events in the journal"
+
+
+def _board(uuid: str | None, serial: str | None) -> str:
+    """A board for a person: ``GPU-… (serial 1320221034567)``."""
+    return (uuid or "unknown board") + (f" (serial {serial})" if serial else "")

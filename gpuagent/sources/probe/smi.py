@@ -25,6 +25,7 @@ __all__ = [
     "REQUIRES_RESET",
     "Output",
     "ParseError",
+    "beside_rows",
     "classify",
     "command",
     "invalid_field",
@@ -153,6 +154,13 @@ _GPU_ERROR = re.compile(
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<reason>.*\S)\s*$"
 )
 _INFOROM = re.compile(r"^WARNING: infoROM is corrupted at gpu (?P<bus>\S+)\s*$", re.IGNORECASE)
+
+
+def beside_rows(line: str) -> bool:
+    """Whether ``line`` is what nvidia-smi prints beside the rows of an answer: one GPU's
+    error (the others' rows are the answer) or the infoROM warning."""
+    text = line.strip()
+    return bool(_GPU_ERROR.match(text) or _INFOROM.match(text))
 
 
 class ParseError(Exception):

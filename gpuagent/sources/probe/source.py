@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from gpuagent.config import Config
 from gpuagent.sources import Findings, Outcome, Source
-from gpuagent.sources.kernel.recurrence import recurring
+from gpuagent.sources.kernel.recurrence import recurring, swaps
 from gpuagent.sources.probe.outage import outage
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
@@ -58,7 +58,9 @@ class Probe(Source):
             # another board's), the driver's else nvidia-smi's.
             now = self.samples.view
             uuids = {s: u for s in found if (u := uuid_of(s, tick.kernel, now)) is not None}
-            found = recurring(found, tick.kernel.recurrence, uuids)
+            found = recurring(
+                found, tick.kernel.recurrence, uuids, swaps(tick.bus, uuids, tick.now)
+            )
             findings["smi"] = fold_fabric(tick.services.host, found)
         samples = self.samples.mark_stale(gpus, tick.config.interval)
         view = self._view()

@@ -1,0 +1,270 @@
+"""The board in each slot: serials from nvidia-smi (pure, from real captures), remembered in
+gpus.json, a replacement told once and its slot's recurrence started afresh; on a fake host
+whose nvidia-smi answers the serials query from the capture."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuagent.commands.cli import main
+from gpuagent.logs import Event, EventLog
+from gpuagent.sources.board import serials
+from gpuagent.sources.bus.known import KnownGpus, boards_with
+from gpuagent.sources.kernel.recurrence import Hit, Recurrence
+from gpuagent.views import Finding
+from tests.conftest import Host
+from tests.test_earlier import A, B, agent_problem
+from tests.test_kernlog import append, export_entry, make
+
+__all__ = ["make"]  # the fixture
+
+CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus", "csv")
+OLD = "GPU-11111111-2222-3333-4444-555555555555"
+NEW = "GPU-99999999-8888-7777-6666-555555555555"
+
+
+def captured(name: str) -> str:
+    """The capture's bus ids and serials as ``--query-gpu=pci.bus_id,serial`` prints them."""
+    with open(os.path.join(CSV, name), encoding="utf-8") as f:
+        rows = list(csv.reader(f, skipinitialspace=True))
+    head = [h.strip() for h in rows[0]]
+    bus, serial = head.index("pci.bus_id"), head.index("serial")
+    return "".join(f"{r[bus]}, {r[serial]}\n" for r in rows[1:])
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # A collector masked the H200's serial with zeros; a GeForce has none.
+        ("h200-linux-driver590.48.01-load-query-gpu-all-fields.csv", {"0000:83:00.0": None}),
+        ("rtx2080super-linux-driver465.27-query-gpu-115fields.csv", {"0000:0c:00.0": None}),
+    ],
+)
+def test_serials_of_real_captures(name: str, expected: dict[str, str | None]) -> None:
+    assert serials.parse(captured(name)) == expected
+
+
+def test_a_serial_and_the_forms_that_are_none() -> None:
+    text = (
+        "00000000:18:00.0, 1320221034567\n"
+        "00000000:2A:00.0, [N/A]\n"
+        "00000000:3a:00.0, 0000000000000\n"
+        "\n"
+        "00000000:5d:00.0, \n"
+        "WARNING: infoROM is corrupted at gpu 0000:00:1E.0\n"
+        "Unable to determine the device handle for GPU0000:07:00.0: Unknown Error\n"
+    )
+    assert serials.parse(text) == {
+        "0000:18:00.0": "1320221034567",
+        "0000:2a:00.0": None,
+        "0000:3a:00.0": None,
+        "0000:5d:00.0": None,
+    }
+
+
+@pytest.mark.parametrize("line", ["Unknown Error", "00000000:18:00.0, 1, 2", "x, 1"])
+def test_a_line_that_is_no_answer_says_which(line: str) -> None:
+    with pytest.raises(ValueError, match="line 1 is not 'BUS_ID, SERIAL'"):
+        serials.parse(line + "\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "no answer"),
+        (
+            "Unable to determine the device handle for GPU0000:07:00.0: Unknown Error\n",
+            "no GPU's row",
+        ),
+    ],
+)
+def test_an_answer_without_a_row_is_none(text: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        serials.parse(text)
+
+
+def test_the_file_keeps_the_serial_and_a_new_uuid_is_a_swap(tmp_path: str) -> None:
+    known = KnownGpus(str(tmp_path), EventLog(), "b1")
+    slot = "0000:18:00.0"
+    assert known.update({slot: {"uuid": OLD, "name": "H200", "serial": "1320221034567"}}) == []
+    # The serial not read yet on a tick: the one remembered stays.
+    assert known.update({slot: {"uuid": OLD, "name": "H200", "serial": None}}) == []
+    assert known.gpus[slot]["serial"] == "1320221034567"
+    (swap,) = known.update({slot: {"uuid": NEW, "name": "H200", "serial": None}})
+    assert (swap.slot, swap.old["uuid"], swap.old["serial"], swap.new["uuid"]) == (
+        slot,
+        OLD,
+        "1320221034567",
+        NEW,
+    )
+    # The new board does not inherit the old one's serial; said once.
+    assert known.gpus[slot]["serial"] is None and known.gpus[slot]["uuid"] == NEW
+    assert known.update({slot: {"uuid": NEW, "name": "H200", "serial": "1320221099999"}}) == []
+    again = KnownGpus(str(tmp_path), EventLog(), "b2")
+    assert again.gpus[slot]["serial"] == "1320221099999"
+    path = os.path.join(str(tmp_path), "gpus.json")
+    assert boards_with(path, "1320221099999") == {NEW}
+    assert boards_with(path, "1320221034567") == set()
+
+
+def test_an_older_agents_file_without_serials_is_read(tmp_path: str) -> None:
+    with open(os.path.join(str(tmp_path), "gpus.json"), "w", encoding="utf-8") as f:
+        json.dump({"gpus": [{"pci_slot": "0000:18:00.0", "uuid": OLD, "name": "H200"}]}, f)
+    known = KnownGpus(str(tmp_path), EventLog(), "b1")
+    assert known.gpus["0000:18:00.0"]["serial"] is None and known.error is None
+
+
+XID79 = Finding("xid", "critical", "reboot", "Xid 79: reboot", (("xid", 79),))
+
+
+def test_a_swap_ends_the_slots_past_not_the_boards() -> None:
+    r = Recurrence(needed=2)
+    slot = "0000:18:00.0"
+    r.add(Hit("b1", 100.0, slot, None, "xid", 79))  # a board without a UUID line
+    r.add(Hit("b2", 200.0, slot, OLD, "xid", 79))
+    assert len(r.boots(slot, None, "xid", 79)) == 2
+    r.swap(300.0, slot)
+    assert r.boots(slot, None, "xid", 79) == []
+    assert r.escalate(slot, NEW, XID79) == XID79
+    # The new board's own past elsewhere (its UUID) still counts.
+    r.add(Hit("b3", 150.0, "0000:2a:00.0", NEW, "xid", 79))
+    r.add(Hit("b4", 250.0, "0000:2a:00.0", NEW, "xid", 79))
+    assert r.escalate(slot, NEW, XID79).action == "drain_and_rma"
+    # Hits after the swap count as any.
+    r.add(Hit("b5", 400.0, slot, None, "xid", 79))
+    assert len(r.boots(slot, None, "xid", 79)) == 1
+
+
+def test_a_replaced_board_on_the_host(host: Host) -> None:
+    slot = host.slots[0]
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    host.healthy(override={slot: {"uuid": OLD, "serial": "1320221034567"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.serials_spawns == 1  # once, not each tick
+    with open(os.path.join(state, "gpus.json"), encoding="utf-8") as f:
+        kept = {g["pci_slot"]: g for g in json.load(f)["gpus"]}
+    assert (kept[slot]["uuid"], kept[slot]["serial"]) == (OLD, "1320221034567")
+    assert kept[host.slots[1]]["serial"] is None  # the capture's masked zeros
+    assert host.events(Event.BOARD_REPLACED) == []
+    # The board is replaced (a reboot later: a new agent, the file remembered).
+    host.healthy(override={slot: {"uuid": NEW, "serial": "1320221099999"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    (line,) = host.events(Event.BOARD_REPLACED)
+    assert line.getMessage() == (
+        f"GPU {slot}: board replaced: {OLD} (serial 1320221034567) -> {NEW} (serial "
+        "1320221099999); its slot's recurrence starts afresh"
+    )
+    names = ("PCI_SLOT", "GPU_UUID", "OLD_UUID", "OLD_SERIAL", "NEW_SERIAL")
+    assert {k: getattr(line, k, None) for k in names} == {
+        "PCI_SLOT": slot,
+        "GPU_UUID": NEW,
+        "OLD_UUID": OLD,
+        "OLD_SERIAL": "1320221034567",
+        "NEW_SERIAL": "1320221099999",
+    }
+    with open(os.path.join(state, "gpus.json"), encoding="utf-8") as f:
+        kept = {g["pci_slot"]: g for g in json.load(f)["gpus"]}
+    assert (kept[slot]["uuid"], kept[slot]["serial"]) == (NEW, "1320221099999")
+    # Said once: a restart reads the file with the new board.
+    host.make_agent(state_directory=state)
+    host.tick(2)
+    assert len(host.events(Event.BOARD_REPLACED)) == 1
+
+
+def test_a_failing_serials_read_is_one_warning_and_sampling_goes_on(host: Host) -> None:
+    host.healthy(reject=["serial"])
+    host.make_agent()
+    snap = host.tick(8).state
+    assert all(g["health"] == "ok" for g in snap["gpus"])
+    (line,) = host.events(Event.BOARD_READ_FAILED)
+    assert line.getMessage().startswith(
+        "boards' serial numbers not read: nvidia-smi --query-gpu=pci.bus_id,serial "
+    )
+    # Retried with the probe's backoff, not every tick.
+    assert 3 <= host.serials_spawns < 8
+    host.healthy()
+    host.tick(20)
+    (back,) = host.events(Event.BOARD_READ_RECOVERED)
+    assert back.getMessage() == "boards' serial numbers read again"
+
+
+@pytest.mark.parametrize("replaced", [True, False])
+def test_a_replaced_board_does_not_inherit_its_slots_recurrence(
+    host: Host, make: Any, replaced: bool
+) -> None:
+    """Earlier boots' problem lines of the slot name no UUID (an older agent's): only the
+    replacement says they were another board's, from the first tick on."""
+    slot = host.slots[0]
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    with open(os.path.join(state, "gpus.json"), "w", encoding="utf-8") as f:
+        json.dump({"gpus": [{"pci_slot": slot, "uuid": OLD, "name": "H200"}]}, f)
+    journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
+    append(journal, agent_problem(A, 1_700_000_100, slot) + agent_problem(B, 1_700_086_500, slot))
+    board = NEW if replaced else OLD
+    host.healthy(override={slot: {"uuid": board, "gpu_recovery_action": "Reset"}})
+    host.make_agent(state_directory=state, journal_directory=journal, history_days=3650)
+    actions = set()
+    for _ in range(4):
+        st = host.tick().state
+        (p,) = next(g for g in st["gpus"] if g["pci_slot"] == slot)["problems"]
+        actions.add(p["action"])
+    assert st["history"] == "2 earlier boots"
+    assert actions == ({"reset_gpu"} if replaced else {"drain_and_rma"})
+    assert len(host.events(Event.BOARD_REPLACED)) == (1 if replaced else 0)
+
+
+def test_a_replacement_in_an_earlier_boot_ends_the_slots_past_there(host: Host, make: Any) -> None:
+    slot = host.slots[0]
+    journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
+    swap = export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", b"1700086400000000"),
+            ("__MONOTONIC_TIMESTAMP", b"4000000"),
+            ("_BOOT_ID", B.encode()),
+            ("_TRANSPORT", b"stdout"),
+            ("_SYSTEMD_UNIT", b"gpuagent.service"),
+            ("MESSAGE_ID", Event.BOARD_REPLACED.value.encode()),
+            ("PCI_SLOT", slot.encode()),
+            ("GPU_UUID", NEW.encode()),
+            ("OLD_UUID", OLD.encode()),
+            ("OLD_SERIAL", b"1320221034567"),
+            ("MESSAGE", b"GPU: board replaced"),
+        ]
+    )
+    append(journal, agent_problem(A, 1_700_000_100, slot) + swap)
+    append(journal, agent_problem(B, 1_700_086_500, slot))
+    host.healthy(override={slot: {"gpu_recovery_action": "Reset"}})
+    host.make_agent(journal_directory=journal, history_days=3650)
+    host.tick()
+    st = host.tick().state
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == slot)["problems"]
+    # Boot A's hit was the old board's: one earlier boot is not recurrence.
+    assert p["action"] == "reset_gpu"
+    conf = os.path.join(host.dir, "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(f'journal_directory = "{journal}"\n')
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", slot, "--days", "100000"]
+    )
+    assert f"{slot}  board_replaced {OLD} (serial 1320221034567) -> {NEW}\n" in res.stdout
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", "1320221034567", "--days", "100000", "--json"]
+    )
+    assert res.exit_code == 0, res.stderr
+    events = [(s["event"], s["boot"][:4]) for s in json.loads(res.stdout)]
+    assert ("board_replaced", B[:4]) in events
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", "9999999999999", "--days", "100000"]
+    )
+    assert res.exit_code == 1
+    assert "no board with serial 9999999999999 in " in res.stderr
