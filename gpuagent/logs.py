@@ -72,6 +72,10 @@ class Event(Enum):
     BOARD_READ_RECOVERED = "771d5490213d49bd84c387901144a36b"
     # A slot's board replaced (its UUID changed), with the old and the new serial.
     BOARD_REPLACED = "0c3fbb108e5e4888982c5337ccf08ae7"
+    WEAR_READ_FAILED = "64bfa69231ca4e228da10c72899114e6"
+    WEAR_READ_RECOVERED = "18c3e3962c074328b54bdd2ab155c0b3"
+    # A board's wear counters at a boot's first sample, each a field of its own: once a boot.
+    WEAR_RECORDED = "adfdf3f1761c45ffbee2b3865eb27067"
 
     PROBLEM_LOST = "a6c5d15b39824dc594ffb44e6910ec28"
     PROBLEM_REQUIRES_RESET = "0d706c08af5c47678a4a25bbd30768de"
@@ -106,6 +110,7 @@ class Event(Enum):
     PROBLEM_VGPU_UNLICENSED = "c67667758bb0400497a960cb1479470e"
     PROBLEM_VGPU_LICENSE_GRACE = "5e4a1da8a50e4e108912de80b9b6d3eb"
     PROBLEM_PCIE_ERROR = "95882e9cf39d4ea684100fe84ea10a00"
+    PROBLEM_WEAR_RISING = "a6eb17fb76654d729590672cf9016299"
     PROBLEM_CLEARED = "ab7e7a89442b441ba8b34cd8d0a968d0"
     # A problem that held before a restart, restated by the agent after it: no new start.
     STILL_HOLDS = "7570bcdcefa74a158fd45d65000eb219"

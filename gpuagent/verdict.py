@@ -98,7 +98,10 @@ class Verdict:
         self.report("host", {"": count})
         # Passthrough (vfio-pci …) is on purpose; a display driver holding the GPU is not.
         exempt = [g.slot for g in gpus if rules.deliberate(g)]
-        started, ended = self.tracker.settle(now, exempt)
+        # A board back after an RMA (known by its UUID): each of its problems says so.
+        back = {g.slot: bus.departed.get((uuid(g.slot) or "").lower()) for g in gpus}
+        notes = {slot: note for slot, note in back.items() if note is not None}
+        started, ended = self.tracker.settle(now, exempt, notes)
         # A problem with a cause (a GPU's fabric under fabricmanager_down) is the cause's to
         # say: no line of its own, nor for its uncaused self ending or starting beside it.
         # One told by its source's own line (an outage's) has no start or end line here.
@@ -206,18 +209,23 @@ class Tracker:
         """Replace everything ``source`` found with ``findings`` (by slot)."""
         self._sources[source] = {slot: list(fs) for slot, fs in findings.items()}
 
-    def settle(self, now: float, exempt: Iterable[str] = ()) -> tuple[list[Problem], list[Problem]]:
+    def settle(
+        self, now: float, exempt: Iterable[str] = (), notes: Mapping[str, str] | None = None
+    ) -> tuple[list[Problem], list[Problem]]:
         """Merge the sources at wall time ``now`` (s); returns the problems that started and
         those that ended, in slot order.  Slots in ``exempt`` (a GPU bound to another driver
-        on purpose) have no problems."""
+        on purpose) have no problems; each problem of a slot in ``notes`` ends its message
+        with the slot's note (a board back after an RMA)."""
         skip = set(exempt)
         current: dict[tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]], Finding] = {}
         for findings in self._sources.values():
             for slot, fs in findings.items():
                 if slot in skip:
                     continue
+                note = (notes or {}).get(slot)
                 for f in fs:
-                    current.setdefault((slot, f.key), f)
+                    said = f if note is None else replace(f, message=f"{f.message}; {note}")
+                    current.setdefault((slot, f.key), said)
         started: list[Problem] = []
         self.restated = []
         ended = [p for key, p in self._open.items() if key not in current]

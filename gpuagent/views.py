@@ -173,7 +173,8 @@ class BusView:
     since, each with the ``expected_gpus`` of its clear (None: unset), and ``replaced`` the
     slots whose board was replaced while this agent ran, each with when it saw the new one
     (wall s): their recurrence starts afresh there; ``boards`` the UUID remembered in each
-    slot (:mod:`gpuagent.sources.bus.known`)."""
+    slot (:mod:`gpuagent.sources.bus.known`); ``departed`` the boards replaced out of this
+    host, by UUID (lower case), each with what its problems say should it be back."""
 
     gpus: tuple[PciGpu, ...] = ()
     seen: frozenset[str] = frozenset()
@@ -184,6 +185,7 @@ class BusView:
     removed: Mapping[str, int | None] = field(default_factory=dict)
     replaced: Mapping[str, float] = field(default_factory=dict)
     boards: Mapping[str, str] = field(default_factory=dict)
+    departed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def slots(self) -> list[str]:
@@ -367,7 +369,9 @@ class KernelView:
     last operator's clear (root's ``gpuagent clear``), by slot.  ``told``: the lines of
     counted Xids and SXids logged this boot, as (slot, ``xid`` or ``sxid``, code), by this
     agent or the one before a restart (:mod:`gpuagent.held` keeps them).  ``aer``: the
-    kernel's AER records (:class:`AerHeard`)."""
+    kernel's AER records (:class:`AerHeard`).  ``wear``: the earlier boots' wear records by
+    board UUID (lower case), each boot's first, oldest first, as counters by name
+    (:mod:`gpuagent.sources.wear.counters`); None until the earlier boots are read."""
 
     xids: Mapping[tuple[str, int], XidCount] = field(default_factory=dict)
     sxids: Mapping[tuple[str, int], SXidCount] = field(default_factory=dict)
@@ -379,6 +383,7 @@ class KernelView:
     history: str = "this boot only"
     told: frozenset[tuple[str, str, int]] = frozenset()
     aer: AerHeard = field(default_factory=AerHeard)
+    wear: Mapping[str, tuple[Mapping[str, int], ...]] | None = None
 
 
 @dataclass(frozen=True)

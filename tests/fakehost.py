@@ -84,13 +84,18 @@ class FakeHost:
         return sum(
             1
             for argv in self.calls()
-            if argv[:1] != ["nvlink"] and not _apps(argv) and not serials(argv)
+            if argv[:1] != ["nvlink"] and not _apps(argv) and not serials(argv) and not wear(argv)
         )
 
     @property
     def serials_spawns(self) -> int:
         """How many times it has run as the boards' serials read."""
         return sum(1 for argv in self.calls() if serials(argv))
+
+    @property
+    def wear_spawns(self) -> int:
+        """How many times it has run as the boards' wear read."""
+        return sum(1 for argv in self.calls() if wear(argv))
 
     @property
     def apps_spawns(self) -> int:
@@ -126,6 +131,11 @@ def write_proc(proc: str, apps: list[dict[str, Any]] | dict[str, Any]) -> None:
 def serials(argv: list[str]) -> bool:
     """Whether a command line is the board source's serials read."""
     return argv[:1] == ["--query-gpu=pci.bus_id,serial"]
+
+
+def wear(argv: list[str]) -> bool:
+    """Whether a command line is the wear source's read."""
+    return bool(argv) and argv[0].startswith("--query-gpu=pci.bus_id,remapped_rows.")
 
 
 def _apps(argv: list[str]) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from typing import Any
 
 import pytest
@@ -110,7 +111,11 @@ def test_the_file_keeps_the_serial_and_a_new_uuid_is_a_swap(tmp_path: str) -> No
     assert again.gpus[slot]["serial"] == "1320221099999"
     path = os.path.join(str(tmp_path), "gpus.json")
     assert boards_with(path, "1320221099999") == {NEW}
-    assert boards_with(path, "1320221034567") == set()
+    # The board replaced out of the slot is remembered with its serial.
+    assert boards_with(path, "1320221034567") == {OLD}
+    assert known.departed == [
+        {"pci_slot": slot, "uuid": OLD, "serial": "1320221034567", "at": None}
+    ]
 
 
 def test_an_older_agents_file_without_serials_is_read(tmp_path: str) -> None:
@@ -268,3 +273,32 @@ def test_a_replacement_in_an_earlier_boot_ends_the_slots_past_there(host: Host, 
     )
     assert res.exit_code == 1
     assert "no board with serial 9999999999999 in " in res.stderr
+
+
+def test_a_board_back_from_rma_that_fails_again_says_so(host: Host) -> None:
+    slot, other = host.slots[0], host.slots[1]
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    host.healthy(override={slot: {"uuid": OLD, "serial": "1320221034567"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    # Sent for RMA: another board in its slot.
+    host.healthy(override={slot: {"uuid": NEW, "serial": "1320221099999"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert len(host.events(Event.BOARD_REPLACED)) == 1
+    # Back from the RMA, in another slot, and failing: its problem says it was here before.
+    back = {"uuid": OLD, "serial": "1320221034567", "gpu_recovery_action": "Reset"}
+    host.healthy(override={slot: {"uuid": NEW}, other: back})
+    host.make_agent(state_directory=state)
+    st = host.tick(3).state
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == other)["problems"]
+    assert p["kind"] == "recovery_action"
+    assert p["message"].endswith(
+        f"; this board (serial 1320221034567) is back: it was replaced in {slot} on "
+        + time.strftime("%Y-%m-%d")
+    )
+    (start,) = host.events(Event.PROBLEM_RECOVERY_ACTION)
+    assert f": {p['message']}; action: reset_gpu" in start.getMessage()
+    # The board that stayed says nothing of the kind.
+    assert next(g for g in st["gpus"] if g["pci_slot"] == slot)["problems"] == []

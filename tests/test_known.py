@@ -104,9 +104,13 @@ def test_a_file_that_cannot_be_read_or_written_is_one_warning(host: Host, tmp_pa
     host.make_agent(state_directory=missing)
     st = host.tick(3).state
     assert "cannot remember the GPUs this host has" in st["problems"]["known_gpus"]
-    warnings = [m for m in host.lines(logging.WARNING) if "cannot remember" in m]
+    warnings = [m for m in host.lines(logging.WARNING) if "cannot remember the GPUs" in m]
     assert len(warnings) == 1
     assert all(g["health"] == "ok" for g in st["gpus"])
+    # The boot's wear records too: one warning, its own trouble.
+    (wear,) = [m for m in host.lines(logging.WARNING) if "cannot remember the boards' wear" in m]
+    assert wear.endswith("; going on with this run's records only")
+    assert "wear.json: cannot remember" in st["problems"]["wear_records"]
 
 
 def test_after_a_reboot_a_gpu_that_did_not_come_back_is_said_to_be_so(

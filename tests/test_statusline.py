@@ -38,6 +38,7 @@ TROUBLE = (
     "sysfs",
     "system_bus",
     "textfile",
+    "wear_records",
 )
 
 

@@ -10,6 +10,7 @@ pcie        ``bus``, ``kernel`` (its AER records, clears)     sysfs only: before
 services    the last tick's samples                           before the probe: fabric
 probe       ``bus``, ``kernel``, ``services``                 the gates, nvidia-smi, samples
 board       ``probe`` (the answering GPUs' UUIDs)             the serials, when boards change
+wear        ``probe``, ``board``, ``kernel`` (earlier boots)  once a boot: the boards' wear
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
@@ -57,6 +58,7 @@ from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource
 from gpuagent.sources.services.unitlog import unit_messages
 from gpuagent.sources.vgpu.source import VgpuSource
+from gpuagent.sources.wear.source import WearSource
 
 __all__ = ["EVENT_STEP", "READY_AFTER", "Systemd", "sources", "system_units"]
 
@@ -92,6 +94,7 @@ def sources(
     kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic, told=told)
     window = ThrottleWindow(config.throttle_window, config.throttle_fraction, config.interval)
     board = BoardSource(config, prober.runner, log)
+    wear = WearSource(config, prober.runner, log, state_directory=state_directory, boot=boot)
     probe = Probe(
         Probing(config, prober, log, which=which, wall=wall),
         Samples(log, monotonic=monotonic, wall=wall, throttle=window),
@@ -115,7 +118,7 @@ def sources(
     imex = ImexSource(config, prober.runner, log, which=which)
     retention = Retention(log, monotonic=monotonic)
     return (
-        *(scan, kernel, had, pcie, services, probe, board, driver),
+        *(scan, kernel, had, pcie, services, probe, board, wear, driver),
         *(nvlink, processes, vgpu, imex, retention),
     )
 

@@ -8,12 +8,15 @@ kernel source).  It keeps them across restarts in ``$STATE_DIRECTORY``
 source's, :mod:`gpuagent.sources.board`), and hands its view to the next tick's scan.  Another
 UUID in a slot than the file's is a board replaced: one line (``BOARD_REPLACED``, both
 boards' UUIDs and serials), said once since the file then holds the new board, and the slot
-in the view's ``replaced``, from which the slot's recurrence starts afresh.
+in the view's ``replaced``, from which the slot's recurrence starts afresh.  A board back in
+this host after it was replaced out of it (an RMA'd board returned, known by its UUID or
+serial, and known by its UUID) is in the view's ``departed``: each of its problems says so.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -36,6 +39,8 @@ class GpusHad(Source):
         self._stepped = False
         # The slots whose board was replaced while this agent ran, and when it saw it.
         self._replaced: dict[str, float] = {}
+        # The departed boards' notes, made again when a board departs: (how many, notes).
+        self._notes: tuple[int, dict[str, str]] | None = None
 
     def standing(self) -> BusView | None:
         """Before the first tick, what the bus had before this agent started (its first
@@ -75,9 +80,34 @@ class GpusHad(Source):
             self._tell(swap)
         boards = {s: u for s, g in self.known.gpus.items() if isinstance(u := g.get("uuid"), str)}
         bus = replace(
-            bus, removed=dict(self.known.removed), replaced=dict(self._replaced), boards=boards
+            bus,
+            removed=dict(self.known.removed),
+            replaced=dict(self._replaced),
+            boards=boards,
+            departed=self._departed(),
         )
         return Outcome(bus, trouble={"known_gpus": self.known.error})
+
+    def _departed(self) -> dict[str, str]:
+        """What each problem of a board back in this host after it was replaced says of it,
+        by the board's UUID (lower case)."""
+        if self._notes is None or self._notes[0] != len(self.known.departed):
+            notes: dict[str, str] = {}
+            for left in self.known.departed:
+                uuid, serial, at = (left.get(k) for k in ("uuid", "serial", "at"))
+                if not isinstance(uuid, str):
+                    continue
+                board = f"serial {serial}" if serial else uuid
+                when = (
+                    f" on {time.strftime('%Y-%m-%d', time.localtime(at))}"
+                    if isinstance(at, int | float)
+                    else ""
+                )
+                notes[uuid.lower()] = (
+                    f"this board ({board}) is back: it was replaced in {left['pci_slot']}{when}"
+                )
+            self._notes = (len(self.known.departed), notes)
+        return self._notes[1]
 
     def _tell(self, swap: Swap) -> None:
         old_uuid, old_serial = swap.old.get("uuid"), swap.old.get("serial")

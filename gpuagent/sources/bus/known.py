@@ -3,7 +3,9 @@
 The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
 (:class:`gpuagent.edges.statedir.StateFile`); a hand run without that variable remembers
 nothing.  Each GPU is its slot, UUID, name and its board's serial number; another UUID in a
-slot is another board there (:class:`Swap`).  A known GPU missing from the bus is
+slot is another board there (:class:`Swap`), and the board that left is remembered
+(:attr:`KnownGpus.departed`): one back in this host later, after an RMA, is known by its UUID
+(:mod:`gpuagent.sources.bus.had` has its problems say so).  A known GPU missing from the bus is
 ``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
 it; a GPU so forgotten is one less for ``expected_gpus`` (:attr:`KnownGpus.removed`) until a
 GPU is on its slot again.  Each also notes the boot it was last on the bus in
@@ -36,6 +38,9 @@ _KEYS = ("uuid", "name", "serial", "boot", "gone_at")
 _BOARD = ("uuid", "name", "serial")
 # The file holds a few hundred bytes a GPU: more than this is not the agent's.
 MAX_SIZE = 1024 * 1024
+# The boards replaced out of this host that are remembered, the newest: a host's lifetime of
+# RMAs, a few hundred bytes each.
+DEPARTED = 256
 
 
 class Swap(NamedTuple):
@@ -54,8 +59,11 @@ class KnownGpus:
     def __init__(self, directory: str | None, log: EventLog, boot: str = "") -> None:
         self.boot = boot
         self.file = StateFile(directory, FILE, log, limit=MAX_SIZE, otherwise="the GPUs on the bus")
-        known = self.file.read(_parsed, "the GPUs this host had") or ({}, {})
+        known = self.file.read(_parsed, "the GPUs this host had") or ({}, {}, [])
         self.gpus: dict[str, Entry] = known[0]
+        # The boards replaced out of a slot, oldest first: their slot, UUID, serial and
+        # when the swap was seen (``at``, s since the epoch).
+        self.departed: list[Entry] = known[2]
         # The slots root said left for good, with the expected_gpus of the clear: one GPU
         # less to expect while that setting stands (an operator who lowers it has counted it).
         self.removed: dict[str, int | None] = known[1]
@@ -99,6 +107,8 @@ class KnownGpus:
             old = merged.get(slot, {})
             if old.get("uuid") and gpu.get("uuid") and old.get("uuid") != gpu.get("uuid"):
                 swaps.append(Swap(slot, old, gpu))
+                left = {"pci_slot": slot, "uuid": old.get("uuid"), "serial": old.get("serial")}
+                self.departed = [*self.departed, {**left, "at": now}][-DEPARTED:]
                 old = {}
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in _BOARD}
             merged[slot]["boot"] = self.boot or old.get("boot")
@@ -106,7 +116,7 @@ class KnownGpus:
         for slot in set(merged) - set(present):
             if now is not None and merged[slot].get("gone_at") is None:
                 merged[slot] = {**merged[slot], "gone_at": now}
-        if merged != self.gpus or back:
+        if merged != self.gpus or back or swaps:
             self.gpus = merged
             self._write()
         return swaps
@@ -124,15 +134,17 @@ class KnownGpus:
     def _write(self) -> None:
         gpus = [{"pci_slot": s, **g} for s, g in sorted(self.gpus.items())]
         removed = [{"pci_slot": s, "expected_gpus": n} for s, n in sorted(self.removed.items())]
-        self.file.write({"gpus": gpus, "removed": removed}, "the GPUs this host has")
+        data = {"gpus": gpus, "removed": removed, "departed": self.departed}
+        self.file.write(data, "the GPUs this host has")
 
 
-def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None]]:
+def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None], list[Entry]]:
     """The GPUs of the file's JSON ``{"gpus": [{"pci_slot": str, "uuid": str|null, "name":
     str|null, "serial": str|null, "boot": str|null, "gone_at": finite number|null}, ...],
-    "removed": [{"pci_slot": str, "expected_gpus": int|null}, ...]}`` (``serial`` and
-    ``removed`` absent in an older agent's file), and those removed; raises ValueError naming
-    what is not so."""
+    "removed": [{"pci_slot": str, "expected_gpus": int|null}, ...], "departed":
+    [{"pci_slot": str, "uuid": str|null, "serial": str|null, "at": finite number|null}, ...]}``
+    (``serial``, ``removed`` and ``departed`` absent in an older agent's file), those removed
+    and those departed; raises TypeError naming what is not so."""
     gpus = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(gpus, list):
         raise TypeError('expected {"gpus": [...]}')
@@ -143,13 +155,33 @@ def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None]]:
         entry = {k: g.get(k) for k in _KEYS}
         if not all(isinstance(entry[k], str | None) for k in ("uuid", "name", "serial", "boot")):
             raise TypeError(f"gpus[{i}]: uuid, name, serial and boot must be strings or null")
-        at = entry["gone_at"]
-        if at is not None and (
-            isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)
-        ):
+        if not _time(entry["gone_at"]):
             raise TypeError(f"gpus[{i}]: gone_at must be a number or null")
         out[g["pci_slot"]] = entry
-    return out, _removed(data.get("removed", []))
+    return out, _removed(data.get("removed", [])), _departed(data.get("departed", []))
+
+
+def _departed(data: Any) -> list[Entry]:
+    if not isinstance(data, list):
+        raise TypeError('expected "departed": [...]')
+    out: list[Entry] = []
+    for i, d in enumerate(data):
+        if not isinstance(d, dict) or not isinstance(d.get("pci_slot"), str):
+            raise TypeError(f"departed[{i}]: expected an object with a pci_slot string")
+        entry = {k: d.get(k) for k in ("pci_slot", "uuid", "serial", "at")}
+        if not all(isinstance(entry[k], str | None) for k in ("uuid", "serial")):
+            raise TypeError(f"departed[{i}]: uuid and serial must be strings or null")
+        if not _time(entry["at"]):
+            raise TypeError(f"departed[{i}]: at must be a number or null")
+        out.append(entry)
+    return out[-DEPARTED:]
+
+
+def _time(at: object) -> bool:
+    """Whether ``at`` is a finite time (s) or None."""
+    if at is None:
+        return True
+    return not isinstance(at, bool) and isinstance(at, int | float) and math.isfinite(at)
 
 
 def _removed(data: Any) -> dict[str, int | None]:
@@ -168,10 +200,12 @@ def _removed(data: Any) -> dict[str, int | None]:
 
 def boards_with(path: str, serial: str) -> set[str]:
     """The UUIDs of the GPUs that the file at ``path`` remembers with the board serial
-    ``serial`` (``gpuagent history SERIAL``); raises OSError, and ValueError or TypeError for a
-    file that is not the agent's."""
+    ``serial``, in a slot now or replaced out of one (``gpuagent history SERIAL``); raises
+    OSError, and ValueError or TypeError for a file that is not the agent's."""
     with open(path, encoding="utf-8") as f:
-        gpus, _ = _parsed(json.load(f))
+        gpus, _, departed = _parsed(json.load(f))
     return {
-        g["uuid"] for g in gpus.values() if g.get("serial") == serial and isinstance(g["uuid"], str)
+        g["uuid"]
+        for g in [*gpus.values(), *departed]
+        if g.get("serial") == serial and isinstance(g["uuid"], str)
     }

@@ -97,6 +97,9 @@ class EarlierBoots:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.recurrence = Recurrence(needed)
+        # Each board's wear records by UUID (lower case): each boot's first, in journal order.
+        self._wear: dict[str, dict[str, Mapping[str, int]]] = {}
+        self._wore: dict[str, tuple[Mapping[str, int], ...]] | None = None
         self.boots: set[str] = set()
         self.done = False
         self._args = (directory, days)
@@ -186,12 +189,24 @@ class EarlierBoots:
                 self.recurrence.clear(at, s.pci_slot, s.kind)
             elif s.event == "board_replaced" and s.pci_slot:
                 self.recurrence.swap(at, s.pci_slot)
+            elif s.event == "wear" and s.uuid and s.wear:
+                self._wear.setdefault(s.uuid.lower(), {}).setdefault(boot, s.wear)
             elif s.severity == CRITICAL and s.pci_slot and s.kind:
                 if s.event == "problem_start" and s.kind == "xid":
                     continue  # counted from the kernel's own records
                 self.recurrence.add(Hit(boot, at, s.pci_slot, s.uuid, s.kind, s.xid or 0))
         self.boots.add(boot)
         return True
+
+    @property
+    def wear(self) -> dict[str, tuple[Mapping[str, int], ...]] | None:
+        """The earlier boots' wear records by board UUID (lower case), each boot's first,
+        oldest first; None until the read is done."""
+        if not self.done:
+            return None
+        if self._wore is None:
+            self._wore = {u: tuple(by_boot.values()) for u, by_boot in self._wear.items()}
+        return self._wore
 
     def _finish(self) -> None:
         self.done = True

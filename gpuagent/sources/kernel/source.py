@@ -93,6 +93,7 @@ class Kernel(Source):
             forgotten=tuple(self.records.take_forgotten()),
             driver=self.records.driver_records(),
             recurrence=self.earlier.recurrence if self.earlier.done else None,
+            wear=self.earlier.wear,
             history=self.earlier.summary,
         )
         return Outcome(view, {"xid": found}, {"journal": self.records.error})

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from gpuagent.logs import Event
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
+from gpuagent.sources.wear.counters import FIELDS as WEAR_FIELDS
+from gpuagent.sources.wear.counters import LABELS as WEAR_LABELS
 
 __all__ = ["FIELDS", "UNIT", "Step", "events", "of_boards", "render", "serials", "steps"]
 
@@ -41,6 +43,7 @@ FIELDS = (
     "CLEARED_BY",
     "_AUDIT_LOGINUID",
     "SUDO_USER",
+    *(name.upper() for name in WEAR_FIELDS.values()),
 )
 
 UNIT = "gpuagent.service"
@@ -53,10 +56,12 @@ _STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
 @dataclass(frozen=True)
 class Step:
     """One event of the timeline (``--json``'s objects): ``event`` is ``boot``, ``xid``,
-    ``problem_start``, ``problem_end``, ``clear`` or ``board_replaced``; ``time`` in s since
-    the epoch; ``by`` the person behind a clear (:func:`gpuagent.sources.kernel.clears.person`,
-    else root); for a board replaced, ``uuid`` and ``serial`` the new board's, ``old_uuid`` and
-    ``old_serial`` the one before it (None: not known)."""
+    ``problem_start``, ``problem_end``, ``clear``, ``board_replaced`` or ``wear``; ``time`` in
+    s since the epoch; ``by`` the person behind a clear
+    (:func:`gpuagent.sources.kernel.clears.person`, else root); for a board replaced, ``uuid``
+    and ``serial`` the new board's, ``old_uuid`` and ``old_serial`` the one before it (None:
+    not known); for a wear record, ``wear`` its counters by name
+    (:mod:`gpuagent.sources.wear.counters`)."""
 
     boot: str
     time: float
@@ -72,6 +77,7 @@ class Step:
     serial: str | None = None
     old_uuid: str | None = None
     old_serial: str | None = None
+    wear: Mapping[str, int] | None = field(default=None, hash=False)
 
     def as_json(self) -> dict[str, object]:
         out = asdict(self)
@@ -216,6 +222,8 @@ def steps(
                 old_serial=old_serial,
             )
         ]
+    if message_id == Event.WEAR_RECORDED.value:
+        return [Step(boot, at, where, uuid, "wear", wear=_wear(entry))]
     if message_id == Event.PROBLEM_CLEARED.value:
         return [Step(boot, at, where, uuid, "problem_end", kind, xid, action)]
     if message_id in _STARTS:
@@ -223,9 +231,21 @@ def steps(
     return []
 
 
+def _wear(entry: Mapping[str, object]) -> dict[str, int]:
+    """A wear record's counters: the fields that are counts."""
+    out: dict[str, int] = {}
+    for name in WEAR_FIELDS.values():
+        text = _text(entry, name.upper())
+        if text is not None and text.isdigit():
+            out[name] = int(text)
+    return out
+
+
 def render(steps: list[Step]) -> str:
-    """The timeline for a person: one line a step, a rule at each boot."""
+    """The timeline for a person: one line a step, a rule at each boot; a wear record says
+    each counter's growth since the board's record before it (``+3``)."""
     lines: list[str] = []
+    wore: dict[str, Mapping[str, int]] = {}
     for s in steps:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.time))
         if s.event == "boot":
@@ -234,10 +254,25 @@ def render(steps: list[Step]) -> str:
         what = f"Xid {s.xid}" if s.xid is not None else (s.kind or "")
         if s.event == "board_replaced":
             what = f"{_board(s.old_uuid, s.old_serial)} -> {_board(s.uuid, s.serial)}"
+        if s.event == "wear" and s.wear is not None:
+            board = (s.uuid or s.pci_slot or "").lower()
+            what = _grown(s.wear, wore.get(board))
+            wore[board] = s.wear
         action = f" (action: {s.action})" if s.action else ""
         by = f" by {s.by}" if s.by else ""
         lines.append(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}{by}")
     return "\n".join(lines) if lines else "no GPU events in the journal"
+
+
+def _grown(counts: Mapping[str, int], before: Mapping[str, int] | None) -> str:
+    """A wear record for a person, each counter with its growth since ``before``."""
+    said = []
+    for name, label in WEAR_LABELS.items():
+        if name not in counts:
+            continue
+        grew = counts[name] - before[name] if before and name in before else 0
+        said.append(f"{label} {counts[name]}" + (f" (+{grew})" if grew > 0 else ""))
+    return ", ".join(said) or "no counters"
 
 
 def _board(uuid: str | None, serial: str | None) -> str:

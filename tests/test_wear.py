@@ -1,0 +1,409 @@
+"""A board's wear across boots: the counters from real captures (pure), the trend (pure,
+exhaustively), the boot's records remembered across restarts, and on a fake host whose
+nvidia-smi answers from the capture, with earlier boots in a real journal file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpuagent.commands.cli import main
+from gpuagent.config import Config
+from gpuagent.edges.runner import Outcome, Runner, RunResult
+from gpuagent.logs import Event, EventLog
+from gpuagent.schema import ProbeState
+from gpuagent.sources.kernel import timeline
+from gpuagent.sources.wear import counters, trend
+from gpuagent.sources.wear.recorded import Recorded
+from gpuagent.sources.wear.source import MISSES, WearSource
+from gpuagent.views import BusView, KernelView, PciGpu, ProbeView, SamplesView, Tick
+from tests import replay
+from tests.conftest import Host
+from tests.test_earlier import A, B
+from tests.test_kernlog import append, export_entry, make
+from tests.test_linksup import recorder
+
+__all__ = ["make"]  # the fixture
+
+H200 = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def asked(capture: str, fields: tuple[str, ...] = tuple(counters.FIELDS)) -> tuple[str, int]:
+    """The capture's answer to the wear read, as nvidia-smi prints it."""
+    query = ["pci.bus_id", *fields]
+    return replay.answer(replay.load(capture), query, "csv,noheader,nounits")
+
+
+def test_the_counters_of_real_captures() -> None:
+    text, code = asked(H200)
+    assert code == 0
+    # Ampere and later remap rows; the retired pages are [N/A] there and left out.
+    assert counters.parse(text, tuple(counters.FIELDS)) == {
+        "0000:83:00.0": {
+            "remapped_rows_correctable": 0,
+            "remapped_rows_uncorrectable": 0,
+            "ecc_uncorrected_aggregate": 0,
+        }
+    }
+    # A GeForce offers none of them.
+    text, _ = asked("rtx2080super-linux-driver610.57.04-idle-query-gpu-all-fields.csv")
+    assert counters.parse(text, tuple(counters.FIELDS)) == {"0000:0c:00.0": {}}
+    # Driver 465 knows no remapped_rows: it rejects the read, which is asked without them.
+    text, code = asked("rtx2080super-linux-driver465.27-query-gpu-115fields.csv")
+    assert (code, text) == (
+        2,
+        'Field "remapped_rows.correctable" is not a valid field to query.\n\n',
+    )
+    rest = tuple(counters.FIELDS)[2:]
+    text, code = asked("rtx2080super-linux-driver465.27-query-gpu-115fields.csv", rest)
+    assert code == 0 and counters.parse(text, rest) == {"0000:0c:00.0": {}}
+
+
+def test_the_forms_of_a_cell() -> None:
+    fields = ("remapped_rows.correctable", "retired_pages.single_bit_ecc.count")
+    text = (
+        "00000000:18:00.0, 12, [N/A]\n"
+        "00000000:2A:00.0, ERR!, 3\n"
+        "WARNING: infoROM is corrupted at gpu 0000:00:1E.0\n"
+        "00000000:3a:00.0, , N/A\n"
+    )
+    assert counters.parse(text, fields) == {
+        "0000:18:00.0": {"remapped_rows_correctable": 12},
+        "0000:2a:00.0": {"retired_pages_sbe": 3},
+        "0000:3a:00.0": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "no GPU's row in the answer"),
+        ("Unknown Error\n", "line 1 is not 'BUS_ID, remapped_rows.correctable, "),
+        ("00000000:18:00.0, 1\n", "line 1 is not 'BUS_ID, "),
+        ("00000000:18:00.0, 1, -2\n", "line 1: retired_pages.single_bit_ecc.count is not a count"),
+        ("00000000:18:00.0, 1.5, 2\n", "line 1: remapped_rows.correctable is not a count: '1.5'"),
+    ],
+)
+def test_an_answer_that_is_not_counts_says_where(text: str, said: str) -> None:
+    fields = ("remapped_rows.correctable", "retired_pages.single_bit_ecc.count")
+    with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(".", r"\.")):
+        counters.parse(text, fields)
+
+
+def test_said_for_a_person() -> None:
+    counts = {"ecc_uncorrected_aggregate": 2, "remapped_rows_correctable": 12}
+    assert counters.said(counts) == (
+        "rows remapped (correctable) 12, uncorrected ECC errors (lifetime) 2"
+    )
+    assert counters.args(("remapped_rows.correctable",)) == (
+        "--query-gpu=pci.bus_id,remapped_rows.correctable",
+        "--format=csv,noheader,nounits",
+    )
+
+
+def rows(values: list[int], name: str = "remapped_rows_correctable") -> list[dict[str, int]]:
+    return [{name: v} for v in values]
+
+
+@pytest.mark.parametrize(
+    ("boots", "grew"),
+    [
+        # Fewer than three records: no trend yet.
+        (rows([0, 100]), None),
+        # More than 8 rows remapped in each of the last two boots.
+        (rows([0, 9, 18]), "rows remapped (correctable) 0 -> 9 -> 18"),
+        (rows([0, 8, 18]), None),
+        (rows([0, 9, 17]), None),
+        # Only the last three count: an old burst and a quiet boot are no trend.
+        (rows([0, 50, 100, 100]), None),
+        (rows([0, 0, 9, 18]), "rows remapped (correctable) 0 -> 9 -> 18"),
+        # Any growth of what reached an application, boot after boot.
+        (
+            rows([0, 1, 2], "remapped_rows_uncorrectable"),
+            "rows remapped (uncorrectable) 0 -> 1 -> 2",
+        ),
+        (rows([0, 1, 1], "remapped_rows_uncorrectable"), None),
+        (
+            rows([5, 6, 7], "ecc_uncorrected_aggregate"),
+            "uncorrected ECC errors (lifetime) 5 -> 6 -> 7",
+        ),
+        # Retired pages count together: a single-bit one, then a double-bit one.
+        (
+            [
+                {"retired_pages_sbe": 0, "retired_pages_dbe": 0},
+                {"retired_pages_sbe": 1, "retired_pages_dbe": 0},
+                {"retired_pages_sbe": 1, "retired_pages_dbe": 1},
+            ],
+            "pages retired 0 -> 1 -> 2",
+        ),
+        # A counter a record lacks (the driver did not offer it then) makes no trend.
+        ([{"retired_pages_sbe": 0}, {}, {"retired_pages_sbe": 2}], None),
+        # A count that dropped (another board's records) is no growth.
+        (rows([30, 2, 11]), None),
+    ],
+)
+def test_the_trend(boots: list[dict[str, int]], grew: str | None) -> None:
+    found = trend.rising(boots)
+    if grew is None:
+        assert found is None
+        return
+    assert found is not None
+    assert (found.kind, found.severity, found.action) == ("wear_rising", "warning", "drain_and_rma")
+    assert found.message == (
+        f"wear grew in each of the last two boots: {grew}: plan to replace the GPU before its "
+        "memory runs out of spare rows or pages"
+    )
+
+
+def test_two_series_in_one_message() -> None:
+    boots = [
+        {"remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0},
+        {"remapped_rows_correctable": 10, "remapped_rows_uncorrectable": 1},
+        {"remapped_rows_correctable": 20, "remapped_rows_uncorrectable": 2},
+    ]
+    found = trend.rising(boots)
+    assert found is not None
+    assert (
+        "(correctable) 0 -> 10 -> 20; rows remapped (uncorrectable) 0 -> 1 -> 2:" in found.message
+    )
+
+
+def test_the_boots_records_survive_a_restart_not_a_reboot(tmp_path: str) -> None:
+    recorded = Recorded(str(tmp_path), EventLog(), boot="b1")
+    assert recorded.enabled and recorded.boards == {}
+    recorded.add({UUID: ("0000:18:00.0", {"remapped_rows_correctable": 3})})
+    again = Recorded(str(tmp_path), EventLog(), boot="b1")
+    assert again.boards == {UUID.lower(): ("0000:18:00.0", {"remapped_rows_correctable": 3})}
+    assert Recorded(str(tmp_path), EventLog(), boot="b2").boards == {}
+    # A hand run, or a boot not known: nothing is recorded.
+    assert not Recorded(None, EventLog(), boot="b1").enabled
+    assert not Recorded(str(tmp_path), EventLog(), boot="").enabled
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        [],
+        {"boot_id": "b1"},
+        {"boot_id": "b1", "boards": {UUID: {"slot": "0000:18:00.0", "counters": {"x": 1}}}},
+        {"boot_id": "b1", "boards": {UUID: {"slot": 1, "counters": {}}}},
+        {"boot_id": "b1", "boards": {UUID: {"slot": "s", "counters": {"retired_pages_sbe": -1}}}},
+    ],
+)
+def test_a_bad_file_is_one_warning(tmp_path: str, data: object) -> None:
+    path = os.path.join(str(tmp_path), "wear.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    log, records = recorder()
+    recorded = Recorded(str(tmp_path), log, boot="b1")
+    assert recorded.boards == {}
+    assert recorded.error is not None and recorded.error.startswith(
+        f"{path}: cannot read the boards' wear recorded this boot: "
+    )
+    assert [r.levelno for r in records] == [logging.WARNING]
+
+
+def wear_record(boot: str, at: float, slot: str, uuid: str, **counts: int) -> bytes:
+    """The agent's wear record as the journal stores it."""
+    return export_entry(
+        [
+            ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
+            ("__MONOTONIC_TIMESTAMP", b"5000000"),
+            ("_BOOT_ID", boot.encode()),
+            ("_TRANSPORT", b"journal"),
+            ("_SYSTEMD_UNIT", b"gpuagent.service"),
+            ("MESSAGE_ID", Event.WEAR_RECORDED.value.encode()),
+            ("PCI_SLOT", slot.encode()),
+            ("GPU_UUID", uuid.encode()),
+            *((k.upper(), str(v).encode()) for k, v in counts.items()),
+            ("MESSAGE", b"wear at this boot's start"),
+        ]
+    )
+
+
+def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    slot = host.slots[0]
+    host.healthy(override={slot: {"remapped_rows.correctable": "12"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.wear_spawns == 1
+    lines = host.events(Event.WEAR_RECORDED)
+    assert len(lines) == len(host.slots)
+    line = next(r for r in lines if getattr(r, "PCI_SLOT", None) == slot)
+    assert line.getMessage() == (
+        f"{slot}: wear at this boot's start: rows remapped (correctable) 12, rows remapped "
+        "(uncorrectable) 0, uncorrected ECC errors (lifetime) 0"
+    )
+    fields = ("GPU_UUID", "REMAPPED_ROWS_CORRECTABLE", "REMAPPED_ROWS_UNCORRECTABLE")
+    assert [getattr(line, k, None) for k in fields] == [replay.gpu_uuid(slot), "12", "0"]
+    assert getattr(line, "ECC_UNCORRECTED_AGGREGATE", None) == "0"
+    assert not hasattr(line, "RETIRED_PAGES_SBE")  # [N/A] on an H200
+    # A restart in the same boot neither reads nor records again.
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.wear_spawns == 1 and len(host.events(Event.WEAR_RECORDED)) == len(host.slots)
+
+
+def test_a_hand_run_records_nothing(host: Host) -> None:
+    host.healthy()
+    host.make_agent()
+    host.tick(3)
+    assert host.wear_spawns == 0 and host.events(Event.WEAR_RECORDED) == []
+
+
+def test_a_field_the_driver_rejects_is_asked_without(host: Host) -> None:
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    host.healthy(reject=["remapped_rows.correctable"])
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.wear_spawns == 2 and host.events(Event.WEAR_READ_FAILED) == []
+    line = host.events(Event.WEAR_RECORDED)[0]
+    assert not hasattr(line, "REMAPPED_ROWS_CORRECTABLE")
+    assert getattr(line, "REMAPPED_ROWS_UNCORRECTABLE", None) == "0"
+
+
+def test_a_failing_read_is_one_warning_and_sampling_goes_on(host: Host) -> None:
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    host.healthy(override={host.slots[0]: {"remapped_rows.correctable": "lots"}})
+    host.make_agent(state_directory=state)
+    snap = host.tick(8).state
+    assert all(g["health"] == "ok" for g in snap["gpus"])
+    (line,) = host.events(Event.WEAR_READ_FAILED)
+    assert line.getMessage().startswith(
+        "boards' wear not read: nvidia-smi --query-gpu=pci.bus_id,remapped_rows.correctable,"
+    )
+    assert line.getMessage().endswith("line 1: remapped_rows.correctable is not a count: 'lots'")
+    assert 3 <= host.wear_spawns < 8  # the probe's backoff, not every tick
+    host.healthy()
+    host.tick(20)
+    (back,) = host.events(Event.WEAR_READ_RECOVERED)
+    assert back.getMessage() == "boards' wear read again"
+    assert len(host.events(Event.WEAR_RECORDED)) == len(host.slots)
+
+
+def test_wear_grown_in_each_of_the_last_two_boots(host: Host, make: Any) -> None:
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    slot, other = host.slots[0], host.slots[1]
+    sick, well = replay.gpu_uuid(slot), replay.gpu_uuid(other)
+    journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
+    append(
+        journal,
+        wear_record(A, 1_700_000_100, slot, sick, remapped_rows_correctable=2)
+        + wear_record(A, 1_700_000_101, other, well, remapped_rows_correctable=2)
+        # A second record in a boot (an older agent's restart) is not another boot.
+        + wear_record(A, 1_700_000_200, slot, sick, remapped_rows_correctable=5),
+    )
+    append(
+        journal,
+        wear_record(B, 1_700_086_500, slot, sick, remapped_rows_correctable=14)
+        + wear_record(B, 1_700_086_501, other, well, remapped_rows_correctable=3),
+    )
+    cells = {"remapped_rows.correctable": "27"}
+    host.healthy(override={slot: cells, other: {"remapped_rows.correctable": "30"}})
+    host.make_agent(state_directory=state, journal_directory=journal, history_days=3650)
+    for _ in range(4):
+        st = host.tick().state
+    gpus = {g["pci_slot"]: g for g in st["gpus"]}
+    (p,) = gpus[slot]["problems"]
+    assert (p["kind"], p["severity"], p["action"]) == ("wear_rising", "warning", "drain_and_rma")
+    assert "rows remapped (correctable) 2 -> 14 -> 27" in p["message"]
+    # The other board grew by 27 this boot, but not in the boot before: no trend.
+    assert gpus[other]["problems"] == []
+    (start,) = host.events(Event.PROBLEM_WEAR_RISING)
+    assert start.levelno == logging.WARNING
+    # A restart holds it (restated, no new start, no end while the earlier boots are read).
+    host.make_agent(state_directory=state, journal_directory=journal, history_days=3650)
+    for _ in range(4):
+        st = host.tick().state
+    assert len(host.events(Event.PROBLEM_WEAR_RISING)) == 1
+    ended = [
+        r for r in host.events(Event.PROBLEM_CLEARED) if getattr(r, "PROBLEM", "") == "wear_rising"
+    ]
+    assert ended == []
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == slot)["problems"]
+    assert p["kind"] == "wear_rising"
+    conf = os.path.join(host.dir, "h.toml")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(f'journal_directory = "{journal}"\n')
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", slot, "--days", "100000"]
+    )
+    assert res.exit_code == 0, res.stderr
+    wear = [ln for ln in res.stdout.splitlines() if " wear " in ln]
+    assert [ln.split(" wear ", 1)[1].strip() for ln in wear] == [
+        "rows remapped (correctable) 2",
+        "rows remapped (correctable) 5 (+3)",
+        "rows remapped (correctable) 14 (+9)",
+    ]
+    res = CliRunner(mix_stderr=False).invoke(
+        main, ["--config", conf, "history", slot, "--days", "100000", "--json"]
+    )
+    steps = [s for s in json.loads(res.stdout) if s["event"] == "wear"]
+    assert steps[-1]["wear"] == {"remapped_rows_correctable": 14}
+
+
+def test_the_timeline_reads_a_record() -> None:
+    entry = {
+        "_SYSTEMD_UNIT": b"gpuagent.service",
+        "MESSAGE_ID": Event.WEAR_RECORDED.value.encode(),
+        "PCI_SLOT": b"0000:18:00.0",
+        "GPU_UUID": UUID.encode(),
+        "RETIRED_PAGES_SBE": b"4",
+        "RETIRED_PAGES_DBE": b"x",
+    }
+    (step,) = timeline.steps("b1", 1.0, entry, {}, set())
+    assert (step.event, step.uuid, step.wear) == ("wear", UUID, {"retired_pages_sbe": 4})
+    assert all(name.upper() in timeline.FIELDS for name in counters.FIELDS.values())
+
+
+class Answers(Runner):
+    """A runner that answers every run with ``stdout``, exit 0, and counts the runs."""
+
+    def __init__(self, stdout: str) -> None:
+        super().__init__(timeout=10.0)
+        self.stdout = stdout
+        self.runs = 0
+
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> RunResult:
+        self.runs += 1
+        return RunResult(Outcome.EXITED, 0, self.stdout)
+
+
+def test_a_board_whose_row_the_answers_lack_is_asked_for_a_few_times(tmp_path: str) -> None:
+    slots = ["0000:18:00.0", "0000:2a:00.0"]
+    # One GPU's error instead of the second board's row, read after read.
+    runner = Answers(
+        "00000000:18:00.0, 3, 0, [N/A], [N/A], 0\n"
+        "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error\n"
+    )
+    source = WearSource(
+        Config(),
+        runner,
+        EventLog(),
+        state_directory=str(tmp_path),
+        boot="b1",
+    )
+    probe = ProbeView(
+        state=ProbeState.OK,
+        binary="/usr/bin/nvidia-smi",
+        samples=SamplesView(fresh=frozenset(slots)),
+    )
+    uuids = {s: replay.gpu_uuid(s) for s in slots}
+    bus = BusView(tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in slots))
+    tick = Tick(0.0, 0.0, Config(), bus=bus, probe=probe, kernel=KernelView(uuids=uuids))
+    for _ in range(MISSES + 5):
+        source.step(tick)
+    assert runner.runs == MISSES
+    assert set(source.recorded.boards) == {uuids[slots[0]].lower()}
