@@ -639,7 +639,12 @@ def place_journal(c: Container, work: str, text: str, name: str = "gpuagent-test
     started = str(int((time.time() - uptime) * 1e6))
     argv = [make, "--boot-id", boot, "--start-usec", started, source, made]
     subprocess.run(argv, check=True, timeout=60, capture_output=True)
-    # The system journal is the files named system.journal and system@*.journal.
+    system_journal(c, made, name, machine)
+
+
+def system_journal(c: Container, made: str, name: str, machine: str) -> None:
+    """The journal file ``made`` (here) in ``c``'s system journal as ``system@NAME.journal``
+    (the system journal is the files named system.journal and system@*.journal)."""
     target = f"/var/log/journal/{machine}/system@{name}.journal"
     c.run("mkdir", "-p", f"/var/log/journal/{machine}")
     # Whole and readable when it appears, as journald's own files are: the running agent
