@@ -182,7 +182,12 @@ class Agent:
     def _judge(self, tick: Tick) -> None:
         try:
             self.verdict.judge(
-                self.wall(), tick.bus, tick.config.expected_gpus, tick.kernel.cleared, tick.uuid
+                self.wall(),
+                tick.bus,
+                tick.config.expected_gpus,
+                tick.kernel.cleared,
+                uuid=tick.uuid,
+                serial=tick.serial,
             )
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)

@@ -69,12 +69,15 @@ class Verdict:
         bus: BusView,
         expected_gpus: int | None,
         cleared: Mapping[str, Clear] | None = None,
+        *,
         uuid: Callable[[str], str | None] = lambda slot: None,
+        serial: Callable[[str], str | None] = lambda slot: None,
     ) -> None:
         """Settle the sources at wall time ``now`` (s) with the bus as scanned and log what
         started, changed and ended; ``cleared`` is each GPU's last operator's clear (an end
         it covers says so), ``uuid`` a GPU's UUID by slot (its lines' ``GPU_UUID``: the
-        board's story in ``gpuagent history``, whatever slot it was in)."""
+        board's story in ``gpuagent history``, whatever slot it was in) and ``serial`` its
+        board's serial number (with the UUID, what tells a board back after an RMA)."""
         self._cleared = cleared or {}
         self._uuid = uuid
         gpus = list(bus.gpus)
@@ -98,9 +101,14 @@ class Verdict:
         self.report("host", {"": count})
         # Passthrough (vfio-pci …) is on purpose; a display driver holding the GPU is not.
         exempt = [g.slot for g in gpus if rules.deliberate(g)]
-        # A board back after an RMA (known by its UUID): each of its problems says so.
-        back = {g.slot: bus.departed.get((uuid(g.slot) or "").lower()) for g in gpus}
-        notes = {slot: note for slot, note in back.items() if note is not None}
+        # A board back after an RMA (its UUID, or its serial after a repair that gave it
+        # another GPU): each of its problems says so.
+        notes: dict[str, str] = {}
+        for g in gpus:
+            keys = ((uuid(g.slot) or "").lower(), serial(g.slot) or "")
+            note = next((bus.departed[k] for k in keys if k and k in bus.departed), None)
+            if note is not None:
+                notes[g.slot] = note
         started, ended = self.tracker.settle(now, exempt, notes)
         # A problem with a cause (a GPU's fabric under fabricmanager_down) is the cause's to
         # say: no line of its own, nor for its uncaused self ending or starting beside it.

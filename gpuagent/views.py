@@ -174,7 +174,8 @@ class BusView:
     slots whose board was replaced while this agent ran, each with when it saw the new one
     (wall s): their recurrence starts afresh there; ``boards`` the UUID remembered in each
     slot (:mod:`gpuagent.sources.bus.known`); ``departed`` the boards replaced out of this
-    host, by UUID (lower case), each with what its problems say should it be back."""
+    host, by UUID (lower case) and by serial number, each with what its problems say should
+    it be back."""
 
     gpus: tuple[PciGpu, ...] = ()
     seen: frozenset[str] = frozenset()
@@ -570,6 +571,11 @@ class Tick:
     def uuid(self, slot: str) -> str | None:
         """The UUID of the GPU in ``slot`` (:func:`uuid_of`)."""
         return uuid_of(slot, self.kernel, self.probe.samples)
+
+    def serial(self, slot: str) -> str | None:
+        """The serial number of the board in ``slot``, where read for the board there now."""
+        read_for, serial = self.board.serials.get(slot, (None, None))
+        return serial if read_for in (None, self.uuid(slot)) else None
 
     def next(self, now: float, mono: float, config: Config) -> Tick:
         """The tick after this one, at ``now`` (wall s) and ``mono`` (monotonic s): this

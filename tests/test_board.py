@@ -275,7 +275,12 @@ def test_a_replacement_in_an_earlier_boot_ends_the_slots_past_there(host: Host, 
     assert "no board with serial 9999999999999 in " in res.stderr
 
 
-def test_a_board_back_from_rma_that_fails_again_says_so(host: Host) -> None:
+@pytest.mark.parametrize(
+    "uuid",
+    # The same board, or the same board (its serial) after a repair that gave it another GPU.
+    [OLD, "GPU-77777777-8888-9999-aaaa-bbbbbbbbbbbb"],
+)
+def test_a_board_back_from_rma_that_fails_again_says_so(host: Host, uuid: str) -> None:
     slot, other = host.slots[0], host.slots[1]
     state = os.path.join(host.dir, "state")
     os.makedirs(state)
@@ -288,7 +293,7 @@ def test_a_board_back_from_rma_that_fails_again_says_so(host: Host) -> None:
     host.tick(3)
     assert len(host.events(Event.BOARD_REPLACED)) == 1
     # Back from the RMA, in another slot, and failing: its problem says it was here before.
-    back = {"uuid": OLD, "serial": "1320221034567", "gpu_recovery_action": "Reset"}
+    back = {"uuid": uuid, "serial": "1320221034567", "gpu_recovery_action": "Reset"}
     host.healthy(override={slot: {"uuid": NEW}, other: back})
     host.make_agent(state_directory=state)
     st = host.tick(3).state

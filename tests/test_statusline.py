@@ -288,11 +288,11 @@ def test_the_agents_trouble_comes_last_by_kind() -> None:
 
 def test_the_agents_trouble_gives_way_to_the_problems_names() -> None:
     assert text(XID79, trouble=TROUBLE) == (
-        "1 critical (0000:ba:00.0 Xid 79); 8 GPUs, sampling; 10 agent problems"
+        "1 critical (0000:ba:00.0 Xid 79); 8 GPUs, sampling; 11 agent problems"
     )
     lost = [problem(s, "lost") for s in SLOTS]
     assert text(*lost, trouble=TROUBLE) == (
-        "8 critical (0000:18:00.0 lost, +7 more); 8 GPUs, sampling; 10 agent problems"
+        "8 critical (0000:18:00.0 lost, +7 more); 8 GPUs, sampling; 11 agent problems"
     )
 
 

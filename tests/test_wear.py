@@ -232,7 +232,7 @@ def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
     state = os.path.join(host.dir, "state")
     os.makedirs(state)
     slot = host.slots[0]
-    host.healthy(override={slot: {"remapped_rows.correctable": "12"}})
+    host.healthy(override={slot: {"remapped_rows.correctable": "12", "serial": "1320221034567"}})
     host.make_agent(state_directory=state)
     host.tick(3)
     assert host.wear_spawns == 1
@@ -240,12 +240,13 @@ def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
     assert len(lines) == len(host.slots)
     line = next(r for r in lines if getattr(r, "PCI_SLOT", None) == slot)
     assert line.getMessage() == (
-        f"{slot}: wear at this boot's start: rows remapped (correctable) 12, rows remapped "
+        f"GPU {slot}: wear at this boot's start: rows remapped (correctable) 12, rows remapped "
         "(uncorrectable) 0, uncorrected ECC errors (lifetime) 0"
     )
     fields = ("GPU_UUID", "REMAPPED_ROWS_CORRECTABLE", "REMAPPED_ROWS_UNCORRECTABLE")
     assert [getattr(line, k, None) for k in fields] == [replay.gpu_uuid(slot), "12", "0"]
     assert getattr(line, "ECC_UNCORRECTED_AGGREGATE", None) == "0"
+    assert getattr(line, "SERIAL", None) == "1320221034567"
     assert not hasattr(line, "RETIRED_PAGES_SBE")  # [N/A] on an H200
     # A restart in the same boot neither reads nor records again.
     host.make_agent(state_directory=state)

@@ -10,7 +10,7 @@ UUID in a slot than the file's is a board replaced: one line (``BOARD_REPLACED``
 boards' UUIDs and serials), said once since the file then holds the new board, and the slot
 in the view's ``replaced``, from which the slot's recurrence starts afresh.  A board back in
 this host after it was replaced out of it (an RMA'd board returned, known by its UUID or
-serial, and known by its UUID) is in the view's ``departed``: each of its problems says so.
+serial) is in the view's ``departed``: each of its problems says so.
 """
 
 from __future__ import annotations
@@ -90,22 +90,21 @@ class GpusHad(Source):
 
     def _departed(self) -> dict[str, str]:
         """What each problem of a board back in this host after it was replaced says of it,
-        by the board's UUID (lower case)."""
+        by the board's UUID (lower case) and serial number."""
         if self._notes is None or self._notes[0] != len(self.known.departed):
             notes: dict[str, str] = {}
             for left in self.known.departed:
                 uuid, serial, at = (left.get(k) for k in ("uuid", "serial", "at"))
-                if not isinstance(uuid, str):
-                    continue
-                board = f"serial {serial}" if serial else uuid
+                board = f"serial {serial}" if serial else f"{uuid}"
                 when = (
                     f" on {time.strftime('%Y-%m-%d', time.localtime(at))}"
                     if isinstance(at, int | float)
                     else ""
                 )
-                notes[uuid.lower()] = (
-                    f"this board ({board}) is back: it was replaced in {left['pci_slot']}{when}"
-                )
+                note = f"this board ({board}) is back: it was replaced in {left['pci_slot']}{when}"
+                for key in (str(uuid).lower() if uuid else None, serial):
+                    if isinstance(key, str):
+                        notes[key] = note
             self._notes = (len(self.known.departed), notes)
         return self._notes[1]
 

@@ -113,21 +113,19 @@ class WearSource(Source):
             return  # interrupted: shutting down
         if self.cadence.succeeded():
             self.log(INFO, Event.WEAR_READ_RECOVERED, "boards' wear read again")
-        serials = tick.board.serials
         records: dict[str, tuple[str, counters.Counters]] = {}
         for slot, uuid in todo.items():
             if (counts := found.get(slot)) is None:
                 self._misses[uuid] = self._misses.get(uuid, 0) + 1
                 continue  # not in this answer: asked again, MISSES times in all
-            board, serial = serials.get(slot, (None, None))
             if counts:
                 self.log(
                     INFO,
                     Event.WEAR_RECORDED,
-                    f"{slot}: wear at this boot's start: {counters.said(counts)}",
+                    f"GPU {slot}: wear at this boot's start: {counters.said(counts)}",
                     pci_slot=slot,
                     gpu_uuid=uuid,
-                    serial=serial if board in (None, uuid) else None,
+                    serial=tick.serial(slot),
                     **counts,
                 )
             records[uuid] = (slot, counts)
