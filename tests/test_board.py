@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from gpuagent.commands.cli import main
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.board import serials
-from gpuagent.sources.bus.known import KnownGpus, boards_with
+from gpuagent.sources.bus.known import DEPARTED, KnownGpus, boards_with
 from gpuagent.sources.kernel.recurrence import Hit, Recurrence
 from gpuagent.views import Finding
 from tests.conftest import Host
@@ -307,3 +307,67 @@ def test_a_board_back_from_rma_that_fails_again_says_so(host: Host, uuid: str) -
     assert f": {p['message']}; action: reset_gpu" in start.getMessage()
     # The board that stayed says nothing of the kind.
     assert next(g for g in st["gpus"] if g["pci_slot"] == slot)["problems"] == []
+
+
+def test_a_full_memory_of_departed_boards_still_tells_the_newest(host: Host) -> None:
+    """One agent throughout, the file already holding as many departed boards as it keeps:
+    the newest departure is known when its board comes back, the oldest is forgotten."""
+    slot, other = host.slots[0], host.slots[1]
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    departed = [
+        {
+            "pci_slot": slot,
+            "uuid": f"GPU-{n:08x}-0000-0000-0000-000000000000",
+            "serial": f"9{n}",
+            "at": 1.7e9,
+        }
+        for n in range(DEPARTED)
+    ]
+    with open(os.path.join(state, "gpus.json"), "w", encoding="utf-8") as f:
+        json.dump({"gpus": [], "departed": departed}, f)
+    host.healthy(override={slot: {"uuid": OLD, "serial": "1320221034567"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    host.healthy(override={slot: {"uuid": NEW, "serial": "1320221099999"}})
+    host.tick(3)
+    back = {"uuid": OLD, "serial": "1320221034567", "gpu_recovery_action": "Reset"}
+    oldest = {"uuid": departed[0]["uuid"], "serial": "90", "gpu_recovery_action": "Reset"}
+    host.healthy(override={slot: {"uuid": NEW}, other: back, host.slots[2]: oldest})
+    st = host.tick(3).state
+    messages = {g["pci_slot"]: [p["message"] for p in g["problems"]] for g in st["gpus"]}
+    (said,) = messages[other]
+    assert said.endswith(
+        f"; this board (serial 1320221034567) is back: it was replaced in {slot} on "
+        + time.strftime("%Y-%m-%d")
+    )
+    (said,) = messages[host.slots[2]]
+    assert "is back" not in said
+
+
+def test_boards_that_only_moved_slots_are_not_back(host: Host) -> None:
+    """Two boards swapped between slots (to see whether a fault follows the board), or the
+    buses renumbered: each slot has another board, and neither board left the host."""
+    slot, other = host.slots[0], host.slots[1]
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    a = {"uuid": OLD, "serial": "111"}
+    b = {"uuid": NEW, "serial": "222"}
+    host.healthy(override={slot: a, other: b})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    host.healthy(override={slot: b, other: {**a, "gpu_recovery_action": "Reset"}})
+    st = host.tick(3).state
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == other)["problems"]
+    assert "is back" not in p["message"]
+    with open(os.path.join(state, "gpus.json"), encoding="utf-8") as f:
+        assert json.load(f)["departed"] == []
+
+
+def test_a_departure_time_no_date_can_be_made_of_is_a_bad_file(tmp_path: str) -> None:
+    for at in (1e20, -1.0, True):
+        with open(os.path.join(str(tmp_path), "gpus.json"), "w", encoding="utf-8") as f:
+            json.dump({"gpus": [], "departed": [{"pci_slot": "0000:18:00.0", "at": at}]}, f)
+        known = KnownGpus(str(tmp_path), EventLog(), "b1")
+        assert known.departed == [] and known.error is not None
+        assert known.error.endswith("departed[0]: at must be a number or null"), known.error

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,13 +88,22 @@ def test_the_forms_of_a_cell() -> None:
         ("", "no GPU's row in the answer"),
         ("Unknown Error\n", "line 1 is not 'BUS_ID, remapped_rows.correctable, "),
         ("00000000:18:00.0, 1\n", "line 1 is not 'BUS_ID, "),
-        ("00000000:18:00.0, 1, -2\n", "line 1: retired_pages.single_bit_ecc.count is not a count"),
-        ("00000000:18:00.0, 1.5, 2\n", "line 1: remapped_rows.correctable is not a count: '1.5'"),
+        (
+            "00000000:18:00.0, 1, -2\n",
+            "line 1 (00000000:18:00.0): retired_pages.single_bit_ecc.count is not a count",
+        ),
+        (
+            "00000000:18:00.0, 1.5, 2\n",
+            "line 1 (00000000:18:00.0): remapped_rows.correctable is not a count: '1.5'",
+        ),
+        # Not ASCII digits, or more than a 64-bit counter's.
+        ("00000000:18:00.0, \u00b2, 2\n", "remapped_rows.correctable is not a count"),
+        ("00000000:18:00.0, 1, " + "9" * 21 + "\n", "retired_pages.single_bit_ecc.count is not"),
     ],
 )
 def test_an_answer_that_is_not_counts_says_where(text: str, said: str) -> None:
     fields = ("remapped_rows.correctable", "retired_pages.single_bit_ecc.count")
-    with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(said)):
         counters.parse(text, fields)
 
 
@@ -157,8 +167,8 @@ def test_the_trend(boots: list[dict[str, int]], grew: str | None) -> None:
     assert found is not None
     assert (found.kind, found.severity, found.action) == ("wear_rising", "warning", "drain_and_rma")
     assert found.message == (
-        f"wear grew in each of the last two boots: {grew}: plan to replace the GPU before its "
-        "memory runs out of spare rows or pages"
+        f"wear grew in each of the last two boots it was recorded in: {grew}: its memory is "
+        "wearing out, plan to replace the GPU before the hard limits fire"
     )
 
 
@@ -223,7 +233,7 @@ def wear_record(boot: str, at: float, slot: str, uuid: str, **counts: int) -> by
             ("PCI_SLOT", slot.encode()),
             ("GPU_UUID", uuid.encode()),
             *((k.upper(), str(v).encode()) for k, v in counts.items()),
-            ("MESSAGE", b"wear at this boot's start"),
+            ("MESSAGE", b"wear at its first answer this boot"),
         ]
     )
 
@@ -240,8 +250,8 @@ def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
     assert len(lines) == len(host.slots)
     line = next(r for r in lines if getattr(r, "PCI_SLOT", None) == slot)
     assert line.getMessage() == (
-        f"GPU {slot}: wear at this boot's start: rows remapped (correctable) 12, rows remapped "
-        "(uncorrectable) 0, uncorrected ECC errors (lifetime) 0"
+        f"GPU {slot}: wear at its first answer this boot: rows remapped (correctable) 12, rows "
+        "remapped (uncorrectable) 0, uncorrected ECC errors (lifetime) 0"
     )
     fields = ("GPU_UUID", "REMAPPED_ROWS_CORRECTABLE", "REMAPPED_ROWS_UNCORRECTABLE")
     assert [getattr(line, k, None) for k in fields] == [replay.gpu_uuid(slot), "12", "0"]
@@ -273,6 +283,19 @@ def test_a_field_the_driver_rejects_is_asked_without(host: Host) -> None:
     assert getattr(line, "REMAPPED_ROWS_UNCORRECTABLE", None) == "0"
 
 
+def test_a_cell_nvidia_smi_could_not_read_leaves_that_counter_out(host: Host) -> None:
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    host.healthy(override={host.slots[0]: {"remapped_rows.correctable": "[Unknown Error]"}})
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.events(Event.WEAR_READ_FAILED) == []
+    lines = {getattr(r, "PCI_SLOT", None): r for r in host.events(Event.WEAR_RECORDED)}
+    assert len(lines) == len(host.slots)  # the others' records are whole
+    assert not hasattr(lines[host.slots[0]], "REMAPPED_ROWS_CORRECTABLE")
+    assert getattr(lines[host.slots[1]], "REMAPPED_ROWS_CORRECTABLE", None) == "0"
+
+
 def test_a_failing_read_is_one_warning_and_sampling_goes_on(host: Host) -> None:
     state = os.path.join(host.dir, "state")
     os.makedirs(state)
@@ -284,7 +307,9 @@ def test_a_failing_read_is_one_warning_and_sampling_goes_on(host: Host) -> None:
     assert line.getMessage().startswith(
         "boards' wear not read: nvidia-smi --query-gpu=pci.bus_id,remapped_rows.correctable,"
     )
-    assert line.getMessage().endswith("line 1: remapped_rows.correctable is not a count: 'lots'")
+    assert line.getMessage().endswith(
+        f"line 1 ({replay.bus_id(host.slots[0])}): remapped_rows.correctable is not a count: 'lots'"
+    )
     assert 3 <= host.wear_spawns < 8  # the probe's backoff, not every tick
     host.healthy()
     host.tick(20)
@@ -408,3 +433,40 @@ def test_a_board_whose_row_the_answers_lack_is_asked_for_a_few_times(tmp_path: s
         source.step(tick)
     assert runner.runs == MISSES
     assert set(source.recorded.boards) == {uuids[slots[0]].lower()}
+
+
+class Rejects(Runner):
+    """A driver that knows none of the wear fields: each read is rejected, exit 2, naming the
+    first field it asks for."""
+
+    def __init__(self) -> None:
+        super().__init__(timeout=10.0)
+        self.runs = 0
+
+    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> RunResult:
+        self.runs += 1
+        first = argv[1].split("=", 1)[1].split(",")[1]
+        return RunResult(Outcome.EXITED, 2, f'Field "{first}" is not a valid field to query.\n\n')
+
+
+def test_a_driver_that_rejects_every_field_says_so_once(tmp_path: str) -> None:
+    slots = ["0000:18:00.0"]
+    runner = Rejects()
+    log, records = recorder()
+    source = WearSource(Config(), runner, log, state_directory=str(tmp_path), boot="b1")
+    probe = ProbeView(
+        state=ProbeState.OK,
+        binary="/usr/bin/nvidia-smi",
+        samples=SamplesView(fresh=frozenset(slots)),
+    )
+    uuids = {s: replay.gpu_uuid(s) for s in slots}
+    bus = BusView(tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in slots))
+    tick = Tick(0.0, 0.0, Config(), bus=bus, probe=probe, kernel=KernelView(uuids=uuids))
+    for _ in range(len(counters.FIELDS) + 5):
+        source.step(tick)
+    assert runner.runs == len(counters.FIELDS)
+    assert [r.getMessage() for r in records] == [
+        "boards' wear not read: this driver rejects every wear field, the last "
+        "ecc.errors.uncorrected.aggregate.total"
+    ]
+    assert source.recorded.boards == {}

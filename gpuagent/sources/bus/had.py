@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources import Outcome, Source
-from gpuagent.sources.bus.known import Gpu, KnownGpus, Swap
+from gpuagent.sources.bus.known import Entry, Gpu, KnownGpus, Swap
 from gpuagent.views import BusView, Tick
 
 __all__ = ["GpusHad"]
@@ -39,8 +39,9 @@ class GpusHad(Source):
         self._stepped = False
         # The slots whose board was replaced while this agent ran, and when it saw it.
         self._replaced: dict[str, float] = {}
-        # The departed boards' notes, made again when a board departs: (how many, notes).
-        self._notes: tuple[int, dict[str, str]] | None = None
+        # The departed boards' notes, made again when a board departs (each departure makes
+        # a new list): (the list they were made of, the notes).
+        self._notes: tuple[list[Entry], dict[str, str]] | None = None
 
     def standing(self) -> BusView | None:
         """Before the first tick, what the bus had before this agent started (its first
@@ -91,7 +92,7 @@ class GpusHad(Source):
     def _departed(self) -> dict[str, str]:
         """What each problem of a board back in this host after it was replaced says of it,
         by the board's UUID (lower case) and serial number."""
-        if self._notes is None or self._notes[0] != len(self.known.departed):
+        if self._notes is None or self._notes[0] is not self.known.departed:
             notes: dict[str, str] = {}
             for left in self.known.departed:
                 uuid, serial, at = (left.get(k) for k in ("uuid", "serial", "at"))
@@ -105,7 +106,7 @@ class GpusHad(Source):
                 for key in (str(uuid).lower() if uuid else None, serial):
                     if isinstance(key, str):
                         notes[key] = note
-            self._notes = (len(self.known.departed), notes)
+            self._notes = (self.known.departed, notes)
         return self._notes[1]
 
     def _tell(self, swap: Swap) -> None:

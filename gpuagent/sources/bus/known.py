@@ -4,8 +4,9 @@ The file is ``gpus.json`` in the directory systemd names in ``$STATE_DIRECTORY``
 (:class:`gpuagent.edges.statedir.StateFile`); a hand run without that variable remembers
 nothing.  Each GPU is its slot, UUID, name and its board's serial number; another UUID in a
 slot is another board there (:class:`Swap`), and the board that left is remembered
-(:attr:`KnownGpus.departed`): one back in this host later, after an RMA, is known by its UUID
-(:mod:`gpuagent.sources.bus.had` has its problems say so).  A known GPU missing from the bus is
+(:attr:`KnownGpus.departed`; not one that only moved to another slot): one back in this host
+later, after an RMA, is known by its UUID or serial (:mod:`gpuagent.sources.bus.had` has its
+problems say so).  A known GPU missing from the bus is
 ``gone_from_bus`` until it returns or root's ``gpuagent clear SLOT gone_from_bus`` forgets
 it; a GPU so forgotten is one less for ``expected_gpus`` (:attr:`KnownGpus.removed`) until a
 GPU is on its slot again.  Each also notes the boot it was last on the bus in
@@ -17,7 +18,6 @@ reboot (:attr:`KnownGpus.not_back`).  A file that cannot be read or written is o
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -38,6 +38,8 @@ _KEYS = ("uuid", "name", "serial", "boot", "gone_at")
 _BOARD = ("uuid", "name", "serial")
 # The file holds a few hundred bytes a GPU: more than this is not the agent's.
 MAX_SIZE = 1024 * 1024
+# After the last time the file may hold (s since the epoch; 2514): a date of it can be made.
+_LAST = 2.0**34
 # The boards replaced out of this host that are remembered, the newest: a host's lifetime of
 # RMAs, a few hundred bytes each.
 DEPARTED = 256
@@ -107,8 +109,9 @@ class KnownGpus:
             old = merged.get(slot, {})
             if old.get("uuid") and gpu.get("uuid") and old.get("uuid") != gpu.get("uuid"):
                 swaps.append(Swap(slot, old, gpu))
-                left = {"pci_slot": slot, "uuid": old.get("uuid"), "serial": old.get("serial")}
-                self.departed = [*self.departed, {**left, "at": now}][-DEPARTED:]
+                if not _moved(old, present):
+                    left = {"pci_slot": slot, "uuid": old.get("uuid"), "serial": old.get("serial")}
+                    self.departed = [*self.departed, {**left, "at": now}][-DEPARTED:]
                 old = {}
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in _BOARD}
             merged[slot]["boot"] = self.boot or old.get("boot")
@@ -161,6 +164,16 @@ def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None], list[En
     return out, _removed(data.get("removed", [])), _departed(data.get("departed", []))
 
 
+def _moved(old: Mapping[str, object], present: Mapping[str, Gpu]) -> bool:
+    """Whether the board ``old`` is still on the bus, in another slot (boards swapped between
+    slots, buses renumbered): moved, not departed."""
+    uuid, serial = old.get("uuid"), old.get("serial")
+    return any(
+        (uuid and g.get("uuid") == uuid) or (serial and g.get("serial") == serial)
+        for g in present.values()
+    )
+
+
 def _departed(data: Any) -> list[Entry]:
     if not isinstance(data, list):
         raise TypeError('expected "departed": [...]')
@@ -178,10 +191,11 @@ def _departed(data: Any) -> list[Entry]:
 
 
 def _time(at: object) -> bool:
-    """Whether ``at`` is a finite time (s) or None."""
+    """Whether ``at`` is a time (s since the epoch, from 1970 to 2514: one a date can be
+    made of) or None."""
     if at is None:
         return True
-    return not isinstance(at, bool) and isinstance(at, int | float) and math.isfinite(at)
+    return not isinstance(at, bool) and isinstance(at, int | float) and 0 <= at < _LAST
 
 
 def _removed(data: Any) -> dict[str, int | None]:

@@ -19,6 +19,7 @@ from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
 from gpuagent.sources.wear.counters import FIELDS as WEAR_FIELDS
 from gpuagent.sources.wear.counters import LABELS as WEAR_LABELS
+from gpuagent.sources.wear.counters import count
 
 __all__ = ["FIELDS", "UNIT", "Step", "events", "of_boards", "render", "serials", "steps"]
 
@@ -236,8 +237,8 @@ def _wear(entry: Mapping[str, object]) -> dict[str, int]:
     out: dict[str, int] = {}
     for name in WEAR_FIELDS.values():
         text = _text(entry, name.upper())
-        if text is not None and text.isdigit():
-            out[name] = int(text)
+        if text is not None and (got := count(text)) is not None:
+            out[name] = got
     return out
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from gpuagent.sources.bus.pciaddr import is_bus_id, sysfs_slot
 from gpuagent.sources.probe.smi import beside_rows
 
-__all__ = ["ANSWERS", "FIELDS", "LABELS", "Counters", "args", "parse", "said"]
+__all__ = ["ANSWERS", "FIELDS", "LABELS", "Counters", "args", "count", "parse", "said"]
 
 # nvidia-smi's field: the counter's name, a field of its own in the wear record (upper case).
 FIELDS: dict[str, str] = {
@@ -41,7 +41,11 @@ LABELS: dict[str, str] = {
 ANSWERS = frozenset({0, 14, 15, 255})
 # A board's counters by name (:data:`FIELDS`' values), those it offers.
 Counters = dict[str, int]
-_MISSING = frozenset({"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "ERR!"})
+# A cell that is no count of the board's: none offered, or nvidia-smi's word for one it could
+# not read this time (``[N/A]``, ``[Unknown Error]``, ``[GPU requires reset]`` …).
+_MISSING = frozenset({"", "N/A", "Not Supported", "ERR!"})
+# More digits than a 64-bit counter has is not nvidia-smi's.
+_DIGITS = 20
 
 
 def args(fields: Sequence[str]) -> tuple[str, ...]:
@@ -51,9 +55,10 @@ def args(fields: Sequence[str]) -> tuple[str, ...]:
 
 def parse(text: str, fields: Sequence[str]) -> dict[str, Counters]:
     """Each GPU's counters by PCI slot (sysfs form) from the answer to :func:`args`
-    (``fields``); what nvidia-smi prints beside the rows is skipped.  Raises ValueError naming
-    the first line that is not ``BUS_ID`` and one cell a field, or a cell that is no count,
-    or for an answer without one row."""
+    (``fields``); what nvidia-smi prints beside the rows is skipped, and a cell it could not
+    read leaves that counter out.  Raises ValueError naming the first line that is not
+    ``BUS_ID`` and one cell a field, or a GPU's cell that is no count, or for an answer
+    without one row."""
     out: dict[str, Counters] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or beside_rows(line):
@@ -63,15 +68,22 @@ def parse(text: str, fields: Sequence[str]) -> dict[str, Counters]:
             raise ValueError(f"line {n} is not 'BUS_ID, {', '.join(fields)}': {line[:60]!r}")
         counts: Counters = {}
         for name, cell in zip(fields, cells, strict=True):
-            if cell in _MISSING:
+            if cell in _MISSING or cell.startswith("["):
                 continue
-            if not cell.isdigit():
-                raise ValueError(f"line {n}: {name} is not a count: {cell[:20]!r}")
-            counts[FIELDS[name]] = int(cell)
+            if (got := count(cell)) is None:
+                raise ValueError(f"line {n} ({bus_id}): {name} is not a count: {cell[:20]!r}")
+            counts[FIELDS[name]] = got
         out[sysfs_slot(bus_id)] = counts
     if not out:
         raise ValueError("no GPU's row in the answer")
     return out
+
+
+def count(text: str) -> int | None:
+    """``text`` as a counter's value (decimal digits), None where it is none."""
+    if text.isascii() and text.isdigit() and len(text) <= _DIGITS:
+        return int(text)
+    return None
 
 
 def said(counts: Counters) -> str:

@@ -3,13 +3,13 @@
 At the first answer of a boot that names a board (its UUID), one ``nvidia-smi --query-gpu``
 (:mod:`gpuagent.sources.wear.counters`) reads the counters of the boards not yet recorded
 this boot, through the probe's runner, after the probe and the boards' serials; each board's
-counters are one journal record (``wear_recorded``, info; each counter a field of its own,
-with ``PCI_SLOT``, ``GPU_UUID`` and ``SERIAL``), once a boot (:mod:`.recorded`).  A failing
-read is retried on the next ticks with the probe's backoff; an outage is one warning and its
-end one line; a field the driver rejects is dropped from the next read; a board whose row
-three answers lacked is not asked for again in this run.  Once the kernel
-source has read the earlier boots (their records, by UUID), each board's records judge its
-trend (:mod:`.trend`): the verdict source ``wear``.
+counters are one journal record where it offers any (``wear_recorded``, info; each counter a
+field of its own, with ``PCI_SLOT``, ``GPU_UUID`` and ``SERIAL``), once a boot
+(:mod:`.recorded`).  A failing read is retried on the next ticks with the probe's backoff; an
+outage is one warning and its end one line; a field the driver rejects is dropped from the
+next read (all of them: one warning); a board whose row three answers lacked is not asked
+for again in this run.  Once the kernel source has read the earlier boots (their records, by
+UUID), each board's records judge its trend (:mod:`.trend`): the verdict source ``wear``.
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ class WearSource(Source):
             rejected = invalid_field(str(e))
             if rejected in self.fields:
                 self.fields = tuple(f for f in self.fields if f != rejected)
+                if not self.fields:
+                    said = f"this driver rejects every wear field, the last {rejected}"
+                    self.log(WARNING, Event.WEAR_READ_FAILED, f"boards' wear not read: {said}")
                 return  # asked again without it, nothing counted
             said = str(e) if isinstance(e, smirun.Failed) else f"nvidia-smi {args[0]}: {e}"
             if self.cadence.failed():
@@ -122,7 +125,7 @@ class WearSource(Source):
                 self.log(
                     INFO,
                     Event.WEAR_RECORDED,
-                    f"GPU {slot}: wear at this boot's start: {counters.said(counts)}",
+                    f"GPU {slot}: wear at its first answer this boot: {counters.said(counts)}",
                     pci_slot=slot,
                     gpu_uuid=uuid,
                     serial=tick.serial(slot),

@@ -46,8 +46,9 @@ def _total(counts: Mapping[str, int], names: tuple[str, ...]) -> int | None:
 
 def rising(boots: Sequence[Mapping[str, int]]) -> Finding | None:
     """``wear_rising`` where a series grew in each of the last two boots, else None;
-    ``boots`` are the board's counters at each boot's first sample, oldest first, this
-    boot's last (fewer than three: no trend yet)."""
+    ``boots`` are the board's records, one a boot it was recorded in (a boot without the
+    agent, or with the board elsewhere, has none), oldest first, this boot's last (fewer
+    than three: no trend yet)."""
     if len(boots) < 3:
         return None
     grew: list[str] = []
@@ -64,7 +65,7 @@ def rising(boots: Sequence[Mapping[str, int]]) -> Finding | None:
         "wear_rising",
         WARNING,
         "drain_and_rma",
-        f"wear grew in each of the last two boots: {'; '.join(grew)}: plan to replace the "
-        "GPU before its memory runs out of spare rows or pages",
+        f"wear grew in each of the last two boots it was recorded in: {'; '.join(grew)}: its "
+        "memory is wearing out, plan to replace the GPU before the hard limits fire",
         ends="at the next boot whose growth is within the figures, or a new board",
     )
