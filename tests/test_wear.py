@@ -394,6 +394,18 @@ def test_the_timeline_reads_a_record() -> None:
     assert all(name.upper() in timeline.FIELDS for name in counters.FIELDS.values())
 
 
+def answered(slots: list[str]) -> Tick:
+    """A tick on which nvidia-smi answered for the GPUs in ``slots`` (the driver's UUIDs)."""
+    probe = ProbeView(
+        state=ProbeState.OK,
+        binary="/usr/bin/nvidia-smi",
+        samples=SamplesView(fresh=frozenset(slots)),
+    )
+    uuids = {s: replay.gpu_uuid(s) for s in slots}
+    bus = BusView(tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in slots))
+    return Tick(0.0, 0.0, Config(), bus=bus, probe=probe, kernel=KernelView(uuids=uuids))
+
+
 class Answers(Runner):
     """A runner that answers every run with ``stdout``, exit 0, and counts the runs."""
 
@@ -414,25 +426,12 @@ def test_a_board_whose_row_the_answers_lack_is_asked_for_a_few_times(tmp_path: s
         "00000000:18:00.0, 3, 0, [N/A], [N/A], 0\n"
         "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error\n"
     )
-    source = WearSource(
-        Config(),
-        runner,
-        EventLog(),
-        state_directory=str(tmp_path),
-        boot="b1",
-    )
-    probe = ProbeView(
-        state=ProbeState.OK,
-        binary="/usr/bin/nvidia-smi",
-        samples=SamplesView(fresh=frozenset(slots)),
-    )
-    uuids = {s: replay.gpu_uuid(s) for s in slots}
-    bus = BusView(tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in slots))
-    tick = Tick(0.0, 0.0, Config(), bus=bus, probe=probe, kernel=KernelView(uuids=uuids))
+    source = WearSource(Config(), runner, EventLog(), state_directory=str(tmp_path), boot="b1")
+    tick = answered(slots)
     for _ in range(MISSES + 5):
         source.step(tick)
     assert runner.runs == MISSES
-    assert set(source.recorded.boards) == {uuids[slots[0]].lower()}
+    assert set(source.recorded.boards) == {replay.gpu_uuid(slots[0]).lower()}
 
 
 class Rejects(Runner):
@@ -454,14 +453,7 @@ def test_a_driver_that_rejects_every_field_says_so_once(tmp_path: str) -> None:
     runner = Rejects()
     log, records = recorder()
     source = WearSource(Config(), runner, log, state_directory=str(tmp_path), boot="b1")
-    probe = ProbeView(
-        state=ProbeState.OK,
-        binary="/usr/bin/nvidia-smi",
-        samples=SamplesView(fresh=frozenset(slots)),
-    )
-    uuids = {s: replay.gpu_uuid(s) for s in slots}
-    bus = BusView(tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in slots))
-    tick = Tick(0.0, 0.0, Config(), bus=bus, probe=probe, kernel=KernelView(uuids=uuids))
+    tick = answered(slots)
     for _ in range(len(counters.FIELDS) + 5):
         source.step(tick)
     assert runner.runs == len(counters.FIELDS)
