@@ -74,7 +74,7 @@ class Event(Enum):
     BOARD_REPLACED = "0c3fbb108e5e4888982c5337ccf08ae7"
     WEAR_READ_FAILED = "64bfa69231ca4e228da10c72899114e6"
     WEAR_READ_RECOVERED = "18c3e3962c074328b54bdd2ab155c0b3"
-    # A board's wear counters at a boot's first sample, each a field of its own: once a boot.
+    # A board's wear counters at its first answer a boot, each a field of its own: once a boot.
     WEAR_RECORDED = "adfdf3f1761c45ffbee2b3865eb27067"
 
     PROBLEM_LOST = "a6c5d15b39824dc594ffb44e6910ec28"

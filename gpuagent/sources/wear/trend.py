@@ -1,10 +1,11 @@
 """Wear across boots: a counter that grew in each of the last two boots (pure).
 
-A board records its wear counters (:mod:`gpuagent.sources.wear.counters`) at each boot's
-first sample.  Three records in a row (two boots before this one, and this one) make two
-boots' growth; a counter that grew in both by more than its figure (:data:`SERIES`) is the
-warning ``wear_rising`` (action ``drain_and_rma``: plan the board's replacement), with the
-trend in its message, before the hard limits fire (``row_remap_failed``, 64 pages retired):
+A board records its wear counters (:mod:`gpuagent.sources.wear.counters`) at its first
+answer each boot.  Its last three records (two boots it was recorded in before this one, and
+this one) make two boots' growth; a counter that grew in both by more than its figure
+(:data:`SERIES`) is the warning ``wear_rising`` (action ``drain_and_rma``: plan the board's
+replacement), with the trend in its message, before the hard limits fire
+(``row_remap_failed``, 64 pages retired):
 
 - rows remapped after correctable errors: more than :data:`REMAPS_A_BOOT` (8) a boot.  Each
   memory bank has a fixed few reserved rows, and a bank with none left can remap no more
