@@ -104,7 +104,7 @@ class Verdict:
         # A board back after an RMA (its UUID, or its serial after a repair that gave it
         # another GPU): each of its problems says so.
         notes: dict[str, str] = {}
-        for g in gpus:
+        for g in gpus if bus.departed else ():
             keys = ((uuid(g.slot) or "").lower(), serial(g.slot) or "")
             note = next((bus.departed[k] for k in keys if k and k in bus.departed), None)
             if note is not None:

@@ -14,7 +14,7 @@ import pytest
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.edges import bootid
-from gpuagent.edges.runner import Runner, RunResult
+from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import Event, EventLog
 from gpuagent.report import Report
 from gpuagent.schema import ProbeEntry, State
@@ -74,6 +74,19 @@ class CallClock:
             self.lost += waited
             self.standing = None
         return now - self.lost
+
+
+class Answers(Runner):
+    """A runner that answers every run with ``stdout``, exit 0, and counts the runs."""
+
+    def __init__(self, stdout: str) -> None:
+        super().__init__(timeout=5)
+        self.stdout = stdout
+        self.runs = 0
+
+    def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
+        self.runs += 1
+        return RunResult(Outcome.EXITED, 0, self.stdout)
 
 
 class CallRunner(Runner):

@@ -20,8 +20,8 @@ from gpuagent.sources.bus.known import DEPARTED, KnownGpus, boards_with
 from gpuagent.sources.kernel.recurrence import Hit, Recurrence
 from gpuagent.views import Finding
 from tests.conftest import Host
-from tests.test_earlier import A, B, agent_problem
-from tests.test_kernlog import append, export_entry, make
+from tests.test_earlier import A, B, agent_line, agent_problem
+from tests.test_kernlog import append, make
 
 __all__ = ["make"]  # the fixture
 
@@ -231,21 +231,9 @@ def test_a_replaced_board_does_not_inherit_its_slots_recurrence(
 def test_a_replacement_in_an_earlier_boot_ends_the_slots_past_there(host: Host, make: Any) -> None:
     slot = host.slots[0]
     journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
-    swap = export_entry(
-        [
-            ("__REALTIME_TIMESTAMP", b"1700086400000000"),
-            ("__MONOTONIC_TIMESTAMP", b"4000000"),
-            ("_BOOT_ID", B.encode()),
-            ("_TRANSPORT", b"stdout"),
-            ("_SYSTEMD_UNIT", b"gpuagent.service"),
-            ("MESSAGE_ID", Event.BOARD_REPLACED.value.encode()),
-            ("PCI_SLOT", slot.encode()),
-            ("GPU_UUID", NEW.encode()),
-            ("OLD_UUID", OLD.encode()),
-            ("OLD_SERIAL", b"1320221034567"),
-            ("MESSAGE", b"GPU: board replaced"),
-        ]
-    )
+    boards = {"GPU_UUID": NEW, "OLD_UUID": OLD, "OLD_SERIAL": "1320221034567"}
+    fields = {"PCI_SLOT": slot, **boards, "MESSAGE": "GPU: board replaced"}
+    swap = agent_line(B, 1_700_086_400, Event.BOARD_REPLACED, fields, mono=4_000_000)
     append(journal, agent_problem(A, 1_700_000_100, slot) + swap)
     append(journal, agent_problem(B, 1_700_086_500, slot))
     host.healthy(override={slot: {"gpu_recovery_action": "Reset"}})

@@ -3,6 +3,7 @@ several boots in one file) read in slices by the agent on a fake host."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -89,26 +90,32 @@ def earlier_slice() -> float:
     return earlier.SLICE
 
 
-def agent_problem(boot: str, at: float, slot: str, uuid: str | None = None) -> bytes:
-    """The agent's start line of a critical recovery_action, as the journal stores it (with
-    the board's ``GPU_UUID`` where given)."""
-    board = [("GPU_UUID", uuid.encode())] if uuid else []
+def agent_line(
+    boot: str, at: float, event: Event, fields: Mapping[str, str], *, mono: int = 5_000_000
+) -> bytes:
+    """One of the agent's lines with ``event`` and ``fields``, logged at ``at`` (s since the
+    epoch; ``mono`` µs into the boot), as the journal stores it."""
     return export_entry(
         [
-            *board,
             ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
-            ("__MONOTONIC_TIMESTAMP", b"5000000"),
+            ("__MONOTONIC_TIMESTAMP", str(mono).encode()),
             ("_BOOT_ID", boot.encode()),
             ("_TRANSPORT", b"stdout"),
             ("_SYSTEMD_UNIT", b"gpuagent.service"),
-            ("MESSAGE_ID", Event.PROBLEM_RECOVERY_ACTION.value.encode()),
-            ("PCI_SLOT", slot.encode()),
-            ("PROBLEM", b"recovery_action"),
-            ("SEVERITY", b"critical"),
-            ("ACTION", b"reset_gpu"),
-            ("MESSAGE", b"GPU: recovery_action critical"),
+            ("MESSAGE_ID", event.value.encode()),
+            *((k, v.encode()) for k, v in fields.items()),
         ]
     )
+
+
+def agent_problem(boot: str, at: float, slot: str, uuid: str | None = None) -> bytes:
+    """The agent's start line of a critical recovery_action, as the journal stores it (with
+    the board's ``GPU_UUID`` where given)."""
+    board = {"GPU_UUID": uuid} if uuid else {}
+    problem = {"PROBLEM": "recovery_action", "SEVERITY": "critical", "ACTION": "reset_gpu"}
+    message = {"MESSAGE": "GPU: recovery_action critical"}
+    event = Event.PROBLEM_RECOVERY_ACTION
+    return agent_line(boot, at, event, {**board, "PCI_SLOT": slot, **problem, **message})
 
 
 def test_nvidia_smi_s_problem_recurring_asks_for_rma(host: Host, make: Any) -> None:

@@ -8,7 +8,6 @@ import logging
 
 import pytest
 
-from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober, ProbeResult
@@ -16,6 +15,7 @@ from gpuagent.sources.probe.samples import Samples
 from gpuagent.sources.probe.smi import FIELDS, ParseError, parse_output
 from gpuagent.views import Failure, PciGpu
 from tests import replay
+from tests.conftest import Answers
 
 H200 = "h200-linux-driver590.48.01-load-query-gpu-all-fields.csv"
 # The one real 8-GPU capture (7 fields: index, uuid, name, temperature, utilization, memory).
@@ -35,19 +35,8 @@ def titan_x8() -> tuple[tuple[str, ...], list[str]]:
     return fields, replay.answer(cap, list(fields), "csv,noheader,nounits")[0].splitlines()
 
 
-class _Answers(Runner):
-    """A runner that answers every run with ``stdout``, exit 0."""
-
-    def __init__(self, stdout: str) -> None:
-        super().__init__(timeout=5)
-        self.stdout = stdout
-
-    def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
-        return RunResult(Outcome.EXITED, 0, self.stdout)
-
-
 def probe(stdout: str) -> ProbeResult:
-    return Prober(_Answers(stdout)).probe("nvidia-smi")
+    return Prober(Answers(stdout)).probe("nvidia-smi")
 
 
 def take(result: ProbeResult) -> tuple[Samples, dict[str, list[str]]]:

@@ -25,9 +25,9 @@ from gpuagent.sources.wear.recorded import Recorded
 from gpuagent.sources.wear.source import MISSES, WearSource
 from gpuagent.views import BusView, KernelView, PciGpu, ProbeView, SamplesView, Tick
 from tests import replay
-from tests.conftest import Host
-from tests.test_earlier import A, B
-from tests.test_kernlog import append, export_entry, make
+from tests.conftest import Answers, Host
+from tests.test_earlier import A, B, agent_line
+from tests.test_kernlog import append, make
 from tests.test_linksup import recorder
 
 __all__ = ["make"]  # the fixture
@@ -222,20 +222,9 @@ def test_a_bad_file_is_one_warning(tmp_path: str, data: object) -> None:
 
 def wear_record(boot: str, at: float, slot: str, uuid: str, **counts: int) -> bytes:
     """The agent's wear record as the journal stores it."""
-    return export_entry(
-        [
-            ("__REALTIME_TIMESTAMP", str(int(at * 1e6)).encode()),
-            ("__MONOTONIC_TIMESTAMP", b"5000000"),
-            ("_BOOT_ID", boot.encode()),
-            ("_TRANSPORT", b"journal"),
-            ("_SYSTEMD_UNIT", b"gpuagent.service"),
-            ("MESSAGE_ID", Event.WEAR_RECORDED.value.encode()),
-            ("PCI_SLOT", slot.encode()),
-            ("GPU_UUID", uuid.encode()),
-            *((k.upper(), str(v).encode()) for k, v in counts.items()),
-            ("MESSAGE", b"wear at its first answer this boot"),
-        ]
-    )
+    fields = {"PCI_SLOT": slot, "GPU_UUID": uuid, **{k.upper(): str(v) for k, v in counts.items()}}
+    message = {"MESSAGE": "wear at its first answer this boot"}
+    return agent_line(boot, at, Event.WEAR_RECORDED, {**fields, **message})
 
 
 def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
@@ -404,19 +393,6 @@ def answered(slots: list[str]) -> Tick:
     uuids = {s: replay.gpu_uuid(s) for s in slots}
     bus = BusView(tuple(PciGpu(s, "0x2335", "0x030200", "nvidia") for s in slots))
     return Tick(0.0, 0.0, Config(), bus=bus, probe=probe, kernel=KernelView(uuids=uuids))
-
-
-class Answers(Runner):
-    """A runner that answers every run with ``stdout``, exit 0, and counts the runs."""
-
-    def __init__(self, stdout: str) -> None:
-        super().__init__(timeout=10.0)
-        self.stdout = stdout
-        self.runs = 0
-
-    def run(self, argv: list[str], env: Mapping[str, str] | None = None) -> RunResult:
-        self.runs += 1
-        return RunResult(Outcome.EXITED, 0, self.stdout)
 
 
 def test_a_board_whose_row_the_answers_lack_is_asked_for_a_few_times(tmp_path: str) -> None:

@@ -66,29 +66,32 @@ class WearSource(Source):
         self._misses: dict[str, int] = {}
         # The last judgement and what it was of (the earlier records, the boards recorded,
         # the boards on the bus by slot).
-        self._judged: tuple[tuple[object, int, dict[str, str]], Findings] | None = None
+        self._judged: tuple[tuple[object, int, Mapping[str, str]], Findings] | None = None
 
     def reset(self, old: Config, new: Config) -> None:
         """A reload: the new backoff; what was recorded stays."""
         self.cadence.configure(*_cadence(new))
 
     def step(self, tick: Tick) -> Outcome:
+        # The board in each slot on the bus now (its UUID; "": not known), looked up once:
+        # what is read, and what the judgement is of.
+        uuids = {s: tick.uuid(s) or "" for s in tick.bus.slots}
         if self.recorded.enabled:
-            self._record(tick)
+            self._record(tick, uuids)
         trouble = {"wear_records": self.recorded.error}
         if tick.kernel.wear is None:
             # The earlier boots are not read yet: what was judged (before a restart) holds.
             return Outcome(None, {}, trouble)
-        return Outcome(None, {"wear": self._judge(tick, tick.kernel.wear)}, trouble)
+        return Outcome(None, {"wear": self._judge(tick.kernel.wear, uuids)}, trouble)
 
-    def _record(self, tick: Tick) -> None:
+    def _record(self, tick: Tick, uuids: Mapping[str, str]) -> None:
         probe = tick.probe
         if probe.gate is not None or probe.state is not ProbeState.OK or probe.binary is None:
             return
         todo = {
             s: u
             for s in sorted(probe.samples.fresh)
-            if (u := tick.uuid(s)) is not None
+            if (u := uuids.get(s, ""))
             and u.lower() not in self.recorded.boards
             and self._misses.get(u, 0) < MISSES
         }
@@ -135,15 +138,16 @@ class WearSource(Source):
         if records:
             self.recorded.add(records)
 
-    def _judge(self, tick: Tick, earlier: Mapping[str, tuple[Mapping[str, int], ...]]) -> Findings:
-        # The boards on the bus now, by slot: what the judgement is of, with the records.
-        boards = {s: (tick.uuid(s) or "").lower() for s in tick.bus.slots}
+    def _judge(
+        self, earlier: Mapping[str, tuple[Mapping[str, int], ...]], boards: Mapping[str, str]
+    ) -> Findings:
         key = (earlier, len(self.recorded.boards), boards)
         if self._judged is not None and self._judged[0] == key:
             return self._judged[1]  # a tick like the last: the last judgement
         out: dict[str, list[Finding]] = {}
         for uuid, (slot, counts) in self.recorded.boards.items():
-            if boards.get(slot) not in (uuid, ""):
+            now = boards.get(slot)
+            if now is None or now.lower() not in (uuid, ""):
                 continue  # gone, or another board in its slot now
             if (found := trend.rising([*earlier.get(uuid, ()), counts])) is not None:
                 out.setdefault(slot, []).append(found)
