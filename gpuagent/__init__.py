@@ -2,7 +2,7 @@
 
 # The latest release, the top entry of debian/changelog (tests/test_version.py checks that).
 # A build's or a checkout's own version is __version__: see gpuagent.version.
-RELEASE = "0.8.0"
+RELEASE = "0.9.0"
 
 
 def __getattr__(name: str) -> str:

@@ -209,8 +209,9 @@ class Agent:
         # A source that could not look whole (a boot's records read in part, a journal or
         # bus it cannot read) does not end what it found before the restart.
         complete = not source.backlog and not any(outcome.trouble.values())
-        for kind, found in outcome.findings.items():
-            self.verdict.report(kind, found, complete=complete)
+        for kind in dict.fromkeys([*outcome.findings, *outcome.unread]):
+            found, dark = outcome.findings.get(kind, {}), outcome.unread.get(kind)
+            self.verdict.report(kind, found, complete=complete, unread=dark)
         self._trouble.update(outcome.trouble)
         return stepped
 

@@ -72,6 +72,8 @@ class Event(Enum):
     BOARD_READ_RECOVERED = "771d5490213d49bd84c387901144a36b"
     # A slot's board replaced (its UUID changed), with the old and the new serial.
     BOARD_REPLACED = "0c3fbb108e5e4888982c5337ccf08ae7"
+    # Another UUID in a slot that never left the bus this boot: inconsistent input, no swap.
+    BOARD_UUID_INCONSISTENT = "20d49336a42a4aed9f520b0348791015"
     WEAR_READ_FAILED = "64bfa69231ca4e228da10c72899114e6"
     WEAR_READ_RECOVERED = "18c3e3962c074328b54bdd2ab155c0b3"
     # A board's wear counters at its first answer a boot, each a field of its own: once a boot.
@@ -98,6 +100,7 @@ class Event(Enum):
     PROBLEM_NO_DRIVER_MODULE = "8fa31fcdf4fb4eb3a85f514b3096efff"
     PROBLEM_DRIVER_MISMATCH = "c989acf6585f4f64b25a3d9eacc8e748"
     PROBLEM_DRIVER_HUNG = "fa9696a19d9e41edbbea190c1695ddfb"
+    PROBLEM_SMI_TIMEOUT = "f8ee0d2fc97a4f5aa632e8e3ff85cf1c"
     PROBLEM_NVLINK_DOWN = "33e511c2eadc4b4a9094cbff196c0216"
     PROBLEM_NVLINK_ERRORS = "135ed8aa4a284722b6f0b2d480f79f01"
     PROBLEM_FABRICMANAGER_DOWN = "302446af1f5b476ba6d462863ea9c2bc"

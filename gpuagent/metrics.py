@@ -218,6 +218,10 @@ def _host(state: State) -> Table:
     # Worst first: of two problems of one kind (Xids at addresses that are no GPU), the
     # worse one's series.
     for p in sorted(state["host_problems"], key=lambda p: state_rank("", p)):
+        # One explained by other problems (gpu_count by the GPUs gone from the bus) is
+        # theirs to page for.
+        if p.get("cause"):
+            continue
         labels = (p["kind"], p["severity"], p["action"], p["message"], _text(p.get("ends")))
         rows.setdefault(p["kind"], (labels, 1.0))
     return Table(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent import __version__
-from gpuagent.health import OK, UNKNOWN
+from gpuagent.health import OK, UNKNOWN, Health
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -154,6 +154,8 @@ def _problem(p: Problem) -> ProblemEntry:
             entry["pcie_device"] = value
     if f.unit is not None:
         entry["unit"] = f.unit
+    if f.unread is not None:
+        entry["unread_since"], entry["unread"] = f.unread
     return _sealed(entry)
 
 
@@ -247,9 +249,13 @@ def _gpus(
         s = samples.samples.get(slot)
         mine = problems.get(slot, ())
         gpu = on_bus.get(slot)
-        health = worst(p.finding for p in mine)
-        # Bound to another driver on purpose: ok; else ok only with a fresh sample.
-        if health == OK and (gpu is None or gpu.probeable):
+        health = worst(p.finding for p in mine if p.finding.unread is None)
+        # A problem held as last seen (its source cannot look): unknown, unless what was read
+        # is critical anyway.  Bound to another driver on purpose: ok; else ok only with a
+        # fresh sample.
+        if health is not Health.CRITICAL and any(p.finding.unread for p in mine):
+            health = UNKNOWN
+        elif health == OK and (gpu is None or gpu.probeable):
             health = OK if slot in samples.fresh else UNKNOWN
         fields = s.fields if s else {}
         entry: GpuEntry = {

@@ -49,7 +49,10 @@ class ProblemEntry(TypedDict):
     (or the next boot) ends it, a repair alone not (both absent in an older agent's state);
     ``xid`` for kind ``xid``, ``pcie_device`` for kind ``pcie_error`` (the PCI function on
     the GPU's path that erred), ``unit`` the systemd unit of the process that caused it,
-    where known."""
+    where known; ``unread_since`` and ``unread`` while its source cannot look again (the
+    module unloaded, nvidia-smi missing or failing, the GPU absent from its answer, systemd's
+    units unread): when it was last read and why not now.  It holds as last seen until a read
+    shows its cause gone (evidence before verdict)."""
 
     kind: str
     severity: str
@@ -62,6 +65,8 @@ class ProblemEntry(TypedDict):
     pcie_device: NotRequired[str]
     cause: NotRequired[str]
     unit: NotRequired[str]
+    unread_since: NotRequired[float]
+    unread: NotRequired[str]
 
 
 class XidEntry(TypedDict):

@@ -20,6 +20,7 @@ from dataclasses import replace
 from gpuagent.health import CRITICAL
 from gpuagent.held import Held, by_source
 from gpuagent.logs import Event, EventLog
+from gpuagent.sources import EVERY, Unread
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.probe import rules
 from gpuagent.views import BusView, Clear, Finding, Problem
@@ -42,10 +43,11 @@ Key = tuple[str, tuple[str, tuple[tuple[str, int | str], ...]]]
 
 class Verdict:
     """Problems per GPU and the host, from every source; logs through ``log``.  A problem
-    whose fault happened before ``started`` (wall s: this agent's start; a restart, an
-    upgrade) is no new fault: its start is restated at info, ``still …, since 07:30:39``.
-    ``held`` are the problems the agent before this one left open this boot: restated so at
-    the first :meth:`judge`, ``seen before the restart``, with the event ``still_holds``."""
+    whose fault happened before ``started`` (wall s: this agent's start) says when,
+    ``…; since 07:30:39``, at its own severity: no agent told it.  ``held`` are the problems
+    the agent before this one left open this boot (told already): restated at info at the
+    first :meth:`judge`, ``still …, seen before the restart``, with the event
+    ``still_holds``."""
 
     def __init__(self, log: EventLog, started: float = 0.0, held: Iterable[Held] = ()) -> None:
         self.log = log
@@ -53,6 +55,11 @@ class Verdict:
         self.tracker = Tracker()
         self._cleared: Mapping[str, Clear] = {}
         self._uuid: Callable[[str], str | None] = lambda slot: None
+        # When each (source, slot) was last read with something found there (wall s), and
+        # those read this tick, stamped at its judge: the "not read since" of what holds dark.
+        self._read_at: dict[tuple[str, str], float] = {}
+        self._reading: set[tuple[str, str]] = set()
+        self._judged: float | None = None
         # Each remembered problem's first-seen time by its source, until that source's first
         # complete look; the problems the first judge restates as seen before the restart.
         self._before: dict[str, dict[Key, float]] = {}
@@ -80,6 +87,10 @@ class Verdict:
         board's serial number (with the UUID, what tells a board back after an RMA)."""
         self._cleared = cleared or {}
         self._uuid = uuid
+        for read in self._reading:
+            self._read_at[read] = now
+        self._reading.clear()
+        self._judged = now
         gpus = list(bus.gpus)
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
@@ -144,7 +155,9 @@ class Verdict:
                 text = f"{where}: {f.name} cleared by an operator ({by.by} at {at})"
                 self.log(logging.INFO, Event.PROBLEM_CLEARED, text, cleared_by=by.by, **fields)
                 return
-            self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {f.name} cleared", **fields)
+            # A lapse says why it ended: no record for its hold, nobody's repair.
+            said = f"{f.name}: {f.lapse}; ended" if f.lapse else f"{f.name} cleared"
+            self.log(logging.INFO, Event.PROBLEM_CLEARED, f"{where}: {said}", **fields)
             return
         level = logging.ERROR if f.severity == CRITICAL else logging.WARNING
         event = _EVENTS.get(f.kind) or Event.problem(f.kind)
@@ -152,21 +165,41 @@ class Verdict:
         # action: <action>; <how it ends>.
         ends, _ = clears.ending(p.slot, f.kind, f.ends)
         text = f"{where}: {f.severity} {f.kind}: {f.message}; action: {f.action}; {ends}"
+        # First told at its own severity, whatever its record's time (a boot-time Xid, one
+        # logged while the service was down): only what an earlier agent of this boot told
+        # (problems.json) is restated, at info.
         again = what == "start" and (p.slot, f.key) in self._restating
-        if again or (what == "start" and p.since < self.started):
-            level, text = logging.INFO, f"{where}: still {text[len(where) + 2 :]}"
+        if again:
+            level, event = logging.INFO, Event.STILL_HOLDS
+            text = f"{where}: still {text[len(where) + 2 :]}"
+        if what == "start" and (again or p.since < self.started):
             text += f"; since {time.strftime('%H:%M:%S', time.localtime(p.since))}"
-            if again:
-                event, text = Event.STILL_HOLDS, f"{text}, seen before the restart"
+        if again:
+            text += ", seen before the restart"
         self.log(level, event, text, **fields)
 
     def report(
-        self, source: str, findings: Mapping[str, Iterable[Finding]], *, complete: bool = True
+        self,
+        source: str,
+        findings: Mapping[str, Iterable[Finding]],
+        *,
+        complete: bool = True,
+        unread: Unread | None = None,
     ) -> None:
         """Replace everything ``source`` (``smi``, ``xid``, ``nvlink``, ``services``,
         ``persistence``) found with ``findings`` (by slot); ``complete``: the source had a
         whole look (not a boot's records read in part), so what it found before the restart
-        and does not find now ends, and what it finds again keeps its first ``since``."""
+        and does not find now ends, and what it finds again keeps its first ``since``.
+
+        ``unread``: the slots (:data:`~gpuagent.sources.EVERY`: all) ``source`` could not
+        read this time, each with why.  No read, no change: what it found there at its last
+        read holds, marked :attr:`Finding.unread` (the GPU's health is then unknown), beside
+        anything ``findings`` has for the slot; a slot read ends what it no longer finds."""
+        if unread:
+            findings = self._dark(source, findings, unread)
+            complete = False
+        else:
+            self._reading.update((source, slot) for slot, fs in findings.items() if fs)
         before = self._before.pop(source, None) if complete else None
         if before is not None:
             self.tracker.report(_BEFORE + source, {})
@@ -175,6 +208,29 @@ class Verdict:
                 for slot, fs in findings.items()
             }
         self.tracker.report(source, findings)
+
+    def _dark(
+        self, source: str, findings: Mapping[str, Iterable[Finding]], unread: Unread
+    ) -> dict[str, list[Finding]]:
+        """``findings``, and on each slot of ``unread`` what ``source`` last found there and
+        does not find now, held as last seen.  (What it held before the restart holds as
+        such until its first complete look.)"""
+        out = {slot: list(fs) for slot, fs in findings.items()}
+        self._reading.update(
+            (source, slot) for slot, fs in out.items() if fs and _why(unread, slot) is None
+        )
+        for slot, fs in self.tracker.found(source).items():
+            why = _why(unread, slot)
+            if why is None:
+                continue
+            kept = out.setdefault(slot, [])
+            new = {f.key for f in kept}
+            at = self._read_at.get((source, slot), self._judged)
+            for f in fs:
+                if f.key not in new:
+                    first = f.unread[0] if f.unread else at
+                    kept.append(replace(f, unread=(first if first is not None else 0.0, why)))
+        return out
 
     def held(self) -> list[Held]:
         """The problems open now, each with the source that reports it (what
@@ -189,6 +245,12 @@ class Verdict:
     def problems(self) -> dict[str, list[Problem]]:
         """The problems holding, worst first, by slot (``""``: the host); only slots with one."""
         return {slot: self.tracker.problems(slot) for slot in sorted(self.tracker.slots())}
+
+
+def _why(unread: Unread, slot: str) -> str | None:
+    """Why ``slot`` was not read (``unread``'s word for it, or for every slot), or None
+    where it was (``""``: a slot read, whatever :data:`EVERY` says)."""
+    return unread.get(slot, unread.get(EVERY)) or None
 
 
 def _dated(f: Finding, first: float | None) -> Finding:
@@ -216,6 +278,10 @@ class Tracker:
     def report(self, source: str, findings: Mapping[str, Iterable[Finding]]) -> None:
         """Replace everything ``source`` found with ``findings`` (by slot)."""
         self._sources[source] = {slot: list(fs) for slot, fs in findings.items()}
+
+    def found(self, source: str) -> dict[str, list[Finding]]:
+        """What ``source`` reported last, by slot (a copy)."""
+        return {slot: list(fs) for slot, fs in self._sources.get(source, {}).items()}
 
     def settle(
         self, now: float, exempt: Iterable[str] = (), notes: Mapping[str, str] | None = None

@@ -17,6 +17,7 @@ from gpuagent.schema import ProbeState, Value
 
 if TYPE_CHECKING:
     from gpuagent.config import Config
+    from gpuagent.sources.kernel.drivercatalog import Cause
 
 __all__ = [
     "AerHeard",
@@ -71,6 +72,8 @@ class Finding:
     ``kind`` and ``extra`` together identify a problem across ticks: Xid 79 and Xid 48 on one
     GPU are two problems, each with its own start and end.  ``at`` is when the fault happened,
     where the source knows (an Xid's first kernel record): the problem's ``since``.
+    ``unread`` is ``(last read, why not now)`` while its source cannot look (evidence before
+    verdict: no read, no change).
     """
 
     kind: str
@@ -92,6 +95,13 @@ class Finding:
     # failing", the gate's "module not loaded"), with that line's MESSAGE_ID since before it
     # was a problem: the verdict logs only a change of its severity or action.
     told: bool = field(default=False, compare=False)
+    # While its source cannot look again (the module unloaded, nvidia-smi missing or failing,
+    # the GPU absent from its answer, systemd's units unread): when it was last read (wall s)
+    # and why it is not now.  It holds as last seen until a read shows its cause gone.
+    unread: tuple[float, str] | None = None
+    # What its end line says where it lapses by itself (the same rule as ``ends``): ``no
+    # record for 3600 s (xid_warning_hold)``; "" where a read or a clear ends it.
+    lapse: str = ""
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -357,10 +367,13 @@ class AerRecord:
 @dataclass(frozen=True)
 class AerHeard:
     """This boot's kernel AER records: how many and the last one's time (wall s) by (source,
-    kind), and the ``recent`` ones, oldest first (what an Xid 79 looks back on)."""
+    kind), the ``recent`` ones, oldest first (what an Xid 79 looks back on), and the
+    kernel's last word on each recovery, by the port that ran it: when (wall s) and whether
+    it was successful (``device recovery successful``, ``… failed``)."""
 
     counts: Mapping[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
     recent: tuple[AerRecord, ...] = ()
+    recoveries: Mapping[str, tuple[float, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -372,7 +385,9 @@ class KernelView:
     agent or the one before a restart (:mod:`gpuagent.held` keeps them).  ``aer``: the
     kernel's AER records (:class:`AerHeard`).  ``wear``: the earlier boots' wear records by
     board UUID (lower case), each boot's first, oldest first, as counters by name
-    (:mod:`gpuagent.sources.wear.counters`); None until the earlier boots are read."""
+    (:mod:`gpuagent.sources.wear.counters`); None until the earlier boots are read.
+    ``causes``: the driver's own words on why it could not take each GPU this boot, by slot
+    (:mod:`gpuagent.sources.kernel.drivercatalog`)."""
 
     xids: Mapping[tuple[str, int], XidCount] = field(default_factory=dict)
     sxids: Mapping[tuple[str, int], SXidCount] = field(default_factory=dict)
@@ -385,6 +400,7 @@ class KernelView:
     told: frozenset[tuple[str, str, int]] = frozenset()
     aer: AerHeard = field(default_factory=AerHeard)
     wear: Mapping[str, tuple[Mapping[str, int], ...]] | None = None
+    causes: Mapping[str, Cause] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

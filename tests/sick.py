@@ -16,9 +16,11 @@ import subprocess
 import sys
 import time
 
-from tests import fakehost, fakesysfs, xidcorpus
+from tests import fakehost, fakesysfs, replay, xidcorpus
 
 RESET = "[GPU requires reset]"
+# The UUID the capture's "GPU at PCI" line gives (anonymised by its poster).
+_CAPTURED_UUID = "GPU-11111111-2222-3333-4444-555555555555"
 # Seconds the agent may take to start and write its first tick.
 START = 60.0
 
@@ -28,6 +30,9 @@ def _journal(directory: str, slot: str) -> str:
     systemd-journal-remote, a journal without it (and a line that says so)."""
     with open(xidcorpus.path("xid-119-gsp-rpc-timeout-xe9680"), encoding="utf-8") as f:
         text = f.read().replace("0000:9b:00", slot[: -len(".0")])
+    # The driver's UUID line names the board the fake host has there: one board, one story
+    # (a record with another UUID would be another board in a slot that never left the bus).
+    text = text.replace(_CAPTURED_UUID, replay.gpu_uuid(slot))
     # Logged just after the agent starts (its dmesg -T times dropped): a new fault to it, not
     # one from before it started, which a restart would restate at info.
     messages = [re.sub(r"^\[[A-Z][a-z]{2} [^]]*\] ", "", line) for line in text.splitlines()]

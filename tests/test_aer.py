@@ -410,3 +410,69 @@ def test_a_reload_onto_another_root_starts_afresh(tmp_path: Path) -> None:
     source.reset(Config(sysfs_root=second), Config(sysfs_root=second, interval=5.0))
     bump(second, GPU, "fatal", "ECRC")
     assert found(source, tick(second))[GPU]
+
+
+# The kernel's word on its recovery (drivers/pci/pcie/err.c, pcie_do_recovery; aerdrv_core.c
+# before 4.19 said "Device recovery ..."), as the port that ran it prints it.
+RECOVERED = "pcieport 0000:01:00.0: AER: device recovery successful"
+FAILED = "pcieport 0000:01:00.0: AER: device recovery failed"
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        (RECOVERED, ("0000:01:00.0", True)),
+        (FAILED, ("0000:01:00.0", False)),
+        ("pcieport 0000:00:1C.0: AER: Device recovery successful", ("0000:00:1c.0", True)),
+        ("pcieport 0000:00:1c.0: AER: Device recovery failed\n", ("0000:00:1c.0", False)),
+        # Another's words, or a line that only mentions it, are none.
+        ("tmpfs: Bad value for 'size': AER: device recovery failed", None),
+        ("pcieport 0000:01:00.0: AER: device recovery failed, then more", None),
+        ("pcieport 0000:01:00.0: AER: can't recover (no error_detected callback)", None),
+    ],
+)
+def test_the_kernels_word_on_a_recovery(message: str, said: tuple[str, bool] | None) -> None:
+    assert aerrecord.recovery(message) == said
+
+
+def test_the_recovery_decides_severity_and_action() -> None:
+    """Issue 39: the kernel's own words on a PCIe error's recovery, not the error's class."""
+    fatal = {"fatal": aer.Errors({}, records=1, last=5.0)}
+    recovered = aer.finding(BRIDGE, "a bridge", fatal, (BRIDGE, True))
+    assert recovered is not None and (recovered.severity, recovered.action) == (
+        "warning",
+        "check_host",
+    )
+    assert f"the kernel recovered the link (at {BRIDGE})" in recovered.message
+    nonfatal = {"nonfatal": aer.Errors({"CmpltTO": 1}, records=1, last=5.0)}
+    failed = aer.finding(BRIDGE, "a bridge", nonfatal, (BRIDGE, False))
+    assert failed is not None and (failed.severity, failed.action) == ("critical", "reboot")
+    assert f"the kernel's recovery failed (at {BRIDGE}): the GPU is unreachable" in failed.message
+
+
+def test_a_recovery_that_failed_on_the_path_is_a_reboot(tmp_path: str) -> None:
+    """The RHEL 9 capture: a switch's downstream port's fatal SDES, the link reset, and the
+    kernel's "device recovery failed" from that port, above a GPU."""
+    root = str(tmp_path)
+    port = "0000:03:04.0"
+    tree(root, ("0000:00:1b.2", port, GPU))
+    heard = aerrecord.Heard()
+    name = "aer-fatal-sdes-switch-downstream-port-message-received-from-rhel9"
+    for n, m in enumerate(xidcorpus.messages(name, CORPUS)):
+        heard.add(100.0 + n, m)
+    assert heard.view.recoveries == {port: (110.0, False)}
+    source = PcieSource(root, Log())
+    t = tick(root, kernel=KernelView(aer=heard.view))
+    (f,) = source.step(t).findings["pcie"][GPU]
+    assert (f.severity, f.action, dict(f.extra)["pcie_device"]) == ("critical", "reboot", port)
+    # A recovery before the errors says nothing of them.
+    early = aerrecord.Heard()
+    early.add(50.0, f"pcieport {port}: AER: device recovery successful")
+    for m in xidcorpus.messages(name, CORPUS)[:-1]:
+        early.add(100.0, m)
+    (f,) = (
+        PcieSource(root, Log())
+        .step(tick(root, kernel=KernelView(aer=early.view)))
+        .findings["pcie"][GPU]
+    )
+    assert (f.severity, f.action) == ("critical", "check_host")

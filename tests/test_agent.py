@@ -416,7 +416,7 @@ def test_access_blocked_by_a_sandbox_is_one_warning_naming_it(host: Host) -> Non
     assert "GPU access blocked by the operating system" in warning.getMessage()
     assert "ProcSubset=" in warning.getMessage()
     assert (
-        report.status == "1 critical (host smi_failing); 8 GPUs, nvidia-smi failing (blocked_by_os)"
+        report.status == "1 warning (host smi_failing); 8 GPUs, nvidia-smi failing (blocked_by_os)"
     )
     (failing,) = report.state["host_problems"]
     assert failing["message"].startswith("nvidia-smi failing (blocked_by_os): exit 17: ")

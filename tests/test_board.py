@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from gpuagent.sources.board import serials
 from gpuagent.sources.bus.known import DEPARTED, KnownGpus, boards_with
 from gpuagent.sources.kernel.recurrence import Hit, Recurrence
 from gpuagent.views import Finding
+from tests import fakesysfs
 from tests.conftest import Host
 from tests.test_earlier import A, B, agent_line, agent_problem
 from tests.test_kernlog import append, make
@@ -97,7 +99,13 @@ def test_the_file_keeps_the_serial_and_a_new_uuid_is_a_swap(tmp_path: str) -> No
     # The serial not read yet on a tick: the one remembered stays.
     assert known.update({slot: {"uuid": OLD, "name": "H200", "serial": None}}) == []
     assert known.gpus[slot]["serial"] == "1320221034567"
+    # Another UUID while the slot never left the bus: inconsistent input, no swap.
+    (odd,) = known.update({slot: {"uuid": NEW, "name": "H200", "serial": None}})
+    assert (odd.real, known.gpus[slot]["uuid"], known.departed) == (False, OLD, [])
+    # A reboot later (the board last seen in boot b1): a swap.
+    known = KnownGpus(str(tmp_path), EventLog(), "b2")
     (swap,) = known.update({slot: {"uuid": NEW, "name": "H200", "serial": None}})
+    assert swap.real
     assert (swap.slot, swap.old["uuid"], swap.old["serial"], swap.new["uuid"]) == (
         slot,
         OLD,
@@ -107,7 +115,7 @@ def test_the_file_keeps_the_serial_and_a_new_uuid_is_a_swap(tmp_path: str) -> No
     # The new board does not inherit the old one's serial; said once.
     assert known.gpus[slot]["serial"] is None and known.gpus[slot]["uuid"] == NEW
     assert known.update({slot: {"uuid": NEW, "name": "H200", "serial": "1320221099999"}}) == []
-    again = KnownGpus(str(tmp_path), EventLog(), "b2")
+    again = KnownGpus(str(tmp_path), EventLog(), "b3")
     assert again.gpus[slot]["serial"] == "1320221099999"
     path = os.path.join(str(tmp_path), "gpus.json")
     assert boards_with(path, "1320221099999") == {NEW}
@@ -146,13 +154,20 @@ def test_a_swap_ends_the_slots_past_not_the_boards() -> None:
     assert len(r.boots(slot, None, "xid", 79)) == 1
 
 
-def test_a_replaced_board_on_the_host(host: Host) -> None:
+def old_board(host: Host) -> tuple[str, str]:
+    """The first slot's board (OLD, its serial) seen for 3 ticks by an agent remembering in
+    a state directory; the slot and the directory."""
     slot = host.slots[0]
     state = os.path.join(host.dir, "state")
     os.makedirs(state)
     host.healthy(override={slot: {"uuid": OLD, "serial": "1320221034567"}})
     host.make_agent(state_directory=state)
     host.tick(3)
+    return slot, state
+
+
+def test_a_replaced_board_on_the_host(host: Host) -> None:
+    slot, state = old_board(host)
     assert host.serials_spawns == 1  # once, not each tick
     with open(os.path.join(state, "gpus.json"), encoding="utf-8") as f:
         kept = {g["pci_slot"]: g for g in json.load(f)["gpus"]}
@@ -161,7 +176,7 @@ def test_a_replaced_board_on_the_host(host: Host) -> None:
     assert host.events(Event.BOARD_REPLACED) == []
     # The board is replaced (a reboot later: a new agent, the file remembered).
     host.healthy(override={slot: {"uuid": NEW, "serial": "1320221099999"}})
-    host.make_agent(state_directory=state)
+    host.make_agent(state_directory=state, boot=lambda: "b" * 32)
     host.tick(3)
     (line,) = host.events(Event.BOARD_REPLACED)
     assert line.getMessage() == (
@@ -180,7 +195,7 @@ def test_a_replaced_board_on_the_host(host: Host) -> None:
         kept = {g["pci_slot"]: g for g in json.load(f)["gpus"]}
     assert (kept[slot]["uuid"], kept[slot]["serial"]) == (NEW, "1320221099999")
     # Said once: a restart reads the file with the new board.
-    host.make_agent(state_directory=state)
+    host.make_agent(state_directory=state, boot=lambda: "b" * 32)
     host.tick(2)
     assert len(host.events(Event.BOARD_REPLACED)) == 1
 
@@ -275,15 +290,15 @@ def test_a_board_back_from_rma_that_fails_again_says_so(host: Host, uuid: str) -
     host.healthy(override={slot: {"uuid": OLD, "serial": "1320221034567"}})
     host.make_agent(state_directory=state)
     host.tick(3)
-    # Sent for RMA: another board in its slot.
+    # Sent for RMA: another board in its slot, after a reboot.
     host.healthy(override={slot: {"uuid": NEW, "serial": "1320221099999"}})
-    host.make_agent(state_directory=state)
+    host.make_agent(state_directory=state, boot=lambda: "b" * 32)
     host.tick(3)
     assert len(host.events(Event.BOARD_REPLACED)) == 1
     # Back from the RMA, in another slot, and failing: its problem says it was here before.
     back = {"uuid": uuid, "serial": "1320221034567", "gpu_recovery_action": "Reset"}
     host.healthy(override={slot: {"uuid": NEW}, other: back})
-    host.make_agent(state_directory=state)
+    host.make_agent(state_directory=state, boot=lambda: "c" * 32)
     st = host.tick(3).state
     (p,) = next(g for g in st["gpus"] if g["pci_slot"] == other)["problems"]
     assert p["kind"] == "recovery_action"
@@ -317,8 +332,16 @@ def test_a_full_memory_of_departed_boards_still_tells_the_newest(host: Host) -> 
     host.healthy(override={slot: {"uuid": OLD, "serial": "1320221034567"}})
     host.make_agent(state_directory=state)
     host.tick(3)
+    # Hot-plugged out and another board in: the slot left the bus, so a swap.
+    fakesysfs.remove_device(host.root, slot)
+    host.healthy(slots=host.slots[1:])
+    host.tick()
+    fakesysfs.add_device(
+        host.root, slot, fakesysfs.NVIDIA, fakesysfs.H200, fakesysfs.CLASS_3D, "nvidia"
+    )
     host.healthy(override={slot: {"uuid": NEW, "serial": "1320221099999"}})
     host.tick(3)
+    assert len(host.events(Event.BOARD_REPLACED)) == 1
     back = {"uuid": OLD, "serial": "1320221034567", "gpu_recovery_action": "Reset"}
     oldest = {"uuid": departed[0]["uuid"], "serial": "90", "gpu_recovery_action": "Reset"}
     host.healthy(override={slot: {"uuid": NEW}, other: back, host.slots[2]: oldest})
@@ -331,6 +354,28 @@ def test_a_full_memory_of_departed_boards_still_tells_the_newest(host: Host) -> 
     )
     (said,) = messages[host.slots[2]]
     assert "is back" not in said
+
+
+def test_another_uuid_in_a_slot_that_never_left_the_bus_is_no_swap(host: Host) -> None:
+    """The sick demo's story (issue 39): one slot, two UUIDs within one boot, the slot on the
+    bus throughout.  No board can have been swapped: one warning, no swap, no "back"."""
+    slot, state = old_board(host)
+    host.healthy(override={slot: {"uuid": NEW, "gpu_recovery_action": "Reset"}})
+    st = host.tick(3).state
+    assert host.events(Event.BOARD_REPLACED) == []
+    (odd,) = host.events(Event.BOARD_UUID_INCONSISTENT)
+    assert odd.levelno == logging.WARNING
+    assert odd.getMessage().startswith(f"GPU {slot}: reads UUID {NEW} where its board had {OLD}")
+    (p,) = next(g for g in st["gpus"] if g["pci_slot"] == slot)["problems"]
+    assert "is back" not in p["message"]
+    with open(os.path.join(state, "gpus.json"), encoding="utf-8") as f:
+        kept = json.load(f)
+    assert kept["departed"] == []
+    assert next(g for g in kept["gpus"] if g["pci_slot"] == slot)["uuid"] == OLD
+    # A restart in the same boot: still no swap, and said once more (a new agent's line).
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.events(Event.BOARD_REPLACED) == []
 
 
 def test_boards_that_only_moved_slots_are_not_back(host: Host) -> None:

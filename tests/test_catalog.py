@@ -71,7 +71,13 @@ def test_entry_is_well_formed(message_id: str, text: list[str]) -> None:
         # gpu_count is the host's), which carry PCI_SLOT.
         kinds = {*rules.KINDS, "nvlink_down", "nvlink_errors", "persistence_off"}
         problems = [Event.problem(k) for k in sorted(kinds - {"missing", "gpu_count"})]
-        gpus = (Event.GPU_MISSING, Event.GPU_BACK, Event.GPU_INIT_FAILED, *problems)
+        gpus = (
+            Event.GPU_MISSING,
+            Event.GPU_BACK,
+            Event.GPU_INIT_FAILED,
+            Event.BOARD_UUID_INCONSISTENT,
+            *problems,
+        )
         assert message_id in [e.value for e in gpus]
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from gpuagent import state
+from gpuagent.commands import drain
+from gpuagent.commands.status import ExitCode, judge
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.edges import runner as runner_mod
@@ -88,9 +91,12 @@ def error_row(name: str, code: int, failure: str) -> Fault:
 
 def failing(failure: str) -> str:
     """The status line of a failing probe: its problem (``smi_failing``, or for a version
-    mismatch ``driver_mismatch``), critical, then the probe's state."""
+    mismatch ``driver_mismatch``), then the probe's state.  Critical only on evidence about
+    the driver or a GPU (a version mismatch, a GPU lost); any other failure may be the
+    agent's own (its sandbox), a warning that never drains (issue 39)."""
     kind = "driver_mismatch" if failure == "version_mismatch" else "smi_failing"
-    return f"1 critical (host {kind}); 8 GPUs, nvidia-smi failing ({failure})"
+    severity = "critical" if failure in ("version_mismatch", "gpu_lost") else "warning"
+    return f"1 {severity} (host {kind}); 8 GPUs, nvidia-smi failing ({failure})"
 
 
 def _h200_rows(h: Host) -> str:
@@ -180,7 +186,7 @@ FAULTS = [
         lambda h: h.scenario(hang=60),
         "failing",
         "timeout",
-        "1 warning (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
+        "1 warning (host smi_timeout); 8 GPUs, nvidia-smi failing (timeout)",
         2,  # the outage's warning, and driver_hung: a warning until driver_hung_after
         timeout=0.3,
     ),
@@ -189,7 +195,7 @@ FAULTS = [
         lambda h: h.scenario(hang=60, ignore_term=True),
         "failing",
         "timeout",
-        "1 warning (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)",
+        "1 warning (host smi_timeout); 8 GPUs, nvidia-smi failing (timeout)",
         2,  # the outage's warning, and driver_hung: a warning until driver_hung_after
         timeout=0.3,
     ),
@@ -564,3 +570,30 @@ def test_ready_is_sent_even_when_the_first_scan_fails(
     monkeypatch.setattr(daemon.agent.source(BusScan).scanner, "scan", broken)
     daemon.step()
     assert sent == ["READY"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # What NVML says where the unit's sandbox keeps it from the devices or from /proc.
+        "Failed to initialize NVML: Insufficient Permissions",
+        "Unable to determine the device handle for GPU 0000:18:00.0: Insufficient Permissions",
+        "Failed to initialize NVML: GPU access blocked by the operating system",
+        "nvml-unknown-error-exit255.txt",
+    ],
+)
+def test_a_sandbox_that_stops_nvml_is_the_agents_trouble_not_a_drain(
+    host: Host, error: str
+) -> None:
+    """If the unit's sandbox ever stops NVML, every host of a fleet says so at once: a
+    warning with its fix, never a critical that drains them all (issue 39)."""
+    if error.endswith(".txt"):
+        host.failing(error, code=255)
+    else:
+        host.scenario(stdout=error + "\n", exit=255)
+    host.make_agent()
+    st = host.tick(4).state
+    (p,) = st["host_problems"]
+    assert (p["kind"], p["severity"], p["action"]) == ("smi_failing", "warning", "check_host")
+    assert drain.critical(st) is None
+    assert judge(st, time.time())[0] == ExitCode.WARNING

@@ -255,7 +255,8 @@ def test_throttling_is_judged_over_the_window_not_one_sample(host: Host) -> None
         "check_host",
     )
     assert problem["message"] == (
-        "clocks held down in 5 of 31 samples over the last 600 s: hardware thermal slowdown"
+        "clocks held down in 5 of 31 samples over the last 600 s: hardware thermal slowdown; "
+        f"{rules.COOLING}"
     )
     host.tick(3)
     one_start(host, "throttled", sick, logging.WARNING)

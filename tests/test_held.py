@@ -108,14 +108,15 @@ def test_found_again_by_its_source_it_keeps_its_first_since_and_no_new_start() -
 
 def test_a_fault_that_predates_a_first_agent_is_still_its_start() -> None:
     # Nothing remembered (the first agent of the boot, or a hand run): an Xid read from the
-    # boot's records is said at info, and it is the problem's one start line.
+    # boot's records was told by no agent, so it is said at its own severity (issue 39), and
+    # it is the problem's one start line.
     log, lines = logged()
     verdict = Verdict(log, started=5000.0)
     xid = Finding("xid", CRITICAL, "reboot", "Xid 79", (("xid", 79),), at=1000.0)
     verdict.report("xid", {SLOT: [xid]})
     verdict.judge(5000.0, nvidia_bus(), None)
     (line,) = lines.records
-    assert (line.levelno, line.MESSAGE_ID) == (logging.INFO, Event.XID_PROBLEM.value)  # type: ignore[attr-defined]
+    assert (line.levelno, line.MESSAGE_ID) == (logging.ERROR, Event.XID_PROBLEM.value)  # type: ignore[attr-defined]
     assert not line.getMessage().endswith("seen before the restart")
 
 

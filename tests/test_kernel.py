@@ -236,7 +236,9 @@ def test_a_warning_xid_ends_after_the_hold_a_critical_one_does_not(host: Host, m
     assert entry(host.state, app)["problems"] == []
     assert [c["count"] for c in entry(host.state, app)["xids"]] == [1]  # still counted
     (cleared,) = host.events(Event.PROBLEM_CLEARED)
-    assert cleared.getMessage() == f"GPU {app}: Xid 145 cleared"
+    assert (
+        cleared.getMessage() == f"GPU {app}: Xid 145: no record for 20 s (xid_warning_hold); ended"
+    )
     assert [(p["kind"], p.get("xid")) for p in entry(host.state, gone)["problems"]] == [("xid", 79)]
 
 
@@ -404,3 +406,25 @@ def test_an_xid_in_a_module_loaders_record_counts_for_nothing(host: Host, make: 
     assert entry(host.state, host.slots[0])["xids"] == []
     assert entry(host.state, host.slots[0])["problems"] == []
     assert host.state["host_problems"] == []
+
+
+def test_a_warning_xid_says_its_end_and_its_lapse_says_why(host: Host, make: Any) -> None:
+    """The end it tells is the end it has (issue 39): the state's ``ends`` and the start line
+    come from the hold that ends it, and its end line says it lapsed, nobody's repair."""
+    wall = Clock(time.time())
+    journal = make(_nonfatal_link(), start=wall.now - 10)
+    host.make_agent(journal_directory=journal, xid_warning_hold=20.0, wall=wall)
+    app = host.slots[1]
+    host.tick()
+    (p,) = entry(host.state, app)["problems"]
+    assert (
+        p["ends"]
+        == f"ends by itself 20 s after its last record; or sooner: gpuagent clear {app} xid"
+    )
+    (start,) = host.events(Event.XID_PROBLEM)
+    assert p["ends"] in start.getMessage()
+    assert "after the repair" not in start.getMessage()
+    host.tick(3)
+    assert entry(host.state, app)["problems"] == []
+    (end,) = host.events(Event.PROBLEM_CLEARED)
+    assert end.getMessage() == f"GPU {app}: Xid 145: no record for 20 s (xid_warning_hold); ended"

@@ -64,16 +64,18 @@ def test_the_agents_own_trouble_is_a_series_and_in_the_status_line(host: Host) -
     assert 'gpuagent_agent_problem{kind="journal"} 1.0' in metrics.render(report.state)
 
 
-def test_a_restart_restates_a_boots_xid_at_info_with_its_real_start(host: Host, make: Any) -> None:
-    """The journal's Xid 79 is older than this agent (a restart, an upgrade): not a new fault."""
+def test_a_boots_xid_no_agent_told_is_an_error_with_its_real_start(host: Host, make: Any) -> None:
+    """The journal's Xid 79 is older than this agent, and no agent told it (the boot's first
+    agent, one that started after the fault): an error, so that it reaches `journalctl -p
+    err`, with its real start (issue 39)."""
     fell = host.slots[0]
     host.make_agent(journal_directory=make(FELL_OFF))
     host.tick(2)
     (line,) = host.events(Event.XID_PROBLEM)
-    assert line.levelno == logging.INFO
+    assert line.levelno == logging.ERROR
     (xid,) = host.state["gpus"][0]["xids"]
     clock = time.strftime("%H:%M:%S", time.localtime(xid["first"]))
-    assert line.getMessage().startswith(f"GPU {fell}: still critical xid: Xid 79 ")
+    assert line.getMessage().startswith(f"GPU {fell}: critical xid: Xid 79 ")
     assert line.getMessage().endswith(
         f"; action: reboot; holds until the next boot; after the repair: gpuagent clear {fell} "
         f"xid; since {clock}"

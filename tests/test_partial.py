@@ -12,6 +12,7 @@ from gpuagent.commands import statusrows, statustext
 from gpuagent.schema import GpuEntry, State
 from gpuagent.sources import partial
 from gpuagent.views import BusView, PciGpu
+from tests import fakesysfs
 from tests.conftest import Host
 
 STATUS = "nvlink-status-h200-driver590.48.01-18-links.txt"
@@ -71,6 +72,23 @@ def test_the_other_gpus_are_read_on_and_the_missing_ones_reads_are_stale(host: H
     back = entry(host.tick(1).state, gone)
     assert "stale" not in back["nvlink"] and "processes_stale" not in back
     assert back["processes"] == []
+
+
+def test_a_gpu_gone_from_the_bus_keeps_no_current_process_list(host: Host) -> None:
+    """Gone from the bus as well as from nvidia-smi (an Xid 79): not ``missing`` (that is a
+    GPU still on the bus), but its processes are no more current for that (issue 39)."""
+    gone = host.slots[0]
+    answer(host, host.slots, [{"slot": gone, "pid": 4242, "name": "python3", "mib": 40960}])
+    host.make_agent()
+    host.tick(2)
+    fakesysfs.remove_device(host.root, gone)
+    answer(host, host.slots[1:], [])
+    state = host.tick(2).state
+    assert state["missing"] == []
+    left = entry(state, gone)
+    assert [p["kind"] for p in left["problems"]] == ["gone_from_bus"]
+    assert left["processes_stale"] is True
+    assert [p["pid"] for p in left["processes"]] == [4242]
 
 
 def test_links_read_before_a_gpu_left_are_stale_until_the_next_read(host: Host) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from gpuagent.commands.probetable import HEADER, findings, full, table
+from gpuagent.sources.probe import rules
 from gpuagent.sources.probe.probe import ProbeResult
 from gpuagent.views import PciGpu, Row
 
@@ -72,7 +73,8 @@ def test_one_sample_judges_throttling_on_its_own() -> None:
     (line,) = table(answer, [gpu(A)])[1:]
     assert line.split(None, 4)[3:] == [
         "check_host",
-        "warning throttled: clocks held down: hardware slowdown, hardware thermal slowdown",
+        "warning throttled: clocks held down: hardware slowdown, hardware thermal slowdown; "
+        f"{rules.COOLING}; {rules.POWER}",
     ]
 
 

@@ -145,8 +145,9 @@ def test_row_rule(name: str, row: Row, reset: tuple[str, ...], want: tuple[str, 
         "0x0000000000000001",
         "0x0000000000000002",
         "0x0000000000000004",
-        "0x0000000000000020",
         "0x0000000000000110",
+        # Bits NVML does not document (a newer driver's): nothing known, nothing judged.
+        "0x0000000000000200",
         "junk",
     ],
 )
@@ -154,10 +155,43 @@ def test_driver_clock_reasons_are_not_problems(active: str) -> None:
     assert kinds(h200(clocks_event_reasons__active=active)) == []
 
 
+@pytest.mark.parametrize(
+    ("bit", "name", "cause"),
+    [
+        (0x1, None, None),
+        (0x2, None, None),
+        (0x4, None, None),
+        (0x8, "hardware slowdown", f"{rules.COOLING}; {rules.POWER}"),
+        (0x10, None, None),
+        (0x20, "software thermal slowdown", "a cooling problem"),
+        (0x40, "hardware thermal slowdown", "a cooling problem"),
+        (0x80, "hardware power brake", "a power delivery problem"),
+        (0x100, None, None),
+    ],
+)
+def test_every_clocks_event_reason_bit_by_what_it_means(
+    bit: int, name: str | None, cause: str | None
+) -> None:
+    """NVML's documented bits: a cooling problem, a power delivery problem, or normal
+    operation (issue 39)."""
+    assert (bit in rules.THROTTLE_BITS) != (bit in rules.NORMAL_BITS)
+    row = h200(clocks_event_reasons__active=f"0x{bit:016x}")
+    found = rules.row_findings(row)
+    if name is None:
+        assert found == []
+        return
+    (f,) = found
+    assert (f.kind, f.severity, f.action) == ("throttled", WARNING, "check_host")
+    assert f.message.startswith(f"clocks held down: {name}; {cause}")
+
+
 def test_old_drivers_throttle_field_counts_too() -> None:
     row = h200(clocks_event_reasons__active=None, clocks_throttle_reasons__active="0x48")
     (f,) = rules.row_findings(row)
-    assert f.message == "clocks held down: hardware slowdown, hardware thermal slowdown"
+    assert f.message == (
+        f"clocks held down: hardware slowdown, hardware thermal slowdown; {rules.COOLING}; "
+        f"{rules.POWER}"
+    )
 
 
 def test_missing_values_are_never_problems() -> None:

@@ -83,7 +83,8 @@ def test_throttled_from_the_start_waits_for_half_the_window() -> None:
     (f,) = w.findings(300.0)[SLOT]
     assert (f.kind, f.severity, f.action) == ("throttled", WARNING, "check_host")
     assert f.message == (
-        "clocks held down in 32 of 32 samples over the last 600 s: hardware thermal slowdown"
+        "clocks held down in 32 of 32 samples over the last 600 s: hardware thermal slowdown; "
+        f"{rules.COOLING}"
     )
     assert Event.problem(f.kind).name == "PROBLEM_THROTTLED"
 
@@ -108,7 +109,7 @@ def test_a_tenth_of_the_samples_is_throttled() -> None:
     (f,) = w.findings(now)[SLOT]
     assert f.message == (
         "clocks held down in 6 of 55 samples over the last 600 s: hardware slowdown, "
-        "hardware thermal slowdown, hardware power brake"
+        f"hardware thermal slowdown, hardware power brake; {rules.COOLING}; {rules.POWER}"
     )
 
 
@@ -136,7 +137,7 @@ def test_an_interval_above_half_the_window_stretches_it_to_three_samples(
     (f,) = w.findings(now)[SLOT]
     assert f.message == (
         f"clocks held down in 2 of 3 samples over the last {2 * interval:g} s: "
-        "hardware thermal slowdown"
+        f"hardware thermal slowdown; {rules.COOLING}"
     )
     # The stretched window holds the last three: the first slowed one leaves, one is alone.
     now = feed(w, now + interval, [IDLE], step=interval)

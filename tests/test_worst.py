@@ -47,8 +47,8 @@ PERSISTENCE = Finding("persistence_off", WARNING, "restart_service", "persistenc
 
 
 def hung(*, stuck: bool) -> Finding:
-    """driver_hung as the driver's source writes it: a child that outlived SIGKILL, or one
-    timeout (a blip)."""
+    """driver_hung as the driver's source writes it for a child that outlived SIGKILL, or
+    smi_timeout for timeouts."""
     hangs = ProbeHangs()
     hangs.observe(0.0, module_loaded=True, stuck=stuck, timed_out=not stuck)
     f = hangs.finding(0.0)
@@ -68,7 +68,11 @@ STUCK = hung(stuck=True)
 BLIP = hung(stuck=False)
 MISMATCH_BEFORE = mismatch(installed_after_boot=True)
 MISMATCH_AFTER = mismatch(installed_after_boot=False)
-SMI_FAILING = outage(ProbeView(state=ProbeState.FAILING, failure=Failure.OTHER, failures=3), 3)[0]
+SMI_FAILING = outage(ProbeView(state=ProbeState.FAILING, failure=Failure.GPU_LOST, failures=3), 3)[
+    0
+]
+# nvidia-smi failing for a reason that may be the agent's own (its sandbox): no drain.
+SMI_BLIND = outage(ProbeView(state=ProbeState.FAILING, failure=Failure.OTHER, failures=3), 3)[0]
 
 # (what it shows, the findings by slot, the worst: its slot and kind)
 TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
@@ -102,7 +106,7 @@ TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
         {HOST: [STUCK], A: [HOT]},
         (HOST, "driver_hung"),
     ),
-    ("a timeout blip is a warning, no drain", {HOST: [BLIP]}, (HOST, "driver_hung")),
+    ("timeouts alone are a warning, no drain", {HOST: [BLIP]}, (HOST, "smi_timeout")),
     (
         "exit 18 before the reboot: driver_mismatch, reboot",
         {HOST: [MISMATCH_BEFORE], A: [INFOROM]},
@@ -116,6 +120,11 @@ TABLE: list[tuple[str, dict[str, list[Finding]], tuple[str, str]]] = [
     (
         "nvidia-smi failing: smi_failing",
         {HOST: [SMI_FAILING], A: [PERSISTENCE]},
+        (HOST, "smi_failing"),
+    ),
+    (
+        "nvidia-smi failing, maybe the agent's own trouble: a warning, no drain",
+        {HOST: [SMI_BLIND]},
         (HOST, "smi_failing"),
     ),
     (
@@ -255,6 +264,7 @@ def test_the_issue_s_counterexamples_drain_with_the_reason_they_name() -> None:
         st = made({HOST: [f]}, now)
         assert drain.reason(st, "", now) == (True, reason)
         assert judge(st, now)[0] == 2
-    st = made({HOST: [BLIP]}, now)
-    assert drain.reason(st, "", now) == (True, "")
-    assert judge(st, now)[0] == 1
+    for f in (BLIP, SMI_BLIND):
+        st = made({HOST: [f]}, now)
+        assert drain.reason(st, "", now) == (True, "")
+        assert judge(st, now)[0] == 1

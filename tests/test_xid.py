@@ -147,6 +147,9 @@ def test_init_failure_and_uuid_lines() -> None:
     }
 
 
+CONTAINED = "Contained: SM (0x1). RST: No, D-RST: No"
+
+
 def xid(code: int, text: str) -> Xid:
     return Xid("0000:01:00", code, text)
 
@@ -166,6 +169,14 @@ def xid(code: int, text: str) -> Xid:
         (94, "Contained: SM (0x1). RST: No, D-RST: Yes", CRITICAL, "drain_and_reset"),
         (95, "Contained: SM (0x1). RST: No, D-RST: No", "none", "restart_app"),
         (145, "RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)", WARNING, "restart_app"),
+        # The severity words are the driver's, never a command name a job chose (issue 39).
+        (94, f"pid=4242, name=Uncontained, {CONTAINED}", "none", "restart_app"),
+        (94, f"pid=4242, name=a, Uncontained:, {CONTAINED}", "none", "restart_app"),
+        (94, f"pid=4242, name=RST: Yes, {CONTAINED}", "none", "restart_app"),
+        (95, f"pid='<unknown>', name=<unknown>, Un{CONTAINED[2:]}", CRITICAL, "reset_gpu"),
+        (145, "pid=4242, name=Nonfatal, RLW_RXPIPE Fatal XC0 i0 Link 11", CRITICAL, "reset_gpu"),
+        (145, "pid=4242, name=x, Fatal, RLW_RXPIPE Nonfatal XC0", WARNING, "restart_app"),
+        (144, "pid=4242, name=Fatal, SAW_MVB event", WARNING, "reset_gpu"),
         (149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 3", WARNING, "none"),
         (144, "SAW_MVB Fatal XC0 i0 Link 2 (0x1)", CRITICAL, "reset_gpu"),
         (147, "TREX event", WARNING, "none"),

@@ -152,10 +152,13 @@ def test_a_warning_ends_after_the_hold_without_a_recurrence() -> None:
     # remapping, reset gpu to activate." is a warning.
     c = count(lookup(63), last=1000.0)
     assert isinstance(finding(c), Finding)  # no hold given: until the next boot
-    assert finding(c, now=1000.0 + 3599.9, hold=3600.0) == finding(c)
+    # The hold says how it ends, and what its end line says (issue 39).
+    held = finding(c, hold=3600.0)
+    assert held is not None and held.lapse == "no record for 3600 s (xid_warning_hold)"
+    assert finding(c, now=1000.0 + 3599.9, hold=3600.0) == held
     assert finding(c, now=1000.0 + 3600.0, hold=3600.0) is None
     c = replace(c, last=5000.0)  # it came back
-    assert finding(c, now=4600.0 + 3600.0, hold=3600.0) == finding(c)
+    assert finding(c, now=4600.0 + 3600.0, hold=3600.0) == finding(c, hold=3600.0)
     assert finding(c, now=1e9) == finding(c)
 
 

@@ -116,7 +116,7 @@ def render(
         if text not in (st["status"], title):
             lines.append(f"    {severity.health}: {clean(text)}")
     for p in st["host_problems"]:
-        lines.append(f"    host: {_problem(p, now)}")
+        lines.append(f"    host: {_problem(p, now, host=True)}")
         lines.extend(f"      {ends}" for ends in _ends(p))
     services = services_row(st.get("services"))
     if services:
@@ -196,12 +196,20 @@ def _row(columns: _Columns, g: GpuEntry | None, wide: bool, now: float = 0) -> s
     return "    " + " ".join([*cells, "STALE " + age if g["stale"] else age])
 
 
-def _problem(p: ProblemEntry, now: float) -> str:
+def _problem(p: ProblemEntry, now: float, *, host: bool = False) -> str:
     """The action first: what to do, then what is wrong; a folded problem (a GPU's fabric
-    while the fabric manager is down) names its cause."""
-    cause = f"cause: host {clean(p['cause'])}, " if p.get("cause") else ""
+    while the fabric manager is down; the host's gpu_count while GPUs are gone from the bus)
+    names its cause, the host's problem or the GPUs'."""
+    where = "the GPUs' " if host else "host "
+    cause = f"cause: {where}{clean(p['cause'])}, " if p.get("cause") else ""
+    said = f"{clean(p['severity'])} {clean(p['kind'])}"
+    unread = p.get("unread_since")
+    if finite(unread):
+        # Held as last seen: its source cannot look (evidence before verdict).
+        why = clean(p.get("unread") or "not read")
+        said = f"not read since {clock(unread)} ({why}), last seen {said}"
     return (
-        f"{clean(p['action'])}: {clean(p['severity'])} {clean(p['kind'])}: "
+        f"{clean(p['action'])}: {said}: "
         f"{clean(p['message'])} ({cause}since {ago(now - p['since'])} ago)"
     )
 

@@ -19,22 +19,28 @@ if TYPE_CHECKING:
     from gpuagent.config import Config
     from gpuagent.views import Tick
 
-__all__ = ["Findings", "Outcome", "Source"]
+__all__ = ["EVERY", "Findings", "Outcome", "Source", "Unread"]
 
 # A verdict source's findings by PCI slot (``""``: the host's).
 Findings = Mapping[str, list[Finding]]
+# The slots a verdict source could not read this time, each with why (``"nvidia-smi is not
+# found"``); :data:`EVERY` stands for all of them, and ``""`` for a slot read all the same.
+Unread = Mapping[str, str]
+EVERY = "*"
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What one source made of a tick: ``view`` its field of the tick (``None``: it has none),
     ``findings`` by verdict source (``smi``, ``xid``, ...; a source left out keeps its last
-    findings), and ``trouble`` the agent's own by kind (the state's ``problems``; ``None``:
-    none of that kind now)."""
+    findings), ``trouble`` the agent's own by kind (the state's ``problems``; ``None``:
+    none of that kind now), and ``unread`` by verdict source the slots it could not read
+    (:data:`Unread`): what it last found there holds, as last seen, until a read."""
 
     view: object = None
     findings: Mapping[str, Findings] = field(default_factory=dict)
     trouble: Mapping[str, str | None] = field(default_factory=dict)
+    unread: Mapping[str, Unread] = field(default_factory=dict)
 
 
 class Source(Protocol):

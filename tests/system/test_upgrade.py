@@ -34,6 +34,8 @@ RELEASES = {
     "0.5.0": "da92ffbc4ccaa63bceead2b1ec23079068d9a4aa",
     "0.6.0": "af3173ff6096f114fafaecca23f04eab4bb9a1cc",
     "0.7.0": "b03f9a126b2d8c6fa4c80c8e8e76796e19296bb7",
+    # The commit that builds as 0.8.0 (its heading's); its entry grew after it (issue 42).
+    "0.8.0": "5bd6408048b9b24b3734d7fdbdc853396ac143ca",
 }
 LAST = list(RELEASES)[-1]
 MAIN = "/etc/gpuagent/gpuagent.toml"

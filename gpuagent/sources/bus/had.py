@@ -8,7 +8,9 @@ kernel source).  It keeps them across restarts in ``$STATE_DIRECTORY``
 source's, :mod:`gpuagent.sources.board`), and hands its view to the next tick's scan.  Another
 UUID in a slot than the file's is a board replaced: one line (``BOARD_REPLACED``, both
 boards' UUIDs and serials), said once since the file then holds the new board, and the slot
-in the view's ``replaced``, from which the slot's recurrence starts afresh.  A board back in
+in the view's ``replaced``, from which the slot's recurrence starts afresh; a board changes
+only off the bus, so another UUID in a slot that never left it this boot is inconsistent
+input, one warning (``BOARD_UUID_INCONSISTENT``) and no swap.  A board back in
 this host after it was replaced out of it (an RMA'd board returned, known by its UUID or
 serial) is in the view's ``departed``: each of its problems says so.
 """
@@ -42,6 +44,7 @@ class GpusHad(Source):
         # The departed boards' notes, made again when a board departs (each departure makes
         # a new list): (the list they were made of, the notes).
         self._notes: tuple[list[Entry], dict[str, str]] | None = None
+        self._odd_told: set[tuple[str, object, object]] = set()
 
     def standing(self) -> BusView | None:
         """Before the first tick, what the bus had before this agent started (its first
@@ -62,11 +65,13 @@ class GpusHad(Source):
         if gone:
             self.known.forget(gone, tick.config.expected_gpus)
             bus = _forget(bus, gone)
-        rows = tick.last.probe.samples.samples
+        samples = tick.last.probe.samples
         serials = tick.last.board.serials
         present: dict[str, Gpu] = {}
         for slot in bus.slots:
-            row = rows[slot].fields if slot in rows else {}
+            # A stale sample is of the board that was there: none says who is there now.
+            sample = samples.samples.get(slot) if slot in samples.fresh else None
+            row = sample.fields if sample is not None else {}
             uuid, name = row.get("uuid") or tick.kernel.uuids.get(slot), row.get("name")
             uuid = uuid if isinstance(uuid, str) else None
             # A serial read for the board now in the slot, not for the one before it.
@@ -77,8 +82,11 @@ class GpusHad(Source):
                 "serial": serial if read_for == uuid else None,
             }
         for swap in self.known.update(present, tick.now):
-            self._replaced[swap.slot] = tick.now
-            self._tell(swap)
+            if swap.real:
+                self._replaced[swap.slot] = tick.now
+                self._tell(swap)
+            else:
+                self._odd(swap)
         boards = {s: u for s, g in self.known.gpus.items() if isinstance(u := g.get("uuid"), str)}
         bus = replace(
             bus,
@@ -108,6 +116,24 @@ class GpusHad(Source):
                         notes[key] = note
             self._notes = (self.known.departed, notes)
         return self._notes[1]
+
+    def _odd(self, swap: Swap) -> None:
+        """Another UUID in a slot that never left the bus this boot: inconsistent input, no
+        board swap; said once a boot for each pair of UUIDs."""
+        key = (swap.slot, swap.old.get("uuid"), swap.new.get("uuid"))
+        if key in self._odd_told:
+            return
+        self._odd_told.add(key)
+        self.log(
+            logging.WARNING,
+            Event.BOARD_UUID_INCONSISTENT,
+            f"GPU {swap.slot}: reads UUID {key[2]} where its board had {key[1]} this boot, and "
+            "the slot never left the PCI bus: inconsistent input, no board swap; the board is "
+            f"kept as {key[1]} (check what reports this GPU)",
+            pci_slot=swap.slot,
+            gpu_uuid=key[1],
+            read_uuid=key[2],
+        )
 
     def _tell(self, swap: Swap) -> None:
         old_uuid, old_serial = swap.old.get("uuid"), swap.old.get("serial")

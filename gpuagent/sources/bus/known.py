@@ -47,11 +47,13 @@ DEPARTED = 256
 
 class Swap(NamedTuple):
     """A board replaced in ``slot``: the ``old`` entry the file had (``uuid``, ``serial`` …)
-    and the ``new`` GPU present there."""
+    and the ``new`` GPU present there; ``real`` False where no swap can have happened (the
+    slot never left the bus this boot): inconsistent input, the old entry kept."""
 
     slot: str
     old: Mapping[str, str | float | None]
     new: Mapping[str, str | None]
+    real: bool = True
 
 
 class KnownGpus:
@@ -99,7 +101,8 @@ class KnownGpus:
         not known), on the bus in this boot, and when (wall time ``now``) each of the others
         was first found missing; writes the file when that changes what it holds.  Returns
         the boards replaced: a slot whose remembered UUID and present one differ, with the
-        old board's entry (its serial, not the new board's)."""
+        old board's entry (its serial, not the new board's); one whose slot never left the
+        bus this boot is no swap (``real`` False) and the file keeps the old board."""
         merged = dict(self.gpus)
         back = [s for s in self.removed if s in present]
         for slot in back:
@@ -108,14 +111,23 @@ class KnownGpus:
         for slot, gpu in present.items():
             old = merged.get(slot, {})
             if old.get("uuid") and gpu.get("uuid") and old.get("uuid") != gpu.get("uuid"):
+                if self._stayed(old):
+                    # A board is changed only off the bus: a reboot, or a hot-plug that the
+                    # slot's gone_at records.  Another UUID without either is no swap.
+                    swaps.append(Swap(slot, old, gpu, real=False))
+                    continue
                 swaps.append(Swap(slot, old, gpu))
                 if not _moved(old, present):
                     left = {"pci_slot": slot, "uuid": old.get("uuid"), "serial": old.get("serial")}
                     self.departed = [*self.departed, {**left, "at": now}][-DEPARTED:]
                 old = {}
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in _BOARD}
-            merged[slot]["boot"] = self.boot or old.get("boot")
-            merged[slot]["gone_at"] = None
+            # The remembered board is known on the bus this boot once its UUID is read there:
+            # before that the slot holds some board, maybe another (a swap at the reboot).
+            known = gpu.get("uuid") or not old.get("uuid")
+            merged[slot]["boot"] = (self.boot or old.get("boot")) if known else old.get("boot")
+            # And that it left the bus is kept until then: what came back may be another.
+            merged[slot]["gone_at"] = None if known else old.get("gone_at")
         for slot in set(merged) - set(present):
             if now is not None and merged[slot].get("gone_at") is None:
                 merged[slot] = {**merged[slot], "gone_at": now}
@@ -123,6 +135,10 @@ class KnownGpus:
             self.gpus = merged
             self._write()
         return swaps
+
+    def _stayed(self, old: Mapping[str, object]) -> bool:
+        """Whether the board ``old`` was on the bus in this boot and never left it."""
+        return bool(self.boot) and old.get("boot") == self.boot and old.get("gone_at") is None
 
     def forget(self, slots: Iterable[str], expected: int | None = None) -> None:
         """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good), each

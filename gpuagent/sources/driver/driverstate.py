@@ -12,7 +12,8 @@ the kernel's records of the tick said about the driver (:class:`DriverRecords`, 
   NVML library is not the loaded module's version, nvidia-smi said so (exit 18), or the
   kernel refused a client of the installed version;
 * ``driver_hung`` (:class:`gpuagent.sources.driver.hangs.ProbeHangs`): a probe child stuck in
-  the driver, or nvidia-smi timing out, with the module loaded.
+  the driver with the module loaded; ``smi_timeout``: nvidia-smi timing out, a warning with
+  what explains it (:mod:`gpuagent.sources.driver.slowness`).
 
 The decisions are the pure blocks'; this module holds them and their clock, and is rebuilt
 from the new config on a reload.
@@ -24,6 +25,7 @@ from collections.abc import Callable
 
 from gpuagent.config import Config
 from gpuagent.schema import ProbeState
+from gpuagent.sources.driver import slowness
 from gpuagent.sources.driver.driver import (
     ModuleAbsence,
     NvmlLibrary,
@@ -33,7 +35,7 @@ from gpuagent.sources.driver.driver import (
     mismatch_evidence,
 )
 from gpuagent.sources.driver.hangs import ProbeHangs
-from gpuagent.views import BusView, DriverRecords, Failure, Finding, Gate, ProbeView
+from gpuagent.views import BusView, DriverRecords, Failure, Finding, Gate, ProbeView, ServicesView
 
 __all__ = ["DriverState"]
 
@@ -60,9 +62,14 @@ class DriverState:
         self.backoff_after = config.backoff_after
 
     def findings(
-        self, bus: BusView, probe: ProbeView, records: DriverRecords
+        self,
+        bus: BusView,
+        probe: ProbeView,
+        records: DriverRecords,
+        services: ServicesView | None = None,
     ) -> dict[str, list[Finding]]:
-        """The host's driver problems this tick (``{"": [...]}``, empty without one)."""
+        """The host's driver problems this tick (``{"": [...]}``, empty without one);
+        ``services`` (NVIDIA's units, read before) explains a slow nvidia-smi."""
         now = self.monotonic()
         probed = probe.probes_total != self._probes
         self._probes = probe.probes_total
@@ -75,6 +82,7 @@ class DriverState:
             failed=probed and probe.state is ProbeState.FAILING,
         )
         wanted = bool(bus.probeable)
+        hung = self.hangs.hung
         # The module as the bus scan found it: without it there is no loaded version, and
         # no mismatch (driver_mismatch needs one), so neither file is looked at.
         loaded = loaded_version(self.sysfs_root) if bus.module_loaded else None
@@ -99,10 +107,16 @@ class DriverState:
                 told=probe.gate is not Gate.NVIDIA_SMI_MISSING,
             ),
             driver_mismatch(evidence, after),
-            self.hangs.finding(now),
+            self.hangs.finding(now, self._slowness(probe, services) if hung else None),
         ]
         host = [f for f in found if f is not None]
         return {"": host} if host else {}
+
+    def _slowness(self, probe: ProbeView, services: ServicesView | None) -> tuple[str, str] | None:
+        """What explains nvidia-smi timing out (read only while it does)."""
+        rows = {slot: s.fields for slot, s in probe.samples.samples.items()}
+        host = services.host if services is not None else ()
+        return slowness.explain(host, rows, slowness.cpu_pressure(self.sysfs_root, self.proc_root))
 
     def _installed_after_boot(self) -> bool | None:
         """Whether the installed NVML library was written after this boot began (a reboot

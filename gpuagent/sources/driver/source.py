@@ -34,5 +34,9 @@ class Driver(Source):
 
     def step(self, tick: Tick) -> Outcome:
         return Outcome(
-            findings={"driver": self.state.findings(tick.bus, tick.probe, tick.kernel.driver)}
+            findings={
+                "driver": self.state.findings(
+                    tick.bus, tick.probe, tick.kernel.driver, tick.services
+                )
+            }
         )

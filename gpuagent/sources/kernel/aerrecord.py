@@ -24,7 +24,7 @@ from dataclasses import replace
 from gpuagent.sources.bus.pciaddr import SLOT, path_role
 from gpuagent.views import AerHeard, AerRecord, XidInfo
 
-__all__ = ["FALLEN_OFF", "LOOKBACK", "RECENT", "Heard", "fallen_off", "record"]
+__all__ = ["FALLEN_OFF", "LOOKBACK", "RECENT", "Heard", "fallen_off", "record", "recovery"]
 
 # The records an Xid 79 looks back on: the latest, whatever a storm of correctable ones brings;
 # and the (device, kind) pairs counted, past which a record naming a new one is not.
@@ -42,6 +42,19 @@ _RECORD = re.compile(
 )
 # A kind as a message says it.
 WORDS = {"fatal": "fatal", "nonfatal": "non-fatal", "correctable": "correctable"}
+# The kernel's word on its recovery from an uncorrectable error (pcie_do_recovery in
+# drivers/pci/pcie/err.c: "device recovery successful", "device recovery failed"; before
+# 4.19 "AER: Device recovery …" from aerdrv_core.c), printed by the port that ran it.
+_RECOVERY = re.compile(
+    rf"^\S+ (?P<port>{SLOT}): AER: [Dd]evice recovery (?P<outcome>successful|failed)$",
+    re.ASCII,
+)
+
+
+def recovery(message: str) -> tuple[str, bool] | None:
+    """The port and outcome (True: successful) of a kernel recovery record, or None."""
+    m = _RECOVERY.match(message.rstrip("\n"))
+    return (m["port"].lower(), m["outcome"] == "successful") if m else None
 
 
 def record(time: float, message: str) -> AerRecord | None:
@@ -72,6 +85,7 @@ class Heard:
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str], tuple[int, float]] = {}
         self._recent: deque[AerRecord] = deque(maxlen=RECENT)
+        self._recoveries: dict[str, tuple[float, bool]] = {}
         self._view = AerHeard()
         self._changed = False
 
@@ -79,6 +93,12 @@ class Heard:
         """Take one kernel message logged at ``time`` (wall s), if it is an AER record."""
         found = record(time, message)
         if found is None:
+            outcome = recovery(message)
+            if outcome is not None and (
+                outcome[0] in self._recoveries or len(self._recoveries) < _MAX_DEVICES
+            ):
+                self._recoveries[outcome[0]] = (time, outcome[1])
+                self._changed = True
             return
         self._recent.append(found)
         key = (found.source, found.kind)
@@ -91,7 +111,7 @@ class Heard:
     def view(self) -> AerHeard:
         """The records so far (:class:`gpuagent.views.AerHeard`)."""
         if self._changed:
-            self._view = AerHeard(dict(self._counts), tuple(self._recent))
+            self._view = AerHeard(dict(self._counts), tuple(self._recent), dict(self._recoveries))
             self._changed = False
         return self._view
 

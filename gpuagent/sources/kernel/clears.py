@@ -90,7 +90,8 @@ def ending(slot: str, kind: str, when: str) -> tuple[str, bool]:
     command = f"gpuagent clear {slot} {kind}"
     clear = None
     if slot and kind in LATCHING:
-        clear = f"after the repair: {command}"
+        # One that lapses by itself (a warning Xid) needs no repair: a clear ends it sooner.
+        clear = f"or sooner: {command}" if when else f"after the repair: {command}"
     elif slot and kind == GONE:
         clear = f"if it left for good: {command}"
     if when:

@@ -28,6 +28,7 @@ from gpuagent.logs import Event, EventLog
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.driver.driver import absence_reason, api_mismatch, loader_reason
 from gpuagent.sources.kernel import aerrecord, clears
+from gpuagent.sources.kernel.drivercatalog import Causes
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.xidcount import MAX_STRAYS, First, Source, XidCounter
 from gpuagent.sources.processes.owners import source_words
@@ -90,6 +91,8 @@ class KernelRecords:
         # The AER records read with the rest, for the PCIe source and an Xid 79's path; the
         # GPUs' paths (poll's ``path``), each kept once it names bridges.
         self.aer = aerrecord.Heard()
+        # The driver's own words on why it could not take each GPU (its init failures').
+        self.causes = Causes()
         self._path_of: Callable[[str], tuple[str, ...]] = lambda slot: ()
         self._paths: dict[str, tuple[str, ...]] = {}
         self.hold = hold
@@ -128,6 +131,7 @@ class KernelRecords:
     def _count_afresh(self, overrides: Mapping[int, Override] | None) -> None:
         self.xids = XidCounter(overrides, gpu=self._gpus.__contains__)
         self.aer = aerrecord.Heard()
+        self.causes = Causes()
         self._strays, self._stray_lines, self._summarised, self._read = {}, 0, False, 0
 
     @property
@@ -230,7 +234,10 @@ class KernelRecords:
         self._tell(self.xids.take_new(slots, attribute, blame), counts, describe)
         lapsed = self._lapsed(counts)
         found: dict[str, list[Finding]] = {}
-        for s, fs in self.xids.findings(slots, attribute=attribute, blame=blame).items():
+        made = self.xids.findings(
+            slots, hold=self.hold, attribute=attribute, blame=blame, causes=self.causes.by_slot
+        )
+        for s, fs in made.items():
             held = [f for f in fs if f.kind != "xid" or (device_of(s), _code(f)) not in lapsed]
             if held:
                 found[s] = held
@@ -323,6 +330,7 @@ class KernelRecords:
     def _record(self, time: float, message: str) -> None:
         self.xids.add(time, message)
         self.aer.add(time, message)
+        self.causes.add(message)
         reason = absence_reason(message)
         if reason is not None:
             self._reasons.append(reason)
@@ -412,6 +420,7 @@ class KernelRecords:
             dict(self.cleared),
             told=self.told,
             aer=self.aer.view,
+            causes=dict(self.causes.by_slot),
         )
 
 

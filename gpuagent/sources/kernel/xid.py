@@ -33,7 +33,17 @@ from gpuagent.sources.kernel import driverrecord
 from gpuagent.sources.kernel.xidcatalog import NONE, RECOVERY_ACTIONS, lookup, override
 from gpuagent.views import XidInfo
 
-__all__ = ["XID_FELL_OFF", "Event", "GpuUuid", "InitFailure", "SXid", "Xid", "assess", "parse"]
+__all__ = [
+    "XID_FELL_OFF",
+    "Event",
+    "GpuUuid",
+    "InitFailure",
+    "SXid",
+    "Xid",
+    "assess",
+    "parse",
+    "words",
+]
 
 # Each pattern is matched at the start of the driver's record (driverrecord.lines): its first
 # line, or for the probe-time record the whole printk; never at a line further down.
@@ -63,6 +73,11 @@ _UUID = re.compile(
 # The channel's owner at the head of an Xid's words: pid=48213, name=python3 (drivers 510 gave
 # no name; '<unknown>' and <unknown> where the driver knows no owner).
 _OWNER = re.compile(r"^pid=(?:'<unknown>'|(?P<pid>\d{1,10}))(?:, name=(?P<name>[^,]*))?(?:,|$)")
+# The same head, where the driver's own words begin: after ``name=`` comes the process's
+# command name, which its owner chose (commas and all).
+_HEAD = re.compile(r"^pid=(?:'<unknown>'|\d{1,10})(?P<name>, name=)?(?:, |$)?")
+# The kernel keeps a command name to 15 characters (TASK_COMM_LEN 16, with its NUL).
+_COMM = 15
 _RECOVERY = re.compile(r"\bto 0x(?P<value>[0-9a-fA-F]{1,8})(?: \((?P<label>[^)\n]*)\))?")
 _FATAL = re.compile(r"\bFatal\b")
 _NONFATAL = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
@@ -183,6 +198,21 @@ def parse(message: str) -> list[Event]:
     return []
 
 
+def words(text: str) -> str:
+    """The driver's own words of an Xid's ``text``, after the channel's owner (``pid=…,
+    name=…, ``): the severity words are read there, never in a command name a process chose
+    (``Uncontained`` as the name of a job's process).  A name holds at most 15 characters, so
+    the words begin after the last ``, `` that can end one."""
+    head = _HEAD.match(text)
+    if head is None:
+        return text
+    if head["name"] is None:
+        return text[head.end() :]
+    start = head.end("name")
+    cut = text.rfind(", ", start, start + _COMM + 2)
+    return "" if cut < 0 else text[cut + 2 :]
+
+
 def assess(xid: Xid, overrides: Mapping[int, Override] | None = None) -> XidInfo:
     """What ``xid`` means for its GPU: the catalog's entry, with the severity or action the
     line itself states for 94/95 (containment, ``RST:``/``D-RST:``), 144-150 (``Fatal`` /
@@ -192,7 +222,7 @@ def assess(xid: Xid, overrides: Mapping[int, Override] | None = None) -> XidInfo
     if overrides and xid.code in overrides:
         return override(assess(xid), overrides[xid.code])
     info = lookup(xid.code)
-    text = xid.text
+    text = words(xid.text)
     if xid.code in (94, 95):
         if _UNCONTAINED.search(text):
             return replace(lookup(95), severity=CRITICAL, action="reset_gpu")

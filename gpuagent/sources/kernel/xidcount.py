@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import device_of
+from gpuagent.sources.kernel.drivercatalog import Cause
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
 from gpuagent.views import Finding, SXidCount, XidCount, XidInfo
@@ -64,6 +65,7 @@ def finding(
     ):
         return None
     words, unit = source or ("", None)
+    lapses = info.severity == WARNING and bool(hold)
     return Finding(
         "xid",
         info.severity,
@@ -73,8 +75,10 @@ def finding(
         # A warning that lapsed and came back starts again at its latest record.
         at=count.first if info.severity == CRITICAL else count.last,
         unit=unit,
-        # A warning lapses; a critical Xid holds until a clear or the next boot.
-        ends=f"{hold:g} s after its last record" if info.severity == WARNING and hold else "",
+        # A warning lapses (the rule that ends it says so, its end line too); a critical Xid
+        # holds until a clear or the next boot.
+        ends=f"{hold:g} s after its last record" if lapses else "",
+        lapse=f"no record for {hold:g} s (xid_warning_hold)" if lapses else "",
     )
 
 
@@ -87,15 +91,25 @@ class InitCount:
     last: float
     detail: str
 
-    def finding(self) -> Finding:
-        """The GPU's problem of kind ``init_failed``."""
+    def finding(self, cause: Cause | None = None) -> Finding:
+        """The GPU's problem of kind ``init_failed``; ``cause`` what the driver's own records
+        of the GPU this boot said before (:mod:`gpuagent.sources.kernel.drivercatalog`): its
+        meaning, action and fix, where a reboot would load the same module."""
         detail = f" ({self.detail})" if self.detail else ""
+        failed = f"the driver could not initialise the GPU (RmInitAdapter failed{detail})"
+        if cause is not None:
+            return Finding(
+                "init_failed",
+                CRITICAL,
+                cause.action,
+                f"{failed}: {cause.means}; {cause.fix}",
+                at=self.first,
+            )
         return Finding(
             "init_failed",
             CRITICAL,
             "reboot",
-            f"the driver could not initialise the GPU (RmInitAdapter failed{detail}); "
-            "reboot the host, and if it repeats check the GPU's power and seating",
+            f"{failed}; reboot the host, and if it repeats check the GPU's power and seating",
             at=self.first,
         )
 
@@ -386,11 +400,14 @@ class XidCounter:
         hold: float | None = None,
         attribute: Attribute | None = None,
         blame: Blame | None = None,
+        *,
+        causes: Mapping[str, Cause] | None = None,
     ) -> dict[str, list[Finding]]:
         """Each GPU's problems of kind ``xid`` and ``init_failed``, by slot, ordered by code;
         a warning Xid ends ``hold`` s after its last record at wall time ``now``
         (:func:`finding`); ``attribute`` names the process that caused each, ``blame`` says
-        what an Xid means beyond its record."""
+        what an Xid means beyond its record, ``causes`` why the driver failed a GPU, by slot
+        (its init failure's cause)."""
         by_device = self._slotter(slots)
         out: dict[str, list[Finding]] = {}
         for (device, code), count in sorted(self._xids.items()):
@@ -401,7 +418,8 @@ class XidCounter:
                 out.setdefault(slot, []).append(found)
         for device, failure in sorted(self._init.items()):
             if self._holds("init_failed", device, 0):
-                out.setdefault(self._slot(device, by_device), []).append(failure.finding())
+                slot = self._slot(device, by_device)
+                out.setdefault(slot, []).append(failure.finding((causes or {}).get(slot)))
         return out
 
     def take_new(

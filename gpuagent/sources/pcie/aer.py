@@ -68,19 +68,39 @@ def _words(kind: str, errors: Errors) -> str:
     return f"{errors.count} {WORDS[kind]}" + (f" ({types})" if types else "")
 
 
-def finding(device: str, where: str, errors: Mapping[str, Errors]) -> Finding | None:
+def finding(
+    device: str,
+    where: str,
+    errors: Mapping[str, Errors],
+    recovered: tuple[str, bool] | None = None,
+) -> Finding | None:
     """The problem ``pcie_error`` of the GPU whose path has ``device`` (``where``: its
     :func:`~gpuagent.sources.bus.pciaddr.path_role`), from its errors by kind (``fatal``,
-    ``nonfatal``); None without any."""
+    ``nonfatal``); None without any.  ``recovered`` is the kernel's word on its recovery
+    after the last of them, by the port on the path that ran it (True: ``device recovery
+    successful``): where it says so, that decides, not the error's class: a recovery that
+    failed is not undone without a reboot (critical, ``reboot``), one that succeeded left a
+    link that works (a warning, ``check_host``)."""
     kinds = [k for k in ("fatal", "nonfatal") if k in errors and errors[k].count]
     if not kinds:
         return None
     said = ", ".join(_words(k, errors[k]) for k in kinds)
+    severity, action = (CRITICAL if kinds[0] == "fatal" else WARNING), "check_host"
+    then = "check the slot, riser, cable or switch on this path and the board's seating"
+    if recovered is not None:
+        port, ok = recovered
+        if ok:
+            severity, then = WARNING, f"the kernel recovered the link (at {port}); {then}"
+        else:
+            severity, action = CRITICAL, "reboot"
+            then = (
+                f"the kernel's recovery failed (at {port}): the GPU is unreachable until "
+                f"a reboot; then {then}"
+            )
     return Finding(
         KIND,
-        CRITICAL if kinds[0] == "fatal" else WARNING,
-        "check_host",
-        f"PCIe uncorrectable errors at {device}, {where}: {said}; check the slot, riser, "
-        "cable or switch on this path and the board's seating",
+        severity,
+        action,
+        f"PCIe uncorrectable errors at {device}, {where}: {said}; {then}",
         (("pcie_device", device),),
     )

@@ -158,4 +158,22 @@ class PcieSource(Source):
             records, last = heard.counts.get((device, kind), (0, 0.0))
             records -= self._heard.get(key, 0)
             errors[kind] = aer.Errors(rise, records, last if records else None)
-        return aer.finding(device, path_role(position, len(path)), errors)
+        return aer.finding(
+            device, path_role(position, len(path)), errors, _recovered(path, errors, heard)
+        )
+
+
+def _recovered(
+    path: tuple[str, ...], errors: Mapping[str, aer.Errors], heard: AerHeard
+) -> tuple[str, bool] | None:
+    """The kernel's latest word on a recovery run by a port on ``path`` since the last of
+    ``errors``' records (its port, and whether it succeeded); None where it said none."""
+    times = [e.last for e in errors.values() if e.last is not None]
+    if not times:
+        return None
+    said = {p: heard.recoveries[p] for p in path if p in heard.recoveries}
+    after = [(at, port, ok) for port, (at, ok) in said.items() if at >= max(times)]
+    if not after:
+        return None
+    _, port, ok = max(after)
+    return port, ok

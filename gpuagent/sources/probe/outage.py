@@ -13,18 +13,24 @@ from gpuagent.schema import ProbeState
 from gpuagent.sources.probe.smi import HINTS
 from gpuagent.views import Failure, Finding, Gate, ProbeView
 
-__all__ = ["DRIVERS", "outage"]
+__all__ = ["DRIVERS", "EVIDENCE", "outage"]
 
 # The failures the driver's problems say: no smi_failing of their own.
 DRIVERS = frozenset({Failure.TIMEOUT, Failure.VERSION_MISMATCH})
+# The failures that are evidence about the GPUs: nvidia-smi's own words that a GPU is lost or
+# needs a reset.  Every other class may be the agent's own trouble (a sandbox or permission
+# that stops NVML, "Failed to initialize NVML: Unknown Error" when a cgroup's device rules
+# change), which never drains a node: a warning.
+EVIDENCE = frozenset({Failure.GPU_LOST})
 
 
 def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
     """The probe's host problems as of ``probe`` (its state on a bus with GPUs to probe:
     ``idle`` has none): ``nvidia_smi_missing`` (warning) while it is not found, and
-    ``smi_failing`` (critical: nothing is known of the GPUs) while it fails, its class and
-    error in the message, from the ``after``-th failure in a row on (``backoff_after``: the
-    outage's start; one failed probe is a blip, no drain).  Both are told by the probe's own
+    ``smi_failing`` while it fails, its class and error in the message, from the
+    ``after``-th failure in a row on (``backoff_after``: the outage's start; one failed probe
+    is a blip): critical only where nvidia-smi says a GPU is lost (:data:`EVIDENCE`), else a
+    warning, the agent's own trouble.  Both are told by the probe's own
     lines (``nvidia-smi not found``, ``nvidia-smi failing``: :attr:`Finding.told`)."""
     if probe.state is ProbeState.GATED and probe.gate is Gate.NVIDIA_SMI_MISSING:
         return [
@@ -44,7 +50,7 @@ def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
     return [
         Finding(
             "smi_failing",
-            CRITICAL,
+            CRITICAL if failure in EVIDENCE else WARNING,
             "check_host",
             f"nvidia-smi failing ({failure.value}): {probe.last_error or 'no answer'}; "
             f"{HINTS[failure]}",

@@ -21,12 +21,14 @@ from gpuagent.edges.cadence import Cadence
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources.probe.probe import Prober, ProbeResult
-from gpuagent.sources.probe.smi import HINTS
+from gpuagent.sources.probe.smi import HINTS, classify
 from gpuagent.views import BusView, Failure, Gate, ProbeView, Row, plural
 
 __all__ = ["Probing", "gate"]
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+# The failures that GPUs' error lines may name which are not a lost GPU.
+_NOT_LOST = (Failure.PERMISSION_DENIED, Failure.BLOCKED_BY_OS)
 
 
 def gate(bus: BusView, smi: str | None, load_driver: bool) -> Gate | None:
@@ -185,7 +187,11 @@ class Probing:
             # others.  An outage, not one lost GPU and the rest missing.
             named = "; ".join(f"GPU {s}: {e}" for s, e in sorted(result.gpu_errors.items()))
             error = f"exit {result.exit_code}: {named}"
-            result = replace(result, rows=None, failure=Failure.GPU_LOST, error=error)
+            # The GPUs' words say why: a handle refused for want of permission is the
+            # sandbox's doing, no lost GPU.
+            failure = classify(result.exit_code or 0, named)
+            failure = failure if failure in _NOT_LOST else Failure.GPU_LOST
+            result = replace(result, rows=None, failure=failure, error=error)
         if result.rows is None:
             self._failed(result)
             return None

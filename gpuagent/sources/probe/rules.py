@@ -53,13 +53,30 @@ KINDS = (
     "wrong_driver",
 )
 
-# clocks_event_reasons.active bits that mean the hardware itself is slowing the GPU down
-# (NVML nvmlClocksEventReason*); idle, application clocks, software power cap, sync boost,
-# software thermal and display clocks are the driver doing its job.
-THROTTLE_BITS: dict[int, str] = {
-    0x8: "hardware slowdown",
-    0x40: "hardware thermal slowdown",
-    0x80: "hardware power brake",
+# Every clocks_event_reasons.active bit NVML documents (nvml.h, "NvmlClocksEventReasons" in
+# NVIDIA's NVML API Reference; DCGM's DCGM_CLOCKS_THROTTLE_REASON_* copy its notes), judged by
+# what it means.  Those that mean a problem of the host, each with its cause and fix:
+COOLING = "a cooling problem: check the fans, the airflow and the inlet temperature"
+POWER = "a power delivery problem: check the power supplies and the GPU's power cables"
+THROTTLE_BITS: dict[int, tuple[str, tuple[str, ...]]] = {
+    # "HW Slowdown (reducing the core clocks by a factor of 2 or more)": the temperature too
+    # high, the external power brake asserted, or the power draw too high (fast trigger).
+    0x8: ("hardware slowdown", (COOLING, POWER)),
+    # "SW Thermal Slowdown": the GPU or its memory above its maximum operating temperature.
+    0x20: ("software thermal slowdown", (COOLING,)),
+    0x40: ("hardware thermal slowdown", (COOLING,)),
+    # "HW Power Brake Slowdown": the external power brake, asserted by the system's power
+    # supply.
+    0x80: ("hardware power brake", (POWER,)),
+}
+# Normal operation, no problem: nothing runs (idle), the operator's application clocks, the
+# power limit doing its job (software power cap), sync boost, the display clocks.
+NORMAL_BITS: dict[int, str] = {
+    0x1: "idle",
+    0x2: "application clocks setting",
+    0x4: "software power cap",
+    0x10: "sync boost",
+    0x100: "display clock setting",
 }
 
 # Display drivers that take an NVIDIA GPU from the nvidia module: the driver's own list
@@ -89,10 +106,18 @@ def _yes(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() == "yes"
 
 
+def throttle_fix(names: Iterable[str]) -> str:
+    """What the throttle reasons ``names`` (:data:`THROTTLE_BITS`) say to fix, each cause
+    once: ``a cooling problem: check …``."""
+    causes = dict(THROTTLE_BITS.values())
+    return "; ".join(dict.fromkeys(c for n in names for c in causes.get(n, ())))
+
+
 def throttle_reasons(row: Row) -> list[str]:
-    """The hardware reasons (:data:`THROTTLE_BITS`) that hold the clocks of the GPU in
+    """The reasons of a problem (:data:`THROTTLE_BITS`) that hold the clocks of the GPU in
     ``row`` down, from ``clocks_event_reasons.active`` (``clocks_throttle_reasons.active`` on
-    older drivers, a hex bit mask); ``[]`` when none is active or the field is missing."""
+    older drivers, a hex bit mask); ``[]`` when none is active (:data:`NORMAL_BITS` and bits
+    NVML does not document are none) or the field is missing."""
     return _throttle_reasons(
         row.get("clocks_event_reasons.active") or row.get("clocks_throttle_reasons.active")
     )
@@ -105,7 +130,7 @@ def _throttle_reasons(value: object) -> list[str]:
         bits = int(value, 16)
     except ValueError:
         return []
-    return [name for bit, name in THROTTLE_BITS.items() if bits & bit]
+    return [name for bit, (name, _) in THROTTLE_BITS.items() if bits & bit]
 
 
 def _recovery(value: object) -> Finding | None:
@@ -248,7 +273,7 @@ def row_findings(
                 "throttled",
                 WARNING,
                 "check_host",
-                f"clocks held down: {', '.join(reasons)}",
+                f"clocks held down: {', '.join(reasons)}; {throttle_fix(reasons)}",
                 ends="when a sample shows no hardware slowdown",
             )
         )
@@ -384,7 +409,9 @@ def count_findings(
     """``gpu_count`` (host-level) when fewer than ``expected`` GPUs are on the bus, naming
     the ``missing`` slots (the GPUs known to this host that are not on it); each slot of
     ``removed`` (root cleared its ``gone_from_bus``: it left for good) is one GPU less to
-    expect."""
+    expect.  Where the missing GPUs explain the whole shortfall, each its own
+    ``gone_from_bus``, the count is theirs: ``cause`` ``gone_from_bus`` (one lost GPU is one
+    page, not two)."""
     out = sorted(set(removed))
     if expected is None or on_bus >= expected - len(out):
         return []
@@ -396,6 +423,7 @@ def count_findings(
     if gone:
         which, slot = ("it", gone[0]) if len(gone) == 1 else ("one", "SLOT")
         clear = f"; if {which} left for good: gpuagent clear {slot} gone_from_bus"
+    explained = len(gone) >= expected - len(out) - on_bus
     return [
         Finding(
             "gpu_count",
@@ -403,6 +431,7 @@ def count_findings(
             "check_host",
             f"{on_bus} NVIDIA GPU{'' if on_bus == 1 else 's'} on the PCI bus where "
             f"expected_gpus is {expected}{less}{named}",
+            (("cause", "gone_from_bus"),) if explained else (),
             ends=f"when {expected - len(out)} GPUs are on the PCI bus{clear}, or expected_gpus "
             "is lowered",
         )

@@ -72,6 +72,11 @@ class Samples:
         return out
 
     @property
+    def reported(self) -> frozenset[str]:
+        """The slots the last answer reported (none while a gate holds)."""
+        return frozenset(self._reported)
+
+    @property
     def named(self) -> frozenset[str]:
         """Every slot nvidia-smi has answered for since the agent started (or forgot)."""
         return frozenset(self._samples)

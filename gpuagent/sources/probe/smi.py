@@ -407,12 +407,14 @@ _BY_TEXT: tuple[tuple[str, Failure], ...] = (
     ("driver/library version mismatch", Failure.VERSION_MISMATCH),
     ("couldn't find libnvidia-ml.so", Failure.LIBRARY_MISSING),
     ("no devices were found", Failure.NO_DEVICES),
-    ("gpu is lost", Failure.GPU_LOST),
-    ("requires reset", Failure.GPU_LOST),
-    ("unable to determine the device handle", Failure.GPU_LOST),
+    # The agent's own trouble first: a handle NVML could not get for want of permission, or
+    # of /proc and /sys, is the sandbox's doing, not a lost GPU's.
     ("insufficient permissions", Failure.PERMISSION_DENIED),
     # NVML_ERROR_OPERATING_SYSTEM: /proc/driver/nvidia or /sys hidden from NVML.
     ("gpu access blocked by the operating system", Failure.BLOCKED_BY_OS),
+    ("gpu is lost", Failure.GPU_LOST),
+    ("requires reset", Failure.GPU_LOST),
+    ("unable to determine the device handle", Failure.GPU_LOST),
 )
 _BY_EXIT = {
     4: Failure.PERMISSION_DENIED,

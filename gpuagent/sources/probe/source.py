@@ -12,15 +12,25 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuagent.config import Config
-from gpuagent.sources import Findings, Outcome, Source
+from gpuagent.schema import ProbeState
+from gpuagent.sources import EVERY, Findings, Outcome, Source, Unread
 from gpuagent.sources.kernel.recurrence import recurring, swaps
 from gpuagent.sources.probe.outage import outage
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
 from gpuagent.sources.services.nvservices import fold_fabric
-from gpuagent.views import ProbeView, Tick, uuid_of
+from gpuagent.views import Gate, ProbeView, Tick, uuid_of
 
 __all__ = ["Probe"]
+
+# Why nvidia-smi's findings are not read again, by the gate that keeps it off.
+_GATED = {
+    Gate.NO_GPU: "no GPU it could answer for is on the PCI bus",
+    Gate.NVIDIA_SMI_MISSING: "nvidia-smi is not found",
+    Gate.DRIVER_NOT_LOADED: "the nvidia module is not loaded",
+}
+# The probe's states in which it read nothing.
+_DARK = (ProbeState.FAILING, ProbeState.STUCK)
 
 
 class Probe(Source):
@@ -48,10 +58,18 @@ class Probe(Source):
         gpus = tick.bus.gpus
         answer = self.probing.step(tick.bus)
         findings: dict[str, Findings] = {}
+        # No read, no change: what nvidia-smi said of a GPU it cannot answer for now holds as
+        # last seen; a GPU root said left for good is forgotten.
+        read: dict[str, str] = dict.fromkeys(tick.bus.removed, "")
+        unread: dict[str, Unread] = {}
         if self.probing.gated:
-            # What nvidia-smi said no longer holds once it cannot be asked.
-            findings["smi"] = {}
+            unread["smi"] = {EVERY: _GATED[self.probing.view.gate or Gate.NO_GPU], **read}
             self.samples.forget()
+        elif answer is None and self.probing.view.state in _DARK:
+            state = self.probing.view
+            failure = state.failure.value if state.failure else "no answer"
+            why = "stuck in the driver" if state.state is ProbeState.STUCK else failure
+            unread["smi"] = {EVERY: f"nvidia-smi {why}", **read}
         elif answer is not None:
             found = self.samples.take(answer, gpus)
             # A GPU is its board's UUID where known (a replaced board's earlier boots are
@@ -62,11 +80,13 @@ class Probe(Source):
                 found, tick.kernel.recurrence, uuids, swaps(tick.bus, uuids, tick.now)
             )
             findings["smi"] = fold_fabric(tick.services.host, found)
+            read.update(dict.fromkeys([*self.samples.reported, ""], ""))
+            unread["smi"] = {EVERY: "nvidia-smi does not report it", **read}
         samples = self.samples.mark_stale(gpus, tick.config.interval)
         view = self._view()
         down = outage(view, tick.config.backoff_after) if tick.bus.probeable else []
         findings["outage"] = {"": down} if down else {}
-        return Outcome(replace(view, samples=samples), findings)
+        return Outcome(replace(view, samples=samples), findings, unread=unread)
 
     def _view(self) -> ProbeView:
         return replace(self.probing.view, binary=self.probing.binary)

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from gpuagent.health import WARNING
-from gpuagent.sources.probe.rules import THROTTLE_BITS
+from gpuagent.sources.probe.rules import THROTTLE_BITS, throttle_fix
 from gpuagent.views import Finding
 
 __all__ = ["GAP_INTERVALS", "MIN_COVERAGE", "MIN_SAMPLES", "MIN_SLOWED", "ThrottleWindow"]
@@ -164,14 +164,14 @@ class ThrottleWindow:
         if gpu.held < max(MIN_SLOWED, self.fraction * gpu.samples):
             return None
         seen = set().union(*(b.reasons for b in gpu.buckets))
-        names = [name for name in THROTTLE_BITS.values() if name in seen]
+        names = [name for name, _ in THROTTLE_BITS.values() if name in seen]
         names += sorted(seen - set(names))
         return Finding(
             "throttled",
             WARNING,
             "check_host",
             f"clocks held down in {gpu.held} of {gpu.samples} samples over the last "
-            f"{max(self.window, span):g} s: {', '.join(names)}",
+            f"{max(self.window, span):g} s: {', '.join(names)}; {throttle_fix(names)}",
             ends=f"when fewer than {self.fraction:.0%} of at least {MIN_SAMPLES} samples over "
             f"the last {self.window:g} s are held down",
         )

@@ -83,8 +83,10 @@ class ProcessesSource(Source):
         if probe.gate is not None or probe.state is not ProbeState.OK:
             self.forget()
             return Outcome(self._view)
-        # A GPU missing from the answer stops only its own read: the others go on.
-        missing = probe.samples.missing
+        # A GPU missing from the answer stops only its own read: the others go on.  One the
+        # answer left out for any reason (gone from the bus too) has no current processes.
+        samples = probe.samples
+        missing = (*samples.missing, *sorted(set(samples.samples) - samples.fresh))
         self.read(probe.binary, [s.fields for s in probe.samples.samples.values()], missing)
         if self._view.gpus is not None:
             stale = partial.stale(self._view.gpus, self._carried, missing)

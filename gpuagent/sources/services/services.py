@@ -23,7 +23,7 @@ from gpuagent.condition import Condition, Edge
 from gpuagent.config import Config
 from gpuagent.edges.systemd.units import Result, Watch
 from gpuagent.logs import Event, EventLog
-from gpuagent.sources import Outcome, Source
+from gpuagent.sources import EVERY, Outcome, Source
 from gpuagent.sources.bus import pci
 from gpuagent.sources.services import nvservices
 from gpuagent.views import Finding, Row, ServicesView, Tick, UnitView
@@ -85,8 +85,14 @@ class ServicesSource(Source):
     def step(self, tick: Tick) -> Outcome:
         rows = {slot: s.fields for slot, s in tick.last.probe.samples.samples.items()}
         persistence = self.read(rows)
+        view = replace(self._view, host=tuple(self.host))
+        if self.error is not None:
+            # A read that failed is no unit state: what the units were holds as last seen.
+            dark = {EVERY: f"systemd's units not read: {self.error}"}
+            trouble = {"system_bus": self.error}
+            return Outcome(view, trouble=trouble, unread={"persistence": dark, "services": dark})
         return Outcome(
-            replace(self._view, host=tuple(self.host)),
+            view,
             {"persistence": persistence, "services": {"": self.host}},
             {"system_bus": self.error},
         )
@@ -106,6 +112,8 @@ class ServicesSource(Source):
         the GPUs' last samples)."""
         result = self.reader.read(nvservices.UNITS)
         self._edges(result)
+        if result.watch is Watch.ERROR:
+            return {}
         units = result.units if result.watch is Watch.OK else {}
         self._view = ServicesView(
             {
