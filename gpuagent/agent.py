@@ -188,6 +188,7 @@ class Agent:
                 tick.kernel.cleared,
                 uuid=tick.uuid,
                 serial=tick.serial,
+                causes=tick.kernel.causes,
             )
         except Exception as e:  # noqa: BLE001 - see Bug
             self._bug.caught(e)

@@ -52,9 +52,10 @@ class Held:
         return self.source, self.slot, self.finding.key
 
     def _said(self) -> tuple[object, ...]:
-        # What a write is for: not a new wording of the same problem (another throttle reason).
+        # What a write is for: not a new wording of the same problem (another throttle
+        # reason); its going unread and read again is (a restart must know it).
         f = self.finding
-        return self.key, f.severity, f.action, self.since
+        return self.key, f.severity, f.action, self.since, f.unread or ()
 
 
 class HeldProblems:
@@ -119,6 +120,7 @@ def _entry(h: Held) -> dict[str, object]:
         "unit": f.unit,
         "ends": f.ends,
         "since": h.since,
+        "unread": list(f.unread) if f.unread else None,
     }
 
 
@@ -164,8 +166,28 @@ def _held(e: Any, i: int) -> Held:
         raise TypeError(f"{where}.ends: expected a string")
     source, slot, kind, severity, action, message = (str(t) for t in texts)
     extra = _extra(e.get("extra"), where)
-    finding = Finding(kind, severity, action, message, extra, unit=unit, ends=ends)
+    unread = _unread(e.get("unread"), where)
+    finding = Finding(kind, severity, action, message, extra, unit=unit, ends=ends, unread=unread)
     return Held(source, slot, finding, float(since))
+
+
+def _unread(value: Any, where: str) -> tuple[float, str] | None:
+    """A held problem's ``unread``: ``[last read, why]`` while its source could not look
+    (absent in an older agent's file), or None."""
+    if value is None:
+        return None
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and type(value[0]) in (int, float)
+        and math.isfinite(value[0])
+        and 0 <= value[0] < 1e11
+        and isinstance(value[1], str)
+        and len(value[1]) <= 1000
+    )
+    if not ok:
+        raise TypeError(f"{where}.unread: expected [a time in seconds, a reason] or null")
+    return float(value[0]), value[1]
 
 
 def _extra(pairs: Any, where: str) -> tuple[tuple[str, int | str], ...]:

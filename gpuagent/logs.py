@@ -72,6 +72,8 @@ class Event(Enum):
     BOARD_READ_RECOVERED = "771d5490213d49bd84c387901144a36b"
     # A slot's board replaced (its UUID changed), with the old and the new serial.
     BOARD_REPLACED = "0c3fbb108e5e4888982c5337ccf08ae7"
+    # A remembered board on the bus in another slot (moved, the bus renumbered): not gone.
+    BOARD_MOVED = "edd3b490f0314ef3925c4f59497b7ec8"
     # Another UUID in a slot that never left the bus this boot: inconsistent input, no swap.
     BOARD_UUID_INCONSISTENT = "20d49336a42a4aed9f520b0348791015"
     WEAR_READ_FAILED = "64bfa69231ca4e228da10c72899114e6"

@@ -22,6 +22,7 @@ from gpuagent.held import Held, by_source
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources import EVERY, Unread
 from gpuagent.sources.kernel import clears
+from gpuagent.sources.kernel.drivercatalog import Cause
 from gpuagent.sources.probe import rules
 from gpuagent.views import BusView, Clear, Finding, Problem
 
@@ -79,12 +80,15 @@ class Verdict:
         *,
         uuid: Callable[[str], str | None] = lambda slot: None,
         serial: Callable[[str], str | None] = lambda slot: None,
+        causes: Mapping[str, Cause] | None = None,
     ) -> None:
         """Settle the sources at wall time ``now`` (s) with the bus as scanned and log what
         started, changed and ended; ``cleared`` is each GPU's last operator's clear (an end
         it covers says so), ``uuid`` a GPU's UUID by slot (its lines' ``GPU_UUID``: the
         board's story in ``gpuagent history``, whatever slot it was in) and ``serial`` its
-        board's serial number (with the UUID, what tells a board back after an RMA)."""
+        board's serial number (with the UUID, what tells a board back after an RMA), and
+        ``causes`` the driver's own words on why it could not take a GPU, by slot (a GPU
+        bound to no driver says so)."""
         self._cleared = cleared or {}
         self._uuid = uuid
         for read in self._reading:
@@ -92,20 +96,32 @@ class Verdict:
         self._reading.clear()
         self._judged = now
         gpus = list(bus.gpus)
+        # No tick judges a board before its identity is read: a slot whose remembered board
+        # is not on it may have it elsewhere (the bus renumbered) while a GPU in a slot that
+        # had none has not said its UUID yet.
+        unread = any(
+            g.probeable and g.slot not in bus.boards and uuid(g.slot) is None for g in gpus
+        )
+        waiting = {s for s in bus.seen if s in bus.boards} if unread else set()
+        # One whose board answers in another slot now (the bus renumbered) is not gone.
+        here = {u.lower() for g in gpus if (u := uuid(g.slot))}
+        away = bus.seen - {g.slot for g in gpus}
+        moved = {s for s in away if bus.boards.get(s, "").lower() in here}
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
             loaded = any(g.driver is None for g in gpus) and bus.module_loaded
             found = rules.bus_findings(
                 gpus,
-                set(bus.seen),
+                set(bus.seen) - waiting - moved,
                 module_loaded=loaded,
                 not_back=bus.not_back,
                 gone_since=bus.gone_since,
+                causes=causes,
             )
             for slot, wrong in rules.wrong_driver_findings(gpus).items():
                 found.setdefault(slot, []).extend(wrong)
             self.report("pci", found)
-        missing = bus.seen - {g.slot for g in gpus}
+        missing = away - moved
         # Root's clear of a gone_from_bus (it left for good) ends its share of the count.
         removed = [s for s, n in bus.removed.items() if n == expected_gpus]
         count = rules.count_findings(len(gpus), expected_gpus, missing, removed)
@@ -150,7 +166,8 @@ class Verdict:
         }
         if what == "end":
             by = self._cleared.get(p.slot)
-            if by is not None and clears.covers(by.kind, f.kind):
+            unread = f.unread is not None and self._cleared_unread(p.slot, f.kind, f.unread[0])
+            if by is not None and (clears.covers(by.kind, f.kind) or unread):
                 at = time.strftime("%H:%M:%S", time.localtime(by.at))
                 text = f"{where}: {f.name} cleared by an operator ({by.by} at {at})"
                 self.log(logging.INFO, Event.PROBLEM_CLEARED, text, cleared_by=by.by, **fields)
@@ -227,10 +244,18 @@ class Verdict:
             new = {f.key for f in kept}
             at = self._read_at.get((source, slot), self._judged)
             for f in fs:
-                if f.key not in new:
-                    first = f.unread[0] if f.unread else at
-                    kept.append(replace(f, unread=(first if first is not None else 0.0, why)))
+                first = f.unread[0] if f.unread else at
+                first = first if first is not None else 0.0
+                # Root's clear of it since it was last read ends it (nothing else can).
+                if f.key not in new and not self._cleared_unread(slot, f.kind, first):
+                    kept.append(replace(f, unread=(first, why)))
         return out
+
+    def _cleared_unread(self, slot: str, kind: str, since: float) -> bool:
+        """Whether root cleared ``kind`` on ``slot`` (by its name) since ``since`` (wall s,
+        when it was last read): the one end of a problem held unread besides a read."""
+        by = self._cleared.get(slot)
+        return by is not None and by.kind == kind and by.at >= since
 
     def held(self) -> list[Held]:
         """The problems open now, each with the source that reports it (what

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuagent.commands.cli import main
+from gpuagent.edges import bootid
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.board import serials
 from gpuagent.sources.bus.known import DEPARTED, KnownGpus, boards_with
@@ -122,7 +123,7 @@ def test_the_file_keeps_the_serial_and_a_new_uuid_is_a_swap(tmp_path: str) -> No
     # The board replaced out of the slot is remembered with its serial.
     assert boards_with(path, "1320221034567") == {OLD}
     assert known.departed == [
-        {"pci_slot": slot, "uuid": OLD, "serial": "1320221034567", "at": None}
+        {"pci_slot": slot, "uuid": OLD, "serial": "1320221034567", "at": None, "boot": "b2"}
     ]
 
 
@@ -404,3 +405,46 @@ def test_a_departure_time_no_date_can_be_made_of_is_a_bad_file(tmp_path: str) ->
         known = KnownGpus(str(tmp_path), EventLog(), "b1")
         assert known.departed == [] and known.error is not None
         assert known.error.endswith("departed[0]: at must be a number or null"), known.error
+
+
+FELL_OFF_AT_PROBE = (
+    "NVRM: The NVIDIA GPU 0000:18:00.0\n"
+    " NVRM: (PCI ID: 10de:2335) installed in this system has\n"
+    " NVRM: fallen off the bus and is not responding to commands.\n"
+)
+
+
+@pytest.mark.parametrize("replaced", [True, False])
+def test_a_swap_survives_a_restart_in_its_boot_and_no_tick_judges_before_it(
+    host: Host, make: Any, replaced: bool
+) -> None:
+    """Issue 30's promise, tried (issue 39): two earlier boots' probe-time "fallen off the bus"
+    records (xid-79-driver570-open-multiline-no-xid's shape, moved to the slot) name only the
+    slot, and so does this boot's.  A board replaced at this boot's start is judged as the
+    new board from the first tick on, and after a restart in the same boot too; the board
+    that stayed asks for its RMA."""
+    slot = host.slots[0]
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    with open(os.path.join(state, "gpus.json"), "w", encoding="utf-8") as f:
+        json.dump({"gpus": [{"pci_slot": slot, "uuid": OLD, "name": "H200", "boot": A}]}, f)
+    now = bootid.current()
+    journal = make(
+        f"{FELL_OFF_AT_PROBE}#@boot {B}\n{FELL_OFF_AT_PROBE}#@boot {now}\n{FELL_OFF_AT_PROBE}",
+        boot=A,
+        start=time.time() - 3 * 86400,
+    )
+    host.healthy(override={slot: {"uuid": NEW if replaced else OLD}})
+    actions: set[str] = set()
+    for _ in range(2):  # an agent, then a restart in the same boot
+        host.make_agent(state_directory=state, journal_directory=journal, history_days=3650)
+        for _ in range(3):
+            st = host.tick().state
+            xid = [p for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
+            actions.update(p["action"] for p in xid if p["kind"] == "xid")
+    told = {r.ACTION for r in host.events(Event.XID_PROBLEM)}  # type: ignore[attr-defined]
+    if replaced:
+        assert actions == told == {"reboot"}
+        assert len(host.events(Event.BOARD_REPLACED)) == 1
+    else:
+        assert "drain_and_rma" in actions

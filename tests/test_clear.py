@@ -3,6 +3,7 @@ records from real journal files (make-test-journal, then entries appended as jou
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import time
@@ -195,7 +196,7 @@ def test_parse_honours_root_only_and_latching_kinds() -> None:
     for bad in (
         {**good, "_UID": b"1000"},
         {k: v for k, v in good.items() if k != "_UID"},
-        {**good, "KIND": b"throttled"},
+        {**good, "KIND": b"Throttled!"},
         {**good, "PCI_SLOT": b"nonsense"},
         {k: v for k, v in good.items() if k != "KIND"},
     ):
@@ -447,3 +448,20 @@ def test_a_host_problem_is_refused_saying_how_it_ends(
     code, _, err = clear_cli(conf, "host", "driver_hung")
     assert code == 1 and "a host problem ends when its cause does; no clear ends it" in err
     assert sent.entries == []
+
+
+def test_the_command_clears_a_live_problem_held_unread(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A problem read live is ended by its cause, unless its source cannot look: then only
+    root's clear of its own kind ends it (issue 39)."""
+    sent = Sent(monkeypatch)
+    st: State = json.loads(json.dumps(xid_state()))  # a copy to change
+    st["gpus"][0]["problems"][1]["unread_since"] = time.time()
+    st["gpus"][0]["problems"][1]["unread"] = "the nvidia module is not loaded"
+    conf = write_state(str(tmp_path), st)
+    code, out, err = clear_cli(conf, SLOT, "recovery_action")
+    assert (code, err) == (0, "")
+    assert out.startswith(f"{SLOT}: recovery_action cleared by ")
+    (e,) = sent.entries
+    assert e["KIND"] == "recovery_action"

@@ -8,10 +8,20 @@ module's, as NVIDIA/open-gpu-kernel-modules#1332 and awslabs/amazon-eks-ami#2769
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 from gpuagent.health import ACTIONS
+from gpuagent.logs import Event
 from gpuagent.sources.kernel.drivercatalog import CATALOG, Causes, parse
+from tests import fakesysfs
+from tests.conftest import Host
+from tests.test_kernel import running_before
+from tests.test_kernlog import corpus_text, make
+
+__all__ = ["make"]  # the journal fixture, for the tests below
 
 SLOT = "0000:3b:00.0"
 # (the record, the GPU it names (None: RM's instance only, or none), the cause's name)
@@ -114,6 +124,32 @@ TEXTS = [
         "fsp_boot_failed",
     ),
     ("NVRM: failed to wait for bar firewall to lower", None, "bar_firewall"),
+    ("NVRM: ignoring the legacy GPU 0000:01:00.0", "0000:01:00.0", "legacy_gpu"),
+    ("NVRM: GPU 0000:3b:00.0: rm_init_private_state() failed!", SLOT, "unknown_to_driver"),
+    (
+        "NVRM: GPU0 RmInitAdapter: osVerifySystemEnvironment failed, bailing!",
+        None,
+        "interrupts_silent",
+    ),
+    (
+        "NVRM: GPU0 kgspInitRm_IMPL: failed to extract VBIOS image from ROM: 0x25",
+        None,
+        "vbios_unreadable",
+    ),
+    (
+        "NVRM: GPU0 kgspExtractVbiosFromRom_TU102: did not find valid ROM signature",
+        None,
+        "vbios_unreadable",
+    ),
+    (
+        "NVRM: GPU0 kgspBootstrap_TU102: failed to execute Booter Load (ucode for initial "
+        "boot): 0x65",
+        None,
+        "gsp_boot_failed",
+    ),
+    ("NVRM: GPU0 kgspBootstrap_TU102: Failed to boot GSP.", None, "gsp_boot_failed"),
+    # rminitadapter-failed-gsp-driver550's first record (the capture, its time dropped).
+    ("NVRM: RmInitAdapter: Cannot initialize GSP firmware RM", None, "gsp_boot_failed"),
 ]
 
 
@@ -168,3 +204,42 @@ def test_a_cause_that_names_no_gpu_is_the_next_init_failures() -> None:
     # A failure with nothing waiting says nothing.
     causes.failed("0000:5e:00.0")
     assert "0000:5e:00.0" not in causes.by_slot
+
+
+def test_a_gpu_the_proprietary_module_cannot_take_says_which_module(host: Host, make: Any) -> None:
+    """awslabs/amazon-eks-ami#2769: a Blackwell GPU under the proprietary module.  A reboot
+    loads the same module: the action is the host's fix, not a reboot (issue 39)."""
+    sick = host.slots[2]
+    fakesysfs.bind(host.root, sick, None)
+    host.healthy(slots=[s for s in host.slots if s != sick])
+    # One record: make-test-journal joins an indented line to the one before, as dmesg
+    # shows a record's later lines.
+    text = TEXTS[0][0].replace("0000:01:00.0", sick).replace("\nNVRM:", "\n NVRM:")
+    host.make_agent(journal_directory=make(text + "\n"))
+    host.tick(2)
+    (p,) = next(g for g in host.state["gpus"] if g["pci_slot"] == sick)["problems"]
+    assert (p["kind"], p["severity"], p["action"]) == ("no_driver", "critical", "check_host")
+    assert "runs only with the open kernel modules" in p["message"]
+    assert "install the open kernel modules" in p["message"]
+    (line,) = host.events(Event.problem("no_driver"))
+    assert "action: check_host" in line.getMessage()
+
+
+def test_an_init_failure_takes_its_cause_from_the_records_before_it(host: Host, make: Any) -> None:
+    """The GSP firmware missing (the driver's words, NVIDIA/open-gpu-kernel-modules#639), then
+    the captured init failure of the same GPU: init_failed names the firmware to install."""
+    failure = corpus_text("rminitadapter-failed-gsp-driver550").splitlines()
+    sick = host.slots[3]
+    lines = [
+        "NVRM: RmFetchGspRmImages: No firmware image found",
+        *(re.sub(r"^\[[ \d.]+\] ", "", line) for line in failure[1:]),
+    ]
+    text = "\n".join(lines).replace("0000:98:00", sick[: -len(".0")]) + "\n"
+    running_before(host.make_agent(journal_directory=make(text)))
+    host.tick(2)
+    (p,) = next(g for g in host.state["gpus"] if g["pci_slot"] == sick)["problems"]
+    assert (p["kind"], p["action"]) == ("init_failed", "check_host")
+    assert p["message"].startswith(
+        "the driver could not initialise the GPU (RmInitAdapter failed (0x62:0x65:1792)): the "
+        "GSP firmware of this driver version is not on disk"
+    )

@@ -326,3 +326,22 @@ def test_an_unloaded_module_ends_a_hung_driver(host: Host) -> None:
     fakesysfs.set_module(host.root, False)
     host.tick()
     assert [k for k, _, _ in kinds(host)] == ["no_driver_module"]
+
+
+def test_a_cpu_starved_agent_is_said_so_and_never_drains(host: Host) -> None:
+    """The kernel's CPU pressure for the agent: its probes time out because it waits for a
+    CPU, not because the driver hangs (issue 39)."""
+    host.scenario(hang=60)  # the fake's /proc made anew: the pressure file after it
+    os.makedirs(os.path.join(host.proc, "pressure"), exist_ok=True)
+    with open(os.path.join(host.proc, "pressure", "cpu"), "w", encoding="ascii") as f:
+        f.write("some avg10=91.00 avg60=80.50 avg300=40.00 total=123456789\n")
+    host.make_agent(probe_timeout=0.3, hang=True, driver_hung_after=30.0)
+    host.tick(9)
+    (slow,) = host_problems(host)
+    assert (slow["kind"], slow["severity"], slow["action"]) == (
+        "smi_timeout",
+        "warning",
+        "check_host",
+    )
+    assert "the agent waited for a CPU 80.5 % of the last minute" in slow["message"]
+    assert drain.critical(host.state) is None

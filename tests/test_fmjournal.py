@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
 from gpuagent.edges import bootid
 from gpuagent.health import CRITICAL
 from gpuagent.logs import Event
-from gpuagent.sources.services import nvservices
+from gpuagent.sources.services import nvservices, unitlog
 from gpuagent.sources.services.nvservices import (
     FABRICMANAGER,
     UnitFacts,
@@ -121,6 +122,11 @@ def fm_journal(directory: str, boot: str, said: list[str], **forged: dict[str, s
     entries = [{**fm, "SYSLOG_IDENTIFIER": "nv-fabricmanager", "MESSAGE": m} for m in said]
     refusal = messages(os.path.join(HOST, H200_735 + ".txt"))[0]
     entries += [{**fm, **fields, "MESSAGE": refusal} for fields in forged.values()]
+    return journal_of(directory, entries)
+
+
+def journal_of(directory: str, entries: list[dict[str, str]]) -> str:
+    """``directory`` made, with a journal file of ``entries`` in it."""
     os.makedirs(directory)
     stream = os.path.join(directory, "export")
     with open(stream, "wb") as f:
@@ -201,3 +207,33 @@ def test_on_the_fake_host_the_mismatch_is_one_line_and_no_restart_advice(
 def test_kinds_and_events() -> None:
     assert "fabricmanager_mismatch" in nvservices.KINDS
     assert Event.problem("fabricmanager_mismatch") is Event.PROBLEM_FABRICMANAGER_MISMATCH
+
+
+def test_under_a_containers_boot_id_the_journals_own_boot_is_read(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a container the kernel's boot id (what the agent sees) is not journald's; the
+    kernel's records are read under the journal's boot, and so are the unit's (issue 39)."""
+    from systemd import journal  # noqa: PLC0415 - python3-systemd, a test of the journal
+
+    if REMOTE is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    said = messages(os.path.join(HOST, AKASH + ".txt"))
+    journald = "c" * 32
+    now_us = int(time.time() * 1e6)
+    fm = {
+        "_BOOT_ID": journald,
+        "_MACHINE_ID": "0" * 32,
+        "_HOSTNAME": "node1",
+        "_TRANSPORT": "stdout",
+        "_SYSTEMD_UNIT": FABRICMANAGER,
+        "_UID": "0",
+        "SYSLOG_IDENTIFIER": "nv-fabricmanager",
+    }
+    entries = [
+        {**fm, "MESSAGE": m, "__REALTIME_TIMESTAMP": str(now_us + i)} for i, m in enumerate(said)
+    ]
+    directory = journal_of(os.path.join(str(tmp_path), "j"), entries)
+    # The system journal ("" as the directory) is this test's files.
+    monkeypatch.setattr(unitlog, "_reader", lambda _: journal.Reader(path=directory))
+    assert unit_messages("", FABRICMANAGER, bootid.current()) == said

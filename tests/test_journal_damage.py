@@ -8,9 +8,11 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from gpuagent.sources.kernel.earlier import EarlierBoots
 from gpuagent.sources.kernel.kernlog import DAMAGE_HOLD, KernelLog
 from gpuagent.sources.kernel.xidcount import XidCounter
 from tests.conftest import Clock
+from tests.journalfeed import this_boot
 from tests.test_kernlog import append, export, make, records
 
 __all__ = ["make"]  # the fixture
@@ -83,3 +85,23 @@ def test_after_the_damage_appended_records_still_come(make: Any) -> None:
     append(directory, export(extra))
     later = [m for _, m in records(log)]
     assert any("Xid (PCI:0000:3b:00): 48" in m for m in later), later
+
+
+def test_the_earlier_boots_read_goes_on_past_damage_and_says_so(make: Any) -> None:
+    """Three earlier boots in one file, damaged in the second: sd-journal dropped the file
+    from the reader there, and every boot after it was lost without a word (issue 39).  Now
+    the read goes on past the damage and the state's history says it met one."""
+    boots = ["a" * 32, "b" * 32, "c" * 32]
+    filler = "".join(f"kernel: e1000e 0000:00:19.0 eth0: link flap {i}\n" for i in range(FILLER))
+    text = "".join(f"#@boot {b}\n{filler}" for b in boots[1:])
+    journal = make(filler + text + f"#@boot {this_boot()}\nkernel: now\n", boot=boots[0])
+    damage(f"{journal}/x.journal")
+    reading = EarlierBoots(journal, 100000, 2)
+    for _ in range(100_000):
+        if reading.done:
+            break
+        reading.step()
+    assert reading.done
+    assert boots[2] in reading.boots
+    assert "a damaged journal file" in reading.summary
+    assert reading.summary.startswith("3 earlier boots")

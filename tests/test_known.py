@@ -11,7 +11,7 @@ from typing import Any
 from gpuagent.logs import Event
 from gpuagent.schema import State
 from gpuagent.sources.bus.known import FILE
-from tests import fakesysfs
+from tests import fakesysfs, replay
 from tests.conftest import Host
 from tests.test_clear import LATER, clear_entry
 from tests.test_kernlog import append, make
@@ -152,3 +152,34 @@ def test_after_a_reboot_a_gpu_that_did_not_come_back_is_said_to_be_so(
     host.make_agent(state_directory=directory, boot=lambda: "b" * 32)
     (p,) = [p for g in host.tick().state["gpus"] if g["pci_slot"] == sick for p in g["problems"]]
     assert p["message"] == "the GPU did not come back on the PCI bus after the reboot"
+
+
+def test_a_renumbered_bus_loses_no_gpu(host: Host, make: Any, tmp_path: str) -> None:
+    """A BIOS or kernel change renumbers the PCI bus: every board answers in a new slot under
+    its UUID.  No GPU is gone from the bus, not even on the first tick, when the boards have
+    not said their UUIDs yet (issue 39)."""
+    journal = make("kernel: nothing of the driver's\n")
+    directory = os.path.join(str(tmp_path), "lib")
+    os.mkdir(directory)
+    host.make_agent(state_directory=directory, journal_directory=journal, boot=lambda: "a" * 32)
+    host.tick(2)
+    uuids = {s: replay.gpu_uuid(s) for s in host.slots}
+    # The next boot: each board one bus further on, its UUID the same.
+    renumbered = {s: f"0000:{int(s[5:7], 16) + 1:02x}:00.0" for s in host.slots}
+    for old, new in renumbered.items():
+        fakesysfs.remove_device(host.root, old)
+        fakesysfs.add_device(
+            host.root, new, fakesysfs.NVIDIA, fakesysfs.H200, fakesysfs.CLASS_3D, "nvidia"
+        )
+    host.healthy(
+        slots=list(renumbered.values()),
+        override={new: {"uuid": uuids[old]} for old, new in renumbered.items()},
+    )
+    host.make_agent(state_directory=directory, journal_directory=journal, boot=lambda: "b" * 32)
+    for _ in range(3):
+        st = host.tick().state
+        assert [p for g in st["gpus"] for p in g["problems"]] == [], st["status"]
+    assert sorted(g["pci_slot"] for g in st["gpus"]) == sorted(renumbered.values())
+    moved = host.events(Event.BOARD_MOVED)
+    assert sorted(r.OLD_SLOT for r in moved) == sorted(renumbered)  # type: ignore[attr-defined]
+    assert host.events(Event.problem("gone_from_bus")) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from gpuagent.commands import drain
 from gpuagent.commands.status import ExitCode, judge
@@ -21,6 +22,10 @@ from gpuagent.schema import GpuEntry
 from tests import fakesysfs
 from tests.conftest import Host
 from tests.fake_units import FakeUnits, unit
+from tests.test_clear import clear_entry
+from tests.test_kernlog import append, make
+
+__all__ = ["make"]  # the journal fixture
 
 RESET = "[GPU requires reset]"
 FM, PD = "nvidia-fabricmanager.service", "nvidia-persistenced.service"
@@ -140,3 +145,55 @@ def test_units_unread_hold_the_services_problems(host: Host) -> None:
     host.tick()
     assert host.state["host_problems"] == []
     assert len(cleared(host)) == 1
+
+
+def test_roots_clear_ends_a_problem_held_unread(host: Host, make: Any) -> None:
+    """Nothing but a read or a clear ends it: root, who reset the GPU while the module was out,
+    says so with gpuagent clear SLOT requires_reset."""
+    sick = host.slots[5]
+    host.healthy(override={sick: {"pstate": RESET, "temperature.gpu": RESET}})
+    journal = make("kernel: nothing of the driver's\n")
+    host.make_agent(journal_directory=journal)
+    host.tick(2)
+    fakesysfs.set_module(host.root, False)
+    host.tick()
+    assert entry(host, sick)["problems"][0]["unread"] == "the nvidia module is not loaded"
+    append(journal, clear_entry("0", time.time() + 1, slot=sick, kind="requires_reset"))
+    host.tick(2)
+    assert entry(host, sick)["problems"] == []
+    (line,) = cleared(host)
+    assert line.startswith(f"GPU {sick}: requires_reset cleared by an operator (root at ")
+    # A read that shows it again starts it again.
+    fakesysfs.set_module(host.root, True)
+    host.tick()
+    assert [p["kind"] for p in entry(host, sick)["problems"]] == ["requires_reset"]
+    assert len(host.events(Event.problem("requires_reset"))) == 2
+
+
+def test_a_live_problem_read_now_is_not_cleared_by_hand(host: Host, make: Any) -> None:
+    sick = reset_needed(host)
+    journal = make("kernel: nothing of the driver's\n")
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    append(journal, clear_entry("0", time.time() + 1, slot=sick, kind="requires_reset"))
+    host.tick(2)
+    assert [p["kind"] for p in entry(host, sick)["problems"]] == ["requires_reset"]
+
+
+def test_a_restart_keeps_what_is_held_unread(host: Host, tmp_path: str) -> None:
+    """problems.json keeps the unread mark: a restart (an upgrade, during the driver's) holds
+    the problem as last seen, unknown, not as read now."""
+    sick = host.slots[5]
+    host.healthy(override={sick: {"pstate": RESET, "temperature.gpu": RESET}})
+    directory = str(tmp_path)
+    host.make_agent(state_directory=directory)
+    host.tick(2)
+    fakesysfs.set_module(host.root, False)
+    host.tick()
+    host.make_agent(state_directory=directory)
+    host.tick(2)
+    g = entry(host, sick)
+    (p,) = [p for p in g["problems"] if p["kind"] == "requires_reset"]
+    assert p["unread"] == "the nvidia module is not loaded"
+    assert g["health"] == "unknown"
+    assert cleared(host) == []

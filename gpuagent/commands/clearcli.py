@@ -28,15 +28,17 @@ def send(**fields: Any) -> None:
     journal.send(**fields)
 
 
-def _held(state_file: str, slot: str) -> tuple[list[str] | None, str]:
-    """The kinds of the problems the GPU in ``slot`` has now, or None without a state, and
-    then the note for the clear's line: the agent is not running, or its state could not be
-    read (a refused read is said, not taken for a stopped agent)."""
+def _held(state_file: str, slot: str) -> tuple[dict[str, bool] | None, str]:
+    """The kinds of the problems the GPU in ``slot`` has now, each with whether it is held
+    unread (its source cannot look), or None without a state, and then the note for the
+    clear's line: the agent is not running, or its state could not be read (a refused read is
+    said, not taken for a stopped agent)."""
     from gpuagent.commands.slurmcheck import state_reason  # noqa: PLC0415
 
     st, why = state_reason(state_file)
     if st is not None:
-        return [p["kind"] for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]], ""
+        mine = [p for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
+        return {p["kind"]: "unread_since" in p for p in mine}, ""
     if not os.path.lexists(state_file):
         return None, " (gpuagent is not running: it applies the clear when it starts)"
     return None, f" ({why}: the agent applies the clear as it reads the journal)"
@@ -66,8 +68,9 @@ def _refuse_host(ctx: click.Context, kind: str) -> NoReturn:
 def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     """After a repair, end the GPU's problems that hold until the next boot (xid,
     init_failed, pcie_error), or forget a GPU gone from the bus for good (gone_from_bus); root
-    only.  A problem read live is refused (exit 1), and so is a host's (SLOT ``host``): the
-    refusal says how it ends."""
+    only.  A problem read live is refused (exit 1) unless it is held unread (its source cannot
+    look: the nvidia module unloaded, nvidia-smi missing), and so is a host's (SLOT ``host``):
+    the refusal says how it ends."""
     import pwd  # noqa: PLC0415
 
     from gpuagent.logs import Event  # noqa: PLC0415
@@ -81,16 +84,17 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     if every == (kind is not None):
         raise click.UsageError("name one KIND, or --all")
     what = clears.ALL if every else str(kind)
+    path, required = ctx.obj["config_file"]
+    held, later = _held(config.salvage(path, required=required)[0].state_file, where)
     refused = clears.refusal(what)
-    if refused is not None:
+    # A live problem held unread (no read can end it now) is ended by its own name.
+    if refused is not None and not (held or {}).get(what):
         click.echo(f"gpuagent: cannot clear {where} {what}: {refused}", err=True)
         sys.exit(1)
     if os.geteuid() != 0:
         click.echo("gpuagent: clear: only root's clears count; run it as root", err=True)
         sys.exit(EX_NOPERM)
-    path, required = ctx.obj["config_file"]
-    held, later = _held(config.salvage(path, required=required)[0].state_file, where)
-    if held is not None:
+    if held is not None and refused is None:
         live = sorted({k for k in held if clears.refusal(k) is not None})
         ends = [k for k in held if clears.covers(what, k)]
         if not ends:

@@ -9,7 +9,8 @@ administrator's drain is left alone; a healthy node's check asks slurmctld nothi
 24.11's does before slurmd registers, mej/nhc#159); and the check ends in time with slurmctld
 gone.  A stuck nvidia-smi (the fake's process put in a frozen cgroup v1 freezer from the host:
 state D, SIGKILL pending until the thaw) drains the node as ``driver_hung``, and its end (the
-thaw, three normal answers) resumes it.
+thaw, three normal answers) resumes it.  The nvidia module unloaded under a drain keeps the
+node drained: the problem holds unread until a read shows it gone.
 """
 
 from __future__ import annotations
@@ -150,9 +151,32 @@ def drained_by_us(c: Container) -> None:
     reason = f"gpuagent: {sick} recovery_action reset_gpu"
     wait_for("the gpuagent: drain", lambda: s.reason() == reason, 40)
     assert "DRAIN" in s.state()
+    dark_keeps_the_drain(c, sick, reason)
     scenario(c, None)
     wait_for("the node resumed", lambda: s.state() == "IDLE", 40)
     assert s.reason() == ""
+
+
+def dark_keeps_the_drain(c: Container, sick: str, reason: str) -> None:
+    """The nvidia module unloaded under the drain (a driver upgrade): nobody reset the GPU, so
+    the problem holds unread and slurm-check keeps the node drained; the module back, the
+    read decides (issue 39)."""
+    s = Slurm(c)
+    c.run("rm", "-r", f"{FAKE}/sys/module/nvidia")
+
+    def unread() -> bool:
+        st = json.loads(c.run("gpuagent", "status", "--json", check=False).stdout)
+        gpu = next(g for g in st["gpus"] if g["pci_slot"] == sick)
+        return any("unread_since" in p for p in gpu["problems"])
+
+    wait_for("the problem held unread", unread, 30)
+    hand = c.run("env", f"SLURMD_NODENAME={c.name}", WRAPPER, check=False)
+    assert hand.returncode == 0, hand.stderr
+    assert "resuming" not in hand.stdout and f"drained: {reason}" in hand.stdout, hand.stdout
+    assert (s.reason(), "DRAIN" in s.state()) == (reason, True)
+    assert f"{sick}: recovery_action cleared" not in c.journal()
+    c.run("mkdir", "-p", f"{FAKE}/sys/module/nvidia")
+    wait_for("read again", lambda: not unread(), 30)
 
 
 def cleared_by_root(c: Container, work: str) -> None:

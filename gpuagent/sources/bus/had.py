@@ -39,8 +39,9 @@ class GpusHad(Source):
         self.log = log
         self.known = KnownGpus(directory, log, boot)
         self._stepped = False
-        # The slots whose board was replaced while this agent ran, and when it saw it.
-        self._replaced: dict[str, float] = {}
+        # The slots whose board was replaced this boot, and when: those the agent before a
+        # restart saw (the file's departures of this boot), and those this one sees.
+        self._replaced: dict[str, float] = self.known.replaced
         # The departed boards' notes, made again when a board departs (each departure makes
         # a new list): (the list they were made of, the notes).
         self._notes: tuple[list[Entry], dict[str, str]] | None = None
@@ -56,6 +57,8 @@ class GpusHad(Source):
             not_back=frozenset(self.known.not_back),
             gone_since=self.known.gone_since,
             removed=dict(self.known.removed),
+            replaced=dict(self._replaced),
+            boards=self._boards(),
         )
 
     def step(self, tick: Tick) -> Outcome:
@@ -87,15 +90,34 @@ class GpusHad(Source):
                 self._tell(swap)
             else:
                 self._odd(swap)
-        boards = {s: u for s, g in self.known.gpus.items() if isinstance(u := g.get("uuid"), str)}
+        # A board is known by its UUID wherever the bus put it: one in another slot now left
+        # no GPU gone from the bus behind it.
+        moved = self.known.moved(present)
+        if moved:
+            self.known.moved_away(moved)
+            bus = _forget(bus, moved)
+            for old, new in sorted(moved.items()):
+                self.log(
+                    logging.INFO,
+                    Event.BOARD_MOVED,
+                    f"GPU {new}: its board ({present[new].get('uuid')}) was in {old}: moved, "
+                    "or the PCI bus renumbered; its slot's past goes with it by its UUID",
+                    pci_slot=new,
+                    gpu_uuid=present[new].get("uuid"),
+                    old_slot=old,
+                )
         bus = replace(
             bus,
             removed=dict(self.known.removed),
             replaced=dict(self._replaced),
-            boards=boards,
+            boards=self._boards(),
             departed=self._departed(),
         )
         return Outcome(bus, trouble={"known_gpus": self.known.error})
+
+    def _boards(self) -> dict[str, str]:
+        """The UUID remembered in each slot."""
+        return {s: u for s, g in self.known.gpus.items() if isinstance(u := g.get("uuid"), str)}
 
     def _departed(self) -> dict[str, str]:
         """What each problem of a board back in this host after it was replaced says of it,

@@ -87,6 +87,18 @@ class KnownGpus:
         )
 
     @property
+    def replaced(self) -> dict[str, float]:
+        """The slots whose board was replaced this boot (the file's departures of this boot),
+        and when (s since the epoch): a restart in the swap's boot still knows it."""
+        return {
+            str(d["pci_slot"]): float(at)
+            for d in self.departed
+            if self.boot
+            and d.get("boot") == self.boot
+            and isinstance(at := d.get("at"), int | float)
+        }
+
+    @property
     def gone_since(self) -> dict[str, float]:
         """When each GPU missing from the bus was first found missing (s since the epoch)."""
         out: dict[str, float] = {}
@@ -119,7 +131,8 @@ class KnownGpus:
                 swaps.append(Swap(slot, old, gpu))
                 if not _moved(old, present):
                     left = {"pci_slot": slot, "uuid": old.get("uuid"), "serial": old.get("serial")}
-                    self.departed = [*self.departed, {**left, "at": now}][-DEPARTED:]
+                    left = {**left, "at": now, "boot": self.boot or None}
+                    self.departed = [*self.departed, left][-DEPARTED:]
                 old = {}
             merged[slot] = {k: gpu.get(k) or old.get(k) for k in _BOARD}
             # The remembered board is known on the bus this boot once its UUID is read there:
@@ -139,6 +152,25 @@ class KnownGpus:
     def _stayed(self, old: Mapping[str, object]) -> bool:
         """Whether the board ``old`` was on the bus in this boot and never left it."""
         return bool(self.boot) and old.get("boot") == self.boot and old.get("gone_at") is None
+
+    def moved(self, present: Mapping[str, Gpu]) -> dict[str, str]:
+        """The remembered boards not in their slot that are on the bus in another (``present``
+        by slot, with the UUIDs read): old slot to new.  A renumbered bus (a BIOS or kernel
+        change) moves every board; none of them left."""
+        here = {u.lower(): s for s, g in present.items() if isinstance(u := g.get("uuid"), str)}
+        return {
+            slot: here[b.lower()]
+            for slot, g in self.gpus.items()
+            if slot not in present and isinstance(b := g.get("uuid"), str) and b.lower() in here
+        }
+
+    def moved_away(self, slots: Iterable[str]) -> None:
+        """Forget ``slots``: their boards are on the bus elsewhere (:meth:`moved`)."""
+        gone = [s for s in slots if s in self.gpus]
+        for slot in gone:
+            del self.gpus[slot]
+        if gone:
+            self._write()
 
     def forget(self, slots: Iterable[str], expected: int | None = None) -> None:
         """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good), each
@@ -161,9 +193,10 @@ def _parsed(data: Any) -> tuple[dict[str, Entry], dict[str, int | None], list[En
     """The GPUs of the file's JSON ``{"gpus": [{"pci_slot": str, "uuid": str|null, "name":
     str|null, "serial": str|null, "boot": str|null, "gone_at": finite number|null}, ...],
     "removed": [{"pci_slot": str, "expected_gpus": int|null}, ...], "departed":
-    [{"pci_slot": str, "uuid": str|null, "serial": str|null, "at": finite number|null}, ...]}``
-    (``serial``, ``removed`` and ``departed`` absent in an older agent's file), those removed
-    and those departed; raises TypeError naming what is not so."""
+    [{"pci_slot": str, "uuid": str|null, "serial": str|null, "at": finite number|null, "boot":
+    str|null}, ...]}`` (``serial``, ``removed``, ``departed`` and its ``boot`` absent in an
+    older agent's file), those removed and those departed; raises TypeError naming what is
+    not so."""
     gpus = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(gpus, list):
         raise TypeError('expected {"gpus": [...]}')
@@ -197,9 +230,9 @@ def _departed(data: Any) -> list[Entry]:
     for i, d in enumerate(data):
         if not isinstance(d, dict) or not isinstance(d.get("pci_slot"), str):
             raise TypeError(f"departed[{i}]: expected an object with a pci_slot string")
-        entry = {k: d.get(k) for k in ("pci_slot", "uuid", "serial", "at")}
-        if not all(isinstance(entry[k], str | None) for k in ("uuid", "serial")):
-            raise TypeError(f"departed[{i}]: uuid and serial must be strings or null")
+        entry = {k: d.get(k) for k in ("pci_slot", "uuid", "serial", "at", "boot")}
+        if not all(isinstance(entry[k], str | None) for k in ("uuid", "serial", "boot")):
+            raise TypeError(f"departed[{i}]: uuid, serial and boot must be strings or null")
         if not _time(entry["at"]):
             raise TypeError(f"departed[{i}]: at must be a number or null")
         out.append(entry)

@@ -8,12 +8,14 @@ such text; only an entry journald stamped ``_UID=0`` counts (:func:`parse`).  Th
 behind it is the login uid journald stamps (``_AUDIT_LOGINUID``: the user who logged in,
 whatever ``sudo`` or ``su`` came after, which the sender cannot forge), else ``SUDO_USER``,
 else ``CLEARED_BY`` (:func:`person`).  A clear ends only the problems that hold until the next boot
-(:data:`LATCHING`); whatever is read live (nvidia-smi's values, the bus) ends with its cause.
+(:data:`LATCHING`); whatever is read live (nvidia-smi's values, the bus) ends with its cause,
+or, while it is held unread (its source cannot look), by a clear of its own kind.
 :func:`ending` says how each problem ends, in the words every surface shows.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from gpuagent.sources.bus.pciaddr import parse_device
@@ -42,6 +44,8 @@ LATCHING = ("xid", "init_failed", "pcie_error")
 ALL = "all"
 # The one kind read from the bus that a clear accepts: the GPU left for good, forget it.
 GONE = "gone_from_bus"
+# What a problem's kind looks like (a clear of one that no problem has ends nothing).
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,39}")
 # The login uid of a process no login started (a unit, cron): (uid_t)-1.
 NO_LOGIN = 4294967295
 # A user's name by uid, None where none is known (pwd.getpwuid's, injected).
@@ -144,12 +148,13 @@ def person(entry: Mapping[str, object], names: Names = no_names) -> str | None:
 
 def parse(entry: Mapping[str, object], at: float, names: Names = no_names) -> Clear | None:
     """The clear a journal entry logged at ``at`` says, or None: not from uid 0, no valid
-    slot, or a kind a clear does not end.  Its ``by`` is the :func:`person` behind it, else
+    slot, or no kind's name.  Its ``by`` is the :func:`person` behind it, else
     the user who ran it (``CLEARED_BY``, root)."""
     if _text(entry.get("_UID")) != "0":
         return None
     slot, kind, by = (_text(entry.get(k)) for k in ("PCI_SLOT", "KIND", "CLEARED_BY"))
-    if slot is None or kind is None or refusal(kind) is not None:
+    # A live kind counts too: it ends such a problem while it is held unread (the verdict's).
+    if slot is None or kind is None or not _KIND.fullmatch(kind):
         return None
     slot = slot_of(slot)
     if slot is None:

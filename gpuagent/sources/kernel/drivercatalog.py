@@ -181,7 +181,8 @@ CATALOG: tuple[tuple[re.Pattern[str], Cause], ...] = (
         _GSP,
     ),
     _entry(
-        _RM + r"failed to wait for GFW boot complete",
+        # Older drivers: "gpuWaitForGfwBootComplete_TU102: failed to wait for GFW_BOOT".
+        _RM + r"failed to wait for GFW(?:_BOOT| boot complete)",
         "gfw_boot_hung",
         "the GPU did not finish its power-on firmware boot: hung, or without power",
         "reboot",
@@ -195,6 +196,48 @@ CATALOG: tuple[tuple[re.Pattern[str], Cause], ...] = (
         "reboot",
         f"{_COLD}; update the GPU's firmware through its vendor",
         "src/nvidia/src/kernel/gpu/fsp/arch/hopper/kern_fsp_gh100.c",
+    ),
+    _entry(
+        rf"ignoring the legacy GPU (?P<slot>{SLOT})",
+        "legacy_gpu",
+        "this GPU is older than this driver branch supports: it skips it",
+        "check_host",
+        f"install the legacy branch that supports it (its README lists it); {_SAME} branch",
+        "kernel-open/nvidia/nv-pci.c",
+    ),
+    _entry(
+        _DEV + r"rm_init_private_state\(\) failed!",
+        "unknown_to_driver",
+        "the driver could not set the GPU up, most often a GPU newer than the driver",
+        "check_host",
+        f"install a driver release that supports the GPU; {_SAME} release",
+        "kernel-open/nvidia/nv-pci.c",
+    ),
+    _entry(
+        _RM + r"osVerifySystemEnvironment failed, bailing!",
+        "interrupts_silent",
+        "the GPU's interrupts do not reach the CPU (MSI or interrupt remapping)",
+        "check_host",
+        "check MSI (NVreg_EnableMSI), the IOMMU's interrupt remapping, the VM's MSI and BIOS",
+        _OSINIT,
+    ),
+    _entry(
+        _RM + r"(?:failed to extract VBIOS image from ROM|did not find valid ROM signature)",
+        "vbios_unreadable",
+        "the GPU's VBIOS could not be read, or is not valid",
+        "reboot",
+        f"{_COLD}; if it repeats, reflash the board's VBIOS (in a VM: drop a romfile)",
+        "src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c",
+    ),
+    _entry(
+        _RM
+        + r"(?:failed to execute Booter Load|Failed to boot GSP\.|Cannot initialize GSP "
+        + r"firmware RM)",
+        "gsp_boot_failed",
+        "the GPU's firmware processor (GSP) did not boot",
+        "reboot",
+        f"{_COLD}; check that the firmware is the module's version",
+        "src/nvidia/src/kernel/gpu/gsp/arch/turing/kernel_gsp_tu102.c",
     ),
     _entry(
         r"failed to wait for bar firewall to lower",

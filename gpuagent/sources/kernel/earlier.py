@@ -118,14 +118,26 @@ class EarlierBoots:
         # Where a reader closed after CHUNK entries stopped: its successor is sought there,
         # and its first entry (the last one read) skipped.
         self._resume: str | None = None
+        # The journal's size as the reader opened it, and the time (realtime us) of the last
+        # entry read: a file dropped at damage shrinks the one, the other is where to go on.
+        self._usage = 0
+        self._last_at = 0
+        self.damaged = 0
 
     @property
     def summary(self) -> str:
-        """The state's ``history``: reading, this boot only, or how many earlier boots."""
+        """The state's ``history``: reading, this boot only, or how many earlier boots, and
+        a damaged journal file met on the way (the read went on past it)."""
         if not self.done:
             return "reading earlier boots"
         n = len(self.boots)
-        return "this boot only" if n == 0 else f"{n} earlier boot{'s' if n > 1 else ''}"
+        said = "this boot only" if n == 0 else f"{n} earlier boot{'s' if n > 1 else ''}"
+        if self.damaged:
+            said += (
+                "; a damaged journal file was met: the entries after it were read from the "
+                "journal's end (journalctl --verify names it), some may be missing"
+            )
+        return said
 
     def step(self, budget: float = SLICE) -> None:
         """Read on for at most ``budget`` seconds, opening the journal included (nothing once
@@ -139,12 +151,14 @@ class EarlierBoots:
                 self._start()
             while self._clock() < deadline:
                 if not self._reader._next():
+                    self._read_past_damage()
                     break
                 if self._resume is not None:
                     cursor, self._resume = self._resume, None
                     if self._reader.test_cursor(cursor):
                         continue  # seek_cursor lands on the entry already read
-                if not self._take(self._reader._get_realtime() / 1e6, _fields(self._reader)):
+                self._last_at = self._reader._get_realtime()
+                if not self._take(self._last_at / 1e6, _fields(self._reader)):
                     break
                 self._read += 1
                 if self._read % CHUNK == 0:
@@ -156,14 +170,42 @@ class EarlierBoots:
             pass  # what was read counts; the journal's trouble is the kernel source's to say
         self._finish()
 
+    def _read_past_damage(self) -> None:
+        """At the reader's end, where sd-journal dropped a file at damage on the way (the
+        journal's size fell, and it says nothing): the earlier boots' entries after the last
+        one read, taken from the journal's end backwards (the way past damage that sd-journal
+        still reads: at most :data:`CHUNK` of them, the latest), then read in order.  Once a
+        read; the summary says so."""
+        if self.damaged or self._reader.get_usage() >= self._usage:
+            return
+        self.damaged = 1
+        self._reader.close()
+        self._reader = None
+        self._start(tail=True)
+        items: list[tuple[int, dict[str, bytes]]] = []
+        steps = 0
+        while len(items) < CHUNK and steps < 10 * CHUNK and self._reader._previous():
+            steps += 1
+            at = self._reader._get_realtime()
+            if at <= self._last_at:
+                break
+            fields = _fields(self._reader)
+            if fields.get("_BOOT_ID", b"").decode("ascii", "replace") != self._this:
+                items.append((at, fields))
+        for at, fields in reversed(items):
+            self._take(at / 1e6, fields)
+
     def _close_at_cursor(self) -> None:
         self._resume = self._reader._get_cursor()
         self._reader.close()
         self._reader = None
 
-    def _start(self) -> None:
+    def _start(self, *, tail: bool = False) -> None:
+        """Open the reader: at the journal's end (``tail``), else where the last one
+        closed, else ``history_days`` back."""
         directory, days = self._args
         reader = self._open_reader(directory)
+        self._usage = reader.get_usage()
         if not self._this:
             # The boot the kernel source reads as this one (kernlog.journal_boot).
             self._this = journal_boot(reader, self._this_boot(), system=not directory)
@@ -173,10 +215,12 @@ class EarlierBoots:
         reader.add_disjunction()
         reader.add_match(**_CLEAR)
         self._reader = reader
-        if self._resume is None:
-            reader.seek_realtime(max(self._wall() - days * 86400, 0.0))
-        else:
+        if tail:
+            reader.seek_tail()
+        elif self._resume is not None:
             reader.seek_cursor(self._resume)
+        else:
+            reader.seek_realtime(max(self._wall() - days * 86400, 0.0))
 
     def _take(self, at: float, entry: Mapping[str, bytes]) -> bool:
         boot = entry.get("_BOOT_ID", b"").decode("ascii", "replace")

@@ -87,7 +87,13 @@ class Kernel(Source):
         samples = last.probe.samples
         uuids = {s: u for s in found if (u := uuid_of(s, view, samples)) is not None}
         swapped = swaps(last.bus, uuids, tick.now)
-        found = self.earlier.escalate(found, uuids, self.records.cleared, swapped)
+        # No tick judges a board before its identity is read: where the slot remembers a
+        # board and the one there now has not said its UUID (no sample yet, no UUID line),
+        # the earlier boots are not laid on it until it has.
+        unknown = {s for s in found if s not in uuids and s not in swapped and s in last.bus.boards}
+        known = {s: fs for s, fs in found.items() if s not in unknown}
+        escalated = self.earlier.escalate(known, uuids, self.records.cleared, swapped)
+        found = {**escalated, **{s: found[s] for s in unknown}}
         view = replace(
             view,
             forgotten=tuple(self.records.take_forgotten()),

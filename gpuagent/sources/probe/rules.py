@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gpuagent.health import CRITICAL, WARNING
+from gpuagent.sources.kernel.drivercatalog import Cause
 from gpuagent.views import Finding, PciGpu, Row
 
 __all__ = [
@@ -339,11 +340,14 @@ def bus_findings(
     module_loaded: bool,
     not_back: Iterable[str] = (),
     gone_since: Mapping[str, float] | None = None,
+    causes: Mapping[str, Cause] | None = None,
 ) -> dict[str, list[Finding]]:
     """``gone_from_bus`` for each slot in ``seen`` that is not ``on_bus`` any more (of those
     in ``not_back``, last on it in an earlier boot: it did not come back after the reboot;
     ``gone_since``, when it was first found missing, is the fault's time), and ``no_driver``
-    for each GPU bound to no driver while the ``nvidia`` module is loaded."""
+    for each GPU bound to no driver while the ``nvidia`` module is loaded, its cause the
+    driver's own words of this boot where it gave one (``causes``, by slot:
+    :mod:`gpuagent.sources.kernel.drivercatalog`)."""
     on_bus, earlier = list(on_bus), set(not_back)
     present = {g.slot for g in on_bus}
     out: dict[str, list[Finding]] = {}
@@ -364,17 +368,19 @@ def bus_findings(
     if module_loaded:
         for g in on_bus:
             if g.driver is None:
-                out[g.slot] = [
-                    Finding(
-                        "no_driver",
-                        CRITICAL,
-                        "reboot",
-                        "the nvidia module is loaded but no driver is bound to the GPU "
-                        "(the driver failed to initialise it; see dmesg)",
-                        ends="when a driver is bound to the GPU",
-                    )
-                ]
+                out[g.slot] = [_no_driver((causes or {}).get(g.slot))]
     return out
+
+
+def _no_driver(cause: Cause | None) -> Finding:
+    """``no_driver``, with the driver's own words on why where it gave them: a reboot only
+    where one can help (it loads the same module, firmware and BIOS layout)."""
+    said = "the nvidia module is loaded but no driver is bound to the GPU"
+    if cause is None:
+        text, action = f"{said} (the driver failed to initialise it; see dmesg)", "reboot"
+    else:
+        text, action = f"{said}: {cause.means}; {cause.fix}", cause.action
+    return Finding("no_driver", CRITICAL, action, text, ends="when a driver is bound to the GPU")
 
 
 def wrong_driver_findings(on_bus: Iterable[PciGpu]) -> dict[str, list[Finding]]:
