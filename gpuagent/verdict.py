@@ -7,7 +7,9 @@ its end (info), each with the event of its kind; of a problem that its source's 
 tells (an outage's: :attr:`gpuagent.views.Finding.told`), only the change.  The problems
 the agent before a restart left open (:mod:`gpuagent.held`) hold from the first tick with
 their first ``since``, restated at info with an event of their own (``still_holds``: no new
-start), until their source has had a complete look of its own.
+start), until their source has had a complete look of its own.  No read, no change: what a
+source found on a slot it cannot read now holds as last seen, marked unread, until a read
+shows its cause gone or root clears it (:meth:`Verdict.report`).
 """
 
 from __future__ import annotations

@@ -162,3 +162,38 @@ def test_path_of_a_nested_and_a_flat_entry(host: Host) -> None:
     assert pci.path_of(host.root, gpu) == (ROOT, BRIDGE, gpu)
     assert pci.path_of(host.root, flat) == (flat,)
     assert pci.path_of(host.root, "0000:77:00.0") == ("0000:77:00.0",)
+
+
+def test_a_firmware_first_hosts_aer_lines_blame_an_xid_79_on_its_path(
+    host: Host, make: Any
+) -> None:
+    """Where the firmware handles PCIe errors first (APEI/GHES) the kernel prints no "error
+    received" line, only the erring device's registers (cper_print_aer, drivers/pci/pcie/
+    aer.c): they blame an Xid 79 as the records do (issue 39)."""
+    gpu = host.slots[0]
+    fakesysfs.nest(host.root, gpu, (ROOT, BRIDGE))
+    lines = (
+        f"kernel: pcieport {BRIDGE}: AER: aer_status: 0x00000020, aer_mask: 0x00000000\n"
+        f"kernel: pcieport {BRIDGE}: AER: aer_layer=Transaction Layer, aer_agent=Receiver ID\n"
+        f"kernel: NVRM: Xid (PCI:{gpu[:-2]}): 79, pid='<unknown>', name=<unknown>, GPU has "
+        "fallen off the bus.\n"
+    )
+    host.make_agent(journal_directory=make(lines))
+    snap = host.tick().state
+    (entry,) = [g for g in snap["gpus"] if g["pci_slot"] == gpu]
+    (xid,) = [p for p in entry["problems"] if p["kind"] == "xid"]
+    assert xid["action"] == "check_host"
+    assert f"PCIe firmware-reported errors at {BRIDGE}, a bridge on its path" in xid["message"]
+    # Its severity unknown, it makes no pcie_error of its own: the counters say that.
+    assert [p["kind"] for p in entry["problems"]] == ["xid"]
+
+
+def test_the_firmware_first_line_is_a_record_of_the_device_that_erred() -> None:
+    line = "pcieport 0000:00:1C.0: AER: aer_status: 0x00004000, aer_mask: 0x00000000"
+    assert aerrecord.record(5.0, line) == AerRecord(5.0, "0000:00:1c.0", "0000:00:1c.0", "reported")
+    for other in (
+        "pcieport 0000:00:1c.0: AER: aer_layer=Transaction Layer, aer_agent=Receiver ID",
+        "pcieport 0000:00:1c.0: AER: aer_status: 0x00004000",
+        "tmpfs: 0000:00:1c.0: AER: aer_status: 0x00004000, aer_mask: 0x00000000 x",
+    ):
+        assert aerrecord.record(5.0, other) is None

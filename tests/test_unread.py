@@ -99,7 +99,7 @@ def test_nvidia_smi_failing_holds_it(host: Host) -> None:
     sick = reset_needed(host)
     host.failing("Failed to initialize NVML: Unknown Error", code=255)
     host.tick(4)
-    held_dark(host, sick, "nvidia-smi other")
+    held_dark(host, sick, "nvidia-smi failing (other)")
 
 
 def test_a_gpu_absent_from_the_answer_holds_what_was_read_of_it(host: Host) -> None:

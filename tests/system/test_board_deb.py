@@ -88,11 +88,12 @@ def test_a_board_swap_resets_its_slots_recurrence_under_systemd(
         fake_host(c, {"capture": CAPTURE, "slots": slots})
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 20)
         c.run("systemctl", "stop", "gpuagent")
-        # What the host had: another board in the first slot than the one answering now.
+        # What the host had: another board in the first slot than the one answering now, last
+        # on the bus in an earlier boot (a board changes only off the bus: a reboot here).
         kept = json.loads(c.out("cat", "/var/lib/gpuagent/gpus.json"))
         for g in kept["gpus"]:
             if g["pci_slot"] == swapped:
-                g["uuid"], g["serial"] = OLD, "1320221034567"
+                g["uuid"], g["serial"], g["boot"] = OLD, "1320221034567", EARLIER[1]
         c.write("/var/lib/gpuagent/gpus.json", json.dumps(kept))
         c.run("chown", "gpuagent:gpuagent", "/var/lib/gpuagent/gpus.json")
         earlier_boots(c, str(tmp_path), [swapped, stayed])

@@ -8,7 +8,10 @@ event collector) received, naming the device the message came from, its source:
   4.16: the requester id, bus and devfn, in the port's domain);
 * ``pcieport 0000:00:01.1: AER: Corrected error received: 0000:00:00.0`` (4.17 to 6.6);
 * ``pcieport 0000:00:1b.2: AER: Uncorrectable (Fatal) error message received from
-  0000:03:04.0`` (6.7 on); each with ``Multiple`` before it for several at once.
+  0000:03:04.0`` (6.7 on); each with ``Multiple`` before it for several at once;
+* on a host where the firmware handles PCIe errors first, ``pcieport 0000:00:02.0: AER:
+  aer_status: 0x00000020, aer_mask: 0x00000000``: the erring device's own registers, of an
+  error whose severity the line does not give (kind ``reported``).
 
 The device that erred is the source, not the port that printed.  Only the kernel's own
 records are read (``_TRANSPORT=kernel``, which journald sets): no user can log one.
@@ -40,8 +43,22 @@ _RECORD = re.compile(
     rf"received(?:: | from )(?:(?P<source>{SLOT})|id=(?P<id>[0-9a-fA-F]{{4}}))",
     re.ASCII,
 )
+# Firmware-first hosts (APEI/GHES: the firmware handles the error and hands the kernel its
+# record) print no "error received" line: cper_print_aer (drivers/pci/pcie/aer.c) prints the
+# registers of the device that erred, "pcieport 0000:00:02.0: AER: aer_status: 0x00000020,
+# aer_mask: 0x00000000", then "aer_layer=…".  Its severity is not on the line: kind
+# "reported", which an Xid 79 looks back on and pcie_error's counts leave out.
+_FIRMWARE_FIRST = re.compile(
+    rf"^\S+ (?P<source>{SLOT}): AER: aer_status: 0x[0-9a-fA-F]{{8}}, aer_mask: 0x[0-9a-fA-F]{{8}}$",
+    re.ASCII,
+)
 # A kind as a message says it.
-WORDS = {"fatal": "fatal", "nonfatal": "non-fatal", "correctable": "correctable"}
+WORDS = {
+    "fatal": "fatal",
+    "nonfatal": "non-fatal",
+    "correctable": "correctable",
+    "reported": "firmware-reported",
+}
 # The kernel's word on its recovery from an uncorrectable error (pcie_do_recovery in
 # drivers/pci/pcie/err.c: "device recovery successful", "device recovery failed"; before
 # 4.19 "AER: Device recovery …" from aerdrv_core.c), printed by the port that ran it.
@@ -63,6 +80,9 @@ def record(time: float, message: str) -> AerRecord | None:
         return None
     m = _RECORD.match(message)
     if m is None:
+        if f := _FIRMWARE_FIRST.match(message.rstrip("\n")):
+            device = f["source"].lower()
+            return AerRecord(time, device, device, "reported")
         return None
     port = m["port"].lower()
     source = m["source"]

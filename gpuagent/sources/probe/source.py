@@ -68,7 +68,9 @@ class Probe(Source):
         elif answer is None and self.probing.view.state in _DARK:
             state = self.probing.view
             failure = state.failure.value if state.failure else "no answer"
-            why = "stuck in the driver" if state.state is ProbeState.STUCK else failure
+            why = (
+                "stuck in the driver" if state.state is ProbeState.STUCK else f"failing ({failure})"
+            )
             unread["smi"] = {EVERY: f"nvidia-smi {why}", **read}
         elif answer is not None:
             found = self.samples.take(answer, gpus)
