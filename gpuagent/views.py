@@ -32,6 +32,7 @@ __all__ = [
     "NvlinkGpu",
     "NvlinkView",
     "PciGpu",
+    "PcieView",
     "ProbeView",
     "Problem",
     "ProcessView",
@@ -377,6 +378,15 @@ class AerHeard:
 
 
 @dataclass(frozen=True)
+class PcieView:
+    """The GPUs' PCIe paths as the AER counters last said: each function's last rise as the
+    agent saw it (wall s) and its kind (``fatal``, ``nonfatal``): what blames an Xid 79 on
+    its path on a host whose firmware handles PCIe errors first (no kernel record)."""
+
+    rose: Mapping[str, tuple[float, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class KernelView:
     """This boot's kernel records as counted: Xids by (GPU slot, code), SXids by (NVSwitch
     slot or ``nvswitchN``, code), the GPU UUIDs the driver printed, by slot, and each GPU's
@@ -575,6 +585,7 @@ class Tick:
     services: ServicesView = field(default_factory=ServicesView)
     probe: ProbeView = field(default_factory=ProbeView)
     board: BoardView = field(default_factory=BoardView)
+    pcie: PcieView = field(default_factory=PcieView)
     nvlink: NvlinkView = field(default_factory=NvlinkView)
     processes: ProcessesView = field(default_factory=ProcessesView)
     vgpu: VgpuView = field(default_factory=VgpuView)

@@ -148,6 +148,20 @@ TEXTS = [
         "gsp_boot_failed",
     ),
     ("NVRM: GPU0 kgspBootstrap_TU102: Failed to boot GSP.", None, "gsp_boot_failed"),
+    ("NVRM: GPU 0000:01:00.0 is already bound to nouveau.", "0000:01:00.0", "other_driver"),
+    (
+        "NVRM: GPU 0000:3b:00.0: open() not permitted for excluded "
+        "GPU-5f2c4a1e-8b3d-11ee-9c1a-0242ac120002",
+        SLOT,
+        "excluded",
+    ),
+    ("NVRM: GPU 0000:3b:00.0: request_irq() failed (-16)", SLOT, "no_interrupt"),
+    (
+        "NVRM: GPU0 kgspInitRm_IMPL: failed to parse FWSEC ucode from VBIOS image (VBIOS "
+        "version 94.02.71.40.83): 0x25",
+        None,
+        "vbios_unreadable",
+    ),
     # rminitadapter-failed-gsp-driver550's first record (the capture, its time dropped).
     ("NVRM: RmInitAdapter: Cannot initialize GSP firmware RM", None, "gsp_boot_failed"),
 ]

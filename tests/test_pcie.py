@@ -197,3 +197,47 @@ def test_the_firmware_first_line_is_a_record_of_the_device_that_erred() -> None:
         "tmpfs: 0000:00:1c.0: AER: aer_status: 0x00004000, aer_mask: 0x00000000 x",
     ):
         assert aerrecord.record(5.0, other) is None
+
+
+def test_the_paths_counters_rising_blame_an_xid_79(host: Host, make: Any) -> None:
+    """Issue 30's promise, tried (issue 39): where the kernel prints no AER record (the
+    firmware handles PCIe errors first), the counters of a bridge on the path rose: an Xid 79
+    read then is blamed on that bridge as its records would blame it."""
+    gpu = host.slots[0]
+    fakesysfs.nest(host.root, gpu, (ROOT, BRIDGE))
+    links = os.path.join(host.root, "bus", "pci", "devices")
+    for slot in (ROOT, BRIDGE, gpu):
+        for kind in ("fatal", "nonfatal"):
+            with open(os.path.join(links, slot, f"aer_dev_{kind}"), "w", encoding="ascii") as f:
+                f.write(sample(kind))
+    journal = make("kernel: nothing of the driver's\n", start=time.time() - 60)
+    host.make_agent(journal_directory=journal)
+    host.tick()
+    fatal = sample("fatal").replace("Surprise Down Error 0", "Surprise Down Error 1")
+    with open(os.path.join(links, BRIDGE, "aer_dev_fatal"), "w", encoding="ascii") as f:
+        f.write(fatal)
+    host.tick()
+    fell = f"NVRM: Xid (PCI:{gpu[:-2]}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off"
+    xid = make(f"kernel: {fell} the bus.\n", "x", start=time.time())
+    test_kernlog.append(journal, test_kernlog.export(xid))
+    for _ in range(3):
+        snap = host.tick().state
+    (entry,) = [g for g in snap["gpus"] if g["pci_slot"] == gpu]
+    (xid,) = [p for p in entry["problems"] if p["kind"] == "xid"]
+    assert xid["action"] == "check_host"
+    assert f"PCIe fatal errors at {BRIDGE}, a bridge on its path" in xid["message"]
+
+
+def test_fallen_off_takes_the_counters_rise_seen_up_to_a_minute_after() -> None:
+    path = (ROOT, BRIDGE, "0000:18:00.0")
+    at = 10_000.0
+    late = {BRIDGE: (at + aerrecord.SEEN_AFTER + 1, "fatal")}
+    assert aerrecord.fallen_off(INFO, path, [], at, late) is None
+    own = {"0000:18:00.0": (at, "fatal")}
+    assert aerrecord.fallen_off(INFO, path, [], at, own) is None  # the GPU's own: the board
+    blamed = aerrecord.fallen_off(INFO, path, [], at, {BRIDGE: (at + 10, "nonfatal")})
+    assert blamed is not None and blamed.action == "check_host"
+    assert blamed.advice.startswith(
+        f"its path logged PCIe non-fatal errors at {BRIDGE}, a bridge on its path (PCIe switch "
+        "or riser), about when it fell: "
+    )

@@ -4,7 +4,8 @@
 source      reads                                            why here
 =========== ================================================ ==============================
 scan        the last tick's ``bus`` (what the bus had)        first: every other reads it
-kernel      ``scan``; the last tick's samples and processes   whatever the probe's gates say
+kernel      ``scan``; the last tick's samples, processes and whatever the probe's gates say
+            ``pcie`` (its counters' rises)
 bus         ``scan``, ``kernel`` (root's clears, UUIDs)       the GPUs this host had
 pcie        ``bus``, ``kernel`` (its AER records, clears)     sysfs only: before any spawn
 services    the last tick's samples                           before the probe: fabric

@@ -21,13 +21,22 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from gpuagent.sources.bus.pciaddr import SLOT, path_role
 from gpuagent.views import AerHeard, AerRecord, XidInfo
 
-__all__ = ["FALLEN_OFF", "LOOKBACK", "RECENT", "Heard", "fallen_off", "record", "recovery"]
+__all__ = [
+    "FALLEN_OFF",
+    "LOOKBACK",
+    "RECENT",
+    "SEEN_AFTER",
+    "Heard",
+    "fallen_off",
+    "record",
+    "recovery",
+]
 
 # The records an Xid 79 looks back on: the latest, whatever a storm of correctable ones brings;
 # and the (device, kind) pairs counted, past which a record naming a new one is not.
@@ -37,6 +46,9 @@ _MAX_DEVICES = 256
 FALLEN_OFF = 79
 # How long before an Xid 79 an error above the GPU on its path blames the path (s).
 LOOKBACK = 3600.0
+# How long after an Xid 79 a rise of the path's AER counters, as the agent saw it, counts:
+# they are read each tick, the rise seen a tick or two after the errors.
+SEEN_AFTER = 60.0
 _RECORD = re.compile(
     rf"^\S+ (?P<port>{SLOT}): AER: (?:Multiple )?"
     r"(?P<kind>Correct(?:ed|able)|Uncorrect(?:ed|able) \((?:Non-)?Fatal\)) error (?:message )?"
@@ -137,26 +149,39 @@ class Heard:
 
 
 def fallen_off(
-    info: XidInfo, path: tuple[str, ...], recent: Iterable[AerRecord], at: float
+    info: XidInfo,
+    path: tuple[str, ...],
+    recent: Iterable[AerRecord],
+    at: float,
+    rose: Mapping[str, tuple[float, str]] | None = None,
 ) -> XidInfo | None:
     """An Xid 79's ``info`` blamed on its path, or None: where, within :data:`LOOKBACK` s
     before its first record (``at``, wall s), the kernel logged AER errors of a function
-    above the GPU (``path`` without its last entry, the GPU), the latest of them names that
-    function, and the action is ``check_host`` there: the slot, riser, cable or switch."""
+    above the GPU (``path`` without its last entry, the GPU), or the AER counters of one rose
+    (``rose``: each function's last rise as the agent saw it, wall s, and its kind; a rise
+    seen up to :data:`SEEN_AFTER` s after the Xid counts, the counters being read a tick
+    late), the latest of them names that function, and the action is ``check_host`` there:
+    the slot, riser, cable or switch."""
     above = path[:-1]
     hits = [r for r in recent if r.source in above and at - LOOKBACK <= r.time <= at]
-    if not hits:
+    counted = [
+        AerRecord(min(t, at), d, d, kind)
+        for d, (t, kind) in (rose or {}).items()
+        if d in above and at - LOOKBACK <= t <= at + SEEN_AFTER
+    ]
+    if not hits and not counted:
         return None
-    last = hits[-1]
-    kinds = {r.kind for r in hits if r.source == last.source}
+    last = max([*hits, *counted], key=lambda r: r.time)
+    kinds = {r.kind for r in [*hits, *counted] if r.source == last.source}
     said = " and ".join(w for k, w in WORDS.items() if k in kinds)
+    when = f"{at - last.time:.0f} s before" if last in hits else "about when it fell"
     return replace(
         info,
         action="check_host",
         advice=(
             f"its path logged PCIe {said} errors at {last.source}, "
-            f"{path_role(above.index(last.source), len(path))}, {at - last.time:.0f} s "
-            f"before: check the slot, riser, cable or switch there (lspci -vvv -s "
-            f"{last.source}) before the board; reboot the host to bring the GPU back"
+            f"{path_role(above.index(last.source), len(path))}, {when}: check the slot, "
+            f"riser, cable or switch there (lspci -vvv -s {last.source}) before the board; "
+            "reboot the host to bring the GPU back"
         ),
     )

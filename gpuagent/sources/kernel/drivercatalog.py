@@ -7,7 +7,13 @@ Read from the driver's source, NVIDIA/open-gpu-kernel-modules at 595.45.04 (comm
 ``src/nvidia/arch/nvalloc/unix/src/osinit.c`` (RmInitAdapter) and
 ``src/nvidia/src/kernel/gpu/gsp/`` and ``…/fsp/`` (GSP and FSP boot).  The one message not in
 that tree, "requires use of the NVIDIA open kernel modules", is the proprietary module's
-(awslabs/amazon-eks-ami#2769, NVIDIA/open-gpu-kernel-modules#1332).
+(awslabs/amazon-eks-ami#2769, NVIDIA/open-gpu-kernel-modules#1332).  Of the 72 messages that
+path writes, these are the ones that say what to do; the others keep init_failed's and
+no_driver's default (a reboot, then power and seating): warnings the driver goes on after (an
+MSI fallback, a resized BAR refused), RM's generic stages (``Cannot pre-initialize the
+device``), the module-wide ones that name no GPU (no_driver_module's reasons,
+:mod:`gpuagent.sources.driver.driver`), and those of a GPU already lost (Xid 79's, the Xid
+catalog's).
 
 The driver names the GPU in a probe-time record (``0000:3b:00.0``); RM's own records during
 RmInitAdapter name it by instance (``GPU0``) or not at all, and are the cause of the
@@ -133,7 +139,9 @@ CATALOG: tuple[tuple[re.Pattern[str], Cause], ...] = (
         _OSINIT,
     ),
     _entry(
-        _DEV + r"(?:No interrupts of any type are available|Tried to get IRQ \d+, but another)",
+        _DEV
+        + r"(?:No interrupts of any type are available|Tried to get IRQ \d+, but another"
+        + r"|request_irq\(\) failed \(-\d+\))",
         "no_interrupt",
         "the GPU has no interrupt it can use (no MSI, or its IRQ held by another driver)",
         "check_host",
@@ -198,6 +206,23 @@ CATALOG: tuple[tuple[re.Pattern[str], Cause], ...] = (
         "src/nvidia/src/kernel/gpu/fsp/arch/hopper/kern_fsp_gh100.c",
     ),
     _entry(
+        rf"GPU (?P<slot>{SLOT}) is already bound to [\w-]{{1,32}}\.",
+        "other_driver",
+        "another driver holds the GPU",
+        "check_host",
+        "blacklist that driver (modprobe.d, and the initramfs), or drop its driver_override; "
+        "for a VM's passthrough this is meant",
+        "kernel-open/nvidia/nv-pci.c",
+    ),
+    _entry(
+        rf"GPU (?P<slot>{SLOT}): open\(\) not permitted for excluded GPU-",
+        "excluded",
+        "the GPU is excluded from use by the module's NVreg_ExcludedGpus",
+        "check_host",
+        "remove its UUID from NVreg_ExcludedGpus (modprobe options) if it is to be used",
+        "kernel-open/nvidia/nv.c",
+    ),
+    _entry(
         rf"ignoring the legacy GPU (?P<slot>{SLOT})",
         "legacy_gpu",
         "this GPU is older than this driver branch supports: it skips it",
@@ -222,7 +247,9 @@ CATALOG: tuple[tuple[re.Pattern[str], Cause], ...] = (
         _OSINIT,
     ),
     _entry(
-        _RM + r"(?:failed to extract VBIOS image from ROM|did not find valid ROM signature)",
+        _RM
+        + r"(?:failed to extract VBIOS image from ROM|did not find valid ROM signature"
+        + r"|failed to parse FWSEC ucode from VBIOS image)",
         "vbios_unreadable",
         "the GPU's VBIOS could not be read, or is not valid",
         "reboot",

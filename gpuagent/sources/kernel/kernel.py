@@ -94,6 +94,8 @@ class KernelRecords:
         # The driver's own words on why it could not take each GPU (its init failures').
         self.causes = Causes()
         self._path_of: Callable[[str], tuple[str, ...]] = lambda slot: ()
+        # The AER counters' last rise of each function, as the PCIe source saw it.
+        self.rose: Mapping[str, tuple[float, str]] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
         self.hold = hold
         self.wall = wall
@@ -395,14 +397,18 @@ class KernelRecords:
         its record."""
         recent = self.aer.view.recent
         site = self.xids.overrides.get(count.code)
-        if count.code != aerrecord.FALLEN_OFF or not recent or (site and site.action):
+        if (
+            count.code != aerrecord.FALLEN_OFF
+            or not (recent or self.rose)
+            or (site and site.action)
+        ):
             return None  # the site's action has the last word
         path = self._paths.get(slot)
         if path is None:
             path = self._path_of(slot)
             if len(path) > 1:
                 self._paths[slot] = path
-        return aerrecord.fallen_off(count.info, path, recent, count.first)
+        return aerrecord.fallen_off(count.info, path, recent, count.first, self.rose)
 
     def view(self, slots: list[str]) -> KernelView:
         """This boot's counts as the report needs them (an Xid 79 as its path has it); ``slots``

@@ -76,6 +76,7 @@ class Kernel(Source):
 
     def step(self, tick: Tick) -> Outcome:
         last = tick.last
+        self.records.rose = last.pcie.rose
         found = self.records.poll(
             tick.scan,
             last.probe.samples.samples,

@@ -25,7 +25,7 @@ from gpuagent.sources.bus.pciaddr import path_role
 from gpuagent.sources.kernel.clears import covers
 from gpuagent.sources.pcie import aer
 from gpuagent.sources.pcie.counters import CounterFiles, Counters, read_text
-from gpuagent.views import AerHeard, Clear, Finding, Tick
+from gpuagent.views import AerHeard, Clear, Finding, PcieView, Tick
 
 __all__ = ["PcieSource"]
 
@@ -68,6 +68,11 @@ class PcieSource(Source):
         # and its findings.
         self._judged: tuple[dict[str, tuple[str | None, ...]], AerHeard, object] | None = None
         self._found: dict[str, list[Finding]] = {}
+        # Each function's counters' rise so far by kind, and when it last grew (wall s).
+        self._risen: dict[_Key, int] = {}
+        self._rose: dict[str, tuple[float, str]] = {}
+        self._view = PcieView()
+        self._now = 0.0
 
     def reset(self, old: Config, new: Config) -> None:
         """A reload onto another sysfs root starts afresh; otherwise what was read stays."""
@@ -75,6 +80,7 @@ class PcieSource(Source):
             self._start(new.sysfs_root)
 
     def step(self, tick: Tick) -> Outcome:
+        self._now = tick.now
         slots = tick.bus.slots
         judged = self._judged
         if slots != list(self._paths):
@@ -95,7 +101,9 @@ class PcieSource(Source):
                     [s for s, p in self._paths.items() if changed.intersection(p)], heard, cleared
                 )
         self._judged = (texts, heard, dict(cleared))
-        return Outcome(None, {"pcie": self._found})
+        if self._view.rose != self._rose:
+            self._view = PcieView(dict(self._rose))
+        return Outcome(self._view, {"pcie": self._found})
 
     def _judge(self, slots: list[str], heard: AerHeard, cleared: Mapping[str, Clear]) -> None:
         """Judge the GPUs in ``slots`` afresh; the others' findings stay."""
@@ -155,6 +163,9 @@ class PcieSource(Source):
                     # Fewer than before: the device was enumerated again (a reset, a rescan).
                     base = self._base[key] = dict.fromkeys(now, 0)
                 rise = {n: c - base.get(n, 0) for n, c in now.items() if c > base.get(n, 0)}
+                if sum(rise.values()) > self._risen.get(key, 0):
+                    self._rose[device] = (self._now, kind)
+                self._risen[key] = sum(rise.values())
             records, last = heard.counts.get((device, kind), (0, 0.0))
             records -= self._heard.get(key, 0)
             errors[kind] = aer.Errors(rise, records, last if records else None)
