@@ -77,14 +77,21 @@ def test_other_gpus_and_a_flat_tree_are_not_blamed(host: Host, make: Any) -> Non
     assert all(not g["problems"] for g in snap["gpus"] if g["pci_slot"] == other)
 
 
-def test_counters_rising_on_a_bridge_are_the_gpus_problem(host: Host) -> None:
-    gpu = host.slots[0]
+def nested_with_counters(host: Host, gpu: str) -> str:
+    """``gpu`` under ROOT and BRIDGE, each with the ABI sample's AER counter files; returns
+    sysfs's devices directory."""
     fakesysfs.nest(host.root, gpu, (ROOT, BRIDGE))
     links = os.path.join(host.root, "bus", "pci", "devices")
     for slot in (ROOT, BRIDGE, gpu):
         for kind in ("fatal", "nonfatal"):
             with open(os.path.join(links, slot, f"aer_dev_{kind}"), "w", encoding="ascii") as f:
                 f.write(sample(kind))
+    return links
+
+
+def test_counters_rising_on_a_bridge_are_the_gpus_problem(host: Host) -> None:
+    gpu = host.slots[0]
+    links = nested_with_counters(host, gpu)
     host.make_agent()
     assert not [g for g in host.tick().state["gpus"] if g["problems"]]
     nonfatal = sample("nonfatal").replace("Completion Timeout 0", "Completion Timeout 3")
@@ -204,12 +211,7 @@ def test_the_paths_counters_rising_blame_an_xid_79(host: Host, make: Any) -> Non
     firmware handles PCIe errors first), the counters of a bridge on the path rose: an Xid 79
     read then is blamed on that bridge as its records would blame it."""
     gpu = host.slots[0]
-    fakesysfs.nest(host.root, gpu, (ROOT, BRIDGE))
-    links = os.path.join(host.root, "bus", "pci", "devices")
-    for slot in (ROOT, BRIDGE, gpu):
-        for kind in ("fatal", "nonfatal"):
-            with open(os.path.join(links, slot, f"aer_dev_{kind}"), "w", encoding="ascii") as f:
-                f.write(sample(kind))
+    links = nested_with_counters(host, gpu)
     journal = make("kernel: nothing of the driver's\n", start=time.time() - 60)
     host.make_agent(journal_directory=journal)
     host.tick()
