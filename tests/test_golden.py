@@ -1,4 +1,4 @@
-"""Golden outputs of every surface over eleven scripted scenarios (see :mod:`tests.golden`).
+"""Golden outputs of every surface over twelve scripted scenarios (see :mod:`tests.golden`).
 
 Each scenario is a function of a :class:`~tests.golden.Golden`: it changes the fake host, the
 config file and the journal between named steps.  ``GPUAGENT_GOLDEN_RECORD=1 ./scripts/test
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests import fakesysfs, replay, test_kernlog
+from tests import sick as demo
 from tests.fakehost import FAKE_SMI
 from tests.golden import DATA, Golden, check
 from tests.test_kernlog import append, corpus_text, export
@@ -160,6 +161,22 @@ def xids(g: Golden) -> None:
     )
     append(journal, export(g.make(more, "appended")))
     ticks(g, "records appended", 2)
+    g.finish("ticks")
+
+
+@scenario(gpus=8)
+def sick(g: Golden) -> None:
+    """What ``scripts/demo --sick`` shows a newcomer (tests/sick.py, the same fixtures): a
+    critical Xid 119 on one GPU, one reading [GPU requires reset], one gone from the bus."""
+    slots = g.host.slots
+    journal = g.make("\n".join(demo.xid_messages(slots[demo.XID])) + "\n", "kernel")
+    g.configure(journal_directory=journal)
+    g.host.healthy(override=demo.reset_cells(slots[demo.NEEDS_RESET]))
+    g.start()
+    ticks(g, "sick", 1)
+    fakesysfs.remove_device(g.host.root, slots[demo.GONE])
+    g.host.healthy(slots=slots[: demo.GONE], override=demo.reset_cells(slots[demo.NEEDS_RESET]))
+    ticks(g, "one gone", 1)
     g.finish("ticks")
 
 
