@@ -230,9 +230,9 @@ KEYS: tuple[Key, ...] = (
     Key("expected_gpus", _integer(0, 1024), None, "the NVIDIA GPUs this host should have"),
     # Then it is a no_driver_module problem: a driver upgrade unloads it for about 80 s.
     Key("driver_absent_grace", _SECONDS, 600.0, "how long GPUs may wait for the nvidia module"),
-    # Timeouts of nvidia-smi (reaped) are a driver_hung warning until they have lasted this
-    # long; a child that outlives SIGKILL is critical at once.
-    Key("driver_hung_after", _SECONDS, 300.0, "how long timeouts last before a hung driver"),
+    # Timeouts of nvidia-smi (reaped) are the smi_timeout warning, which says so once they
+    # have lasted this long (never more: no drain); a child outliving SIGKILL is driver_hung.
+    Key("driver_hung_after", _SECONDS, 300.0, "how long timeouts last before smi_timeout says so"),
     # Its file name carries the installed driver's version (libnvidia-ml.so.1 ->
     # libnvidia-ml.so.<version>): a name in the system's library directories, or a path.
     Key("nvml_library", _library, "libnvidia-ml.so.1", "the NVML library of the installed driver"),

@@ -187,7 +187,7 @@ FAULTS = [
         "failing",
         "timeout",
         "1 warning (host smi_timeout); 8 GPUs, nvidia-smi failing (timeout)",
-        2,  # the outage's warning, and driver_hung: a warning until driver_hung_after
+        2,  # the outage's warning, and smi_timeout's
         timeout=0.3,
     ),
     Fault(
@@ -196,7 +196,7 @@ FAULTS = [
         "failing",
         "timeout",
         "1 warning (host smi_timeout); 8 GPUs, nvidia-smi failing (timeout)",
-        2,  # the outage's warning, and driver_hung: a warning until driver_hung_after
+        2,  # the outage's warning, and smi_timeout's
         timeout=0.3,
     ),
     Fault(
