@@ -26,7 +26,7 @@ from gpuagent.sources import EVERY, Unread
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.drivercatalog import Cause
 from gpuagent.sources.probe import rules
-from gpuagent.views import BusView, Clear, Finding, Problem
+from gpuagent.views import BusView, Clear, Finding, PciGpu, Problem
 
 __all__ = ["Tracker", "Verdict"]
 
@@ -98,17 +98,8 @@ class Verdict:
         self._reading.clear()
         self._judged = now
         gpus = list(bus.gpus)
-        # No tick judges a board before its identity is read: a slot whose remembered board
-        # is not on it may have it elsewhere (the bus renumbered) while a GPU in a slot that
-        # had none has not said its UUID yet.
-        unread = any(
-            g.probeable and g.slot not in bus.boards and uuid(g.slot) is None for g in gpus
-        )
-        waiting = {s for s in bus.seen if s in bus.boards} if unread else set()
-        # One whose board answers in another slot now (the bus renumbered) is not gone.
-        here = {u.lower() for g in gpus if (u := uuid(g.slot))}
         away = bus.seen - {g.slot for g in gpus}
-        moved = {s for s in away if bus.boards.get(s, "").lower() in here}
+        waiting, moved = _not_gone(gpus, away, bus.boards, uuid) if away else (set(), set())
         # A bus that sysfs could not list says nothing about GPUs leaving it.
         if gpus or not bus.problems:
             loaded = any(g.driver is None for g in gpus) and bus.module_loaded
@@ -272,6 +263,24 @@ class Verdict:
     def problems(self) -> dict[str, list[Problem]]:
         """The problems holding, worst first, by slot (``""``: the host); only slots with one."""
         return {slot: self.tracker.problems(slot) for slot in sorted(self.tracker.slots())}
+
+
+def _not_gone(
+    gpus: Iterable[PciGpu],
+    away: Iterable[str],
+    boards: Mapping[str, str],
+    uuid: Callable[[str], str | None],
+) -> tuple[set[str], set[str]]:
+    """Of the slots seen that are ``away`` from the bus now, those not to be called gone: the
+    ones whose remembered board (``boards``) may be a GPU in a slot that had none and has not
+    said its UUID yet (no tick judges a board before its identity is read), and the ones
+    whose board answers in another slot (the bus renumbered)."""
+    gpus = list(gpus)
+    remembered = {s for s in away if s in boards}
+    unread = any(g.probeable and g.slot not in boards and uuid(g.slot) is None for g in gpus)
+    here = {u.lower() for g in gpus if (u := uuid(g.slot))}
+    moved = {s for s in remembered if boards[s].lower() in here}
+    return (remembered if unread else set()), moved
 
 
 def _why(unread: Unread, slot: str) -> str | None:

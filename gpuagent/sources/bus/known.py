@@ -157,6 +157,8 @@ class KnownGpus:
         """The remembered boards not in their slot that are on the bus in another (``present``
         by slot, with the UUIDs read): old slot to new.  A renumbered bus (a BIOS or kernel
         change) moves every board; none of them left."""
+        if self.gpus.keys() <= present.keys():
+            return {}  # every remembered slot is on the bus: nothing moved out of one
         here = {u.lower(): s for s, g in present.items() if isinstance(u := g.get("uuid"), str)}
         return {
             slot: here[b.lower()]
@@ -166,21 +168,24 @@ class KnownGpus:
 
     def moved_away(self, slots: Iterable[str]) -> None:
         """Forget ``slots``: their boards are on the bus elsewhere (:meth:`moved`)."""
-        gone = [s for s in slots if s in self.gpus]
-        for slot in gone:
-            del self.gpus[slot]
-        if gone:
+        if self._drop(slots):
             self._write()
 
     def forget(self, slots: Iterable[str], expected: int | None = None) -> None:
         """Forget ``slots`` (root cleared their ``gone_from_bus``: they left for good), each
         one GPU less to expect while ``expected_gpus`` is ``expected``."""
-        gone = [s for s in slots if s in self.gpus]
+        gone = self._drop(slots)
         for slot in gone:
-            del self.gpus[slot]
             self.removed[slot] = expected
         if gone:
             self._write()
+
+    def _drop(self, slots: Iterable[str]) -> list[str]:
+        """Forget the GPUs of ``slots`` remembered; returns those slots."""
+        gone = [s for s in slots if s in self.gpus]
+        for slot in gone:
+            del self.gpus[slot]
+        return gone
 
     def _write(self) -> None:
         gpus = [{"pci_slot": s, **g} for s, g in sorted(self.gpus.items())]

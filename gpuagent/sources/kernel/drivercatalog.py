@@ -291,9 +291,14 @@ _MISSING_FILE = next(c for _, c in CATALOG if c.name == "gsp_firmware_missing")
 def parse(message: str) -> tuple[str | None, Cause] | None:
     """The GPU (its slot; None where the record names it only by RM's instance, or not at
     all) and the cause one kernel record's ``MESSAGE`` gives, or None."""
+    return _parse(message, driverrecord.lines(message))
+
+
+def _parse(message: str, lines: list[str]) -> tuple[str | None, Cause] | None:
+    """:func:`parse` of ``message``, its ``lines`` where the driver wrote it whole (``[]``:
+    not so)."""
     if m := _FIRMWARE_LOAD.fullmatch(message.rstrip("\n")):
         return slot_of(m["slot"]), _MISSING_FILE
-    lines = driverrecord.lines(message)
     if not lines:
         return None
     head = driverrecord.PREFIX.sub("", lines[0], count=1)
@@ -319,9 +324,9 @@ class Causes:
 
     def add(self, message: str) -> None:
         """Take one kernel record, if it is a cause, or the init failure a cause waits for."""
-        found = parse(message)
+        lines = driverrecord.lines(message)
+        found = _parse(message, lines)
         if found is None:
-            lines = driverrecord.lines(message)
             if lines and (m := _INIT_FAILED.match(lines[0])):
                 self.failed(slot_of(m["slot"]))
             return
