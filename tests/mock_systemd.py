@@ -38,6 +38,10 @@ _DEFAULTS = {
     "Result": "success",
     "NRestarts": 0,
     "UnitFileState": "disabled",
+    # µs: when it last became active (wall clock), when it last left the active state (since
+    # boot; 0: never).
+    "ActiveEnterTimestamp": 0,
+    "ActiveExitTimestampMonotonic": 0,
 }
 
 
@@ -53,6 +57,10 @@ def _set(mock: Any, name: str, props: dict[str, Any], loaded: bool) -> str:
         **{
             k: dbus.String(values[k])
             for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")
+        },
+        **{
+            k: dbus.UInt64(values[k])
+            for k in ("ActiveEnterTimestamp", "ActiveExitTimestampMonotonic")
         },
     }
     service = {

@@ -4,9 +4,11 @@ records from real journal files (make-test-journal, then entries appended as jou
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,9 +26,11 @@ from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
 from gpuagent.views import Clear, Problem
 from tests import states
 from tests.conftest import Host
+from tests.fake_units import FakeUnits, unit
 from tests.journalfeed import this_boot
 from tests.test_kernel import FELL_OFF
 from tests.test_kernlog import append, export_entry, make
+from tests.test_nvidia_scenarios import FM, PD, nvswitch_host
 from tests.test_status import write_state
 
 __all__ = ["make"]  # the fixture
@@ -437,7 +441,8 @@ def test_a_host_problem_is_refused_saying_how_it_ends(
         "gpuagent: cannot clear host driver_hung: host driver_hung ends by itself once "
         "nvidia-smi has answered normally 3 probes in a row, or the nvidia module is unloaded; "
         "no clear ends it (a clear takes a GPU's slot and ends its xid, init_failed, "
-        "pcie_error or gone_from_bus)\n"
+        "pcie_error or gone_from_bus; the host's fabricmanager_restarted, or a problem held "
+        "unread)\n"
     )
     assert "read live" not in err
     code, _, err = clear_cli(conf, "HOST", "gpu_count")
@@ -465,3 +470,106 @@ def test_the_command_clears_a_live_problem_held_unread(
     assert out.startswith(f"{SLOT}: recovery_action cleared by ")
     (e,) = sent.entries
     assert e["KIND"] == "recovery_action"
+
+
+def restarted_state(unread: bool = False) -> State:
+    """A host whose fabric manager runs again after a stop (and, ``unread``, whose
+    fabricmanager_down is held unread: the system bus failing)."""
+    now = time.time()
+    fm = states.problem("fabricmanager_restarted", "critical", "drain_and_reset", slot="")
+    down = states.problem("fabricmanager_down", "critical", "restart_service", slot="")
+    if unread:
+        dark = replace(down.finding, unread=(now, "systemd's units not read"))
+        down = replace(down, finding=dark)
+    return states.state(now=now, problems={"": [fm, down]})
+
+
+def test_the_command_clears_the_fabric_managers_restart_on_the_host(
+    tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = Sent(monkeypatch)
+    conf = write_state(str(tmp_path), restarted_state())
+    code, out, err = clear_cli(conf, "host", "fabricmanager_restarted")
+    assert (code, err) == (0, "")
+    assert out.startswith("host: fabricmanager_restarted cleared by ")
+    (e,) = sent.entries
+    assert (e["PCI_SLOT"], e["KIND"]) == ("host", "fabricmanager_restarted")
+    assert e["MESSAGE"].startswith("host: fabricmanager_restarted cleared by ")
+    # fabricmanager_down is read live: refused, saying how it ends.
+    code, _, err = clear_cli(conf, "host", "fabricmanager_down")
+    assert code == 1 and "cannot clear host fabricmanager_down" in err
+    # Held unread (the bus fails), its own name ends it.
+    conf = write_state(str(tmp_path), restarted_state(unread=True))
+    assert clear_cli(conf, "host", "fabricmanager_down")[0] == 0
+    assert sent.entries[-1]["KIND"] == "fabricmanager_down"
+    # A host without it: nothing to clear.
+    conf = write_state(str(tmp_path), hung_state())
+    code, _, err = clear_cli(conf, "host", "fabricmanager_restarted")
+    assert code == 1 and "host has no fabricmanager_restarted problem to clear" in err
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    conf = write_state(str(tmp_path), restarted_state())
+    assert clear_cli(conf, "host", "fabricmanager_restarted")[0] == clearcli.EX_NOPERM
+    assert len(sent.entries) == 2
+
+
+def test_a_host_clear_is_read_back_for_the_host() -> None:
+    entry = {
+        "_UID": "0",
+        "PCI_SLOT": "host",
+        "KIND": "fabricmanager_restarted",
+        "CLEARED_BY": "root",
+    }
+    assert clears.parse(entry, 5.0) == Clear("", "fabricmanager_restarted", "root", 5.0)
+    assert clears.parse({**entry, "_UID": "1000"}, 5.0) is None
+    assert clears.covers("fabricmanager_restarted", "fabricmanager_restarted")
+    assert not clears.covers("all", "fabricmanager_restarted")
+    assert clears.ending("", "fabricmanager_restarted", "") == (
+        "holds until the next boot; after the reset: gpuagent clear host fabricmanager_restarted",
+        True,
+    )
+
+
+def test_the_fabric_managers_restart_holds_until_the_reset_roots_clear_says(
+    host: Host, make: Any
+) -> None:
+    # NVIDIA's Fabric Manager guide: the GPUs and NVSwitches are reset between its stop and
+    # its start; no record shows the reset, so only a reboot or root's word ends it.
+    nvswitch_host(host)
+    host.healthy()
+    journal = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
+    units = FakeUnits()
+    units.set(unit(FM), unit(PD))  # its first start this boot: nothing to say
+    host.make_agent(units=units, journal_directory=journal)
+    assert host.tick(1).state["host_problems"] == []
+    units.set(unit(FM, "failed", "failed", result="exit-code"), unit(PD))
+    host.tick(1)
+    units.set(replace(unit(FM), rerun=1_700_000_500.0), unit(PD))
+    st = host.tick(1).state
+    (p,) = st["host_problems"]
+    assert (p["kind"], p["severity"], p["action"]) == (
+        "fabricmanager_restarted",
+        "critical",
+        "drain_and_reset",
+    )
+    assert p["ends"] == (
+        "holds until the next boot; after the reset: gpuagent clear host fabricmanager_restarted"
+    )
+    (line,) = host.events(Event.PROBLEM_FABRICMANAGER_RESTARTED)
+    assert line.levelno == logging.ERROR
+    assert [r.getMessage() for r in host.events(Event.PROBLEM_CLEARED)] == [
+        "host: fabricmanager_down cleared"
+    ]
+    # It holds tick after tick, and across a restart of the agent.
+    host.tick(3)
+    host.make_agent(units=units, journal_directory=journal)
+    assert [p["kind"] for p in host.tick(1).state["host_problems"]] == ["fabricmanager_restarted"]
+    # Root's clear after the reset ends it, and says who.
+    append(journal, clear_entry("0", LATER, slot="host", kind="fabricmanager_restarted"))
+    assert host.tick(1).state["host_problems"] == []
+    (end,) = [r for r in host.events(Event.PROBLEM_CLEARED) if "restarted" in r.getMessage()]
+    assert end.getMessage().startswith(
+        "host: fabricmanager_restarted cleared by an operator (root at "
+    )
+    # A restart after the clear is a new one.
+    units.set(replace(unit(FM), rerun=LATER + 60.0), unit(PD))
+    assert [p["kind"] for p in host.tick(1).state["host_problems"]] == ["fabricmanager_restarted"]

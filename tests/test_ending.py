@@ -198,7 +198,7 @@ PROBLEM_EVENTS = [
 def test_the_catalog_says_how_each_problem_ends(event: Event) -> None:
     (text,) = [t for m, t in entries() if m == event.value]
     body = " ".join(text)
-    assert re.search(r"ends (by itself|once)|gpuagent clear (@PCI_SLOT@|SLOT)", body)
+    assert re.search(r"ends (by itself|once)|gpuagent clear (@PCI_SLOT@|SLOT|host)", body)
     if event is Event.XID_PROBLEM:
         assert "gpuagent clear SLOT xid" in body
     if event is Event.GPU_INIT_FAILED:

@@ -5,6 +5,7 @@ listings (data/corpus/pci)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,8 @@ from gpuagent.sources.services.nvservices import (
     RestartWatch,
     UnitFacts,
     fabricmanager_findings,
+    fabricmanager_rerun_findings,
+    fm_resumes,
     fold_fabric,
     persistence_findings,
     persistenced_findings,
@@ -247,3 +250,64 @@ def test_fabric_problems_fold_under_fabricmanager_down() -> None:
     assert (
         fold_fabric([Finding("persistenced_down", WARNING, "restart_service", "y")], gpus) == gpus
     )
+
+
+# Started again at this wall time after a stop earlier this boot (systemd's timestamps).
+RERUN = replace(RUNNING, rerun=1_765_000_000.0)
+
+
+def test_a_restart_after_a_stop_this_boot_asks_for_the_gpus_reset() -> None:
+    (f,) = fabricmanager_rerun_findings(["0000:a0:00.0"], RERUN, resumes=False, cleared=None)
+    assert (f.kind, f.severity, f.action, f.ends) == (
+        "fabricmanager_restarted",
+        CRITICAL,
+        "drain_and_reset",
+        "",
+    )
+    assert "NVIDIA's Fabric Manager guide has the GPUs and NVSwitches reset" in f.message
+    assert "nvidia-smi -r" in f.message
+
+
+@pytest.mark.parametrize(
+    ("nvswitches", "fm", "resumes", "cleared"),
+    [
+        ([], RERUN, False, None),  # no NVSwitch: no fabric manager needed
+        (["0000:a0:00.0"], RUNNING, False, None),  # its first start this boot
+        (["0000:a0:00.0"], replace(FAILED, rerun=1_765_000_000.0), False, None),  # down: not this
+        (["0000:a0:00.0"], None, False, None),  # not known
+        (["0000:a0:00.0"], RERUN, True, None),  # its restart mode resumes the fabric
+        (["0000:a0:00.0"], RERUN, False, 1_765_000_100.0),  # root cleared it after the restart
+        (["0000:a0:00.0"], RERUN, False, 1_765_000_000.0),
+    ],
+)
+def test_no_reset_asked_for(
+    nvswitches: list[str], fm: UnitFacts | None, resumes: bool, cleared: float | None
+) -> None:
+    assert fabricmanager_rerun_findings(nvswitches, fm, resumes=resumes, cleared=cleared) == []
+
+
+def test_a_clear_before_the_latest_restart_ends_nothing() -> None:
+    found = fabricmanager_rerun_findings(
+        ["0000:a0:00.0"], RERUN, resumes=False, cleared=1_764_999_000.0
+    )
+    assert [f.kind for f in found] == ["fabricmanager_restarted"]
+
+
+@pytest.mark.parametrize(
+    ("config", "resumes"),
+    [
+        (None, False),  # not installed: bare metal, its default
+        ("FABRIC_MODE=0\nFABRIC_MODE_RESTART=1\n", False),  # bare metal never resumes
+        ("FABRIC_MODE=1\nFABRIC_MODE_RESTART=0\n", False),
+        ("FABRIC_MODE=1\nFABRIC_MODE_RESTART=1\n", True),  # Shared NVSwitch
+        ("FABRIC_MODE=2\nFABRIC_MODE_RESTART=1\n", True),  # vGPU multitenancy
+        ("# FABRIC_MODE=1\nFABRIC_MODE_RESTART=1\n", False),  # a comment is no setting
+        (" FABRIC_MODE = 1 # shared\nFABRIC_MODE_RESTART=1", True),
+        ("FABRIC_MODE=1\nFABRIC_MODE_RESTART=1\nFABRIC_MODE=0\n", False),  # the last wins
+        ("garbage\x00\n=\n==", False),
+    ],
+)
+def test_the_restart_mode_from_the_fabric_managers_config(
+    config: str | None, resumes: bool
+) -> None:
+    assert fm_resumes(config) is resumes

@@ -159,8 +159,13 @@ def _mock_call(bus: MockBus, method: str, sig: str, body: tuple[Any, ...]) -> No
 
 def set_unit(bus: MockBus, name: str, loaded: bool = True, **props: str | int) -> None:
     """Change a unit of the running mock (its SetUnit method)."""
-    body = {k: ("u" if isinstance(v, int) else "s", v) for k, v in props.items()}
+    body = {k: (_int_type(k) if isinstance(v, int) else "s", v) for k, v in props.items()}
     _mock_call(bus, "SetUnit", "sa{sv}b", (name, body, loaded))
+
+
+def _int_type(prop: str) -> str:
+    """The D-Bus type of an integer property: systemd's timestamps are µs in a uint64."""
+    return "t" if "Timestamp" in prop else "u"
 
 
 def set_unit_silently(bus: MockBus, name: str, **props: str | int) -> None:
@@ -325,6 +330,27 @@ def test_a_crash_loop_and_a_failure_are_read_as_they_change(systemd: MockBus) ->
     )
     assert got[PERSISTENCED].active_state == "failed"
     assert not got[FABRICMANAGER].running
+
+
+def test_the_fabric_managers_start_after_a_stop_this_boot_is_read(systemd: MockBus) -> None:
+    # Its first start this boot: it never left the active state.
+    reader, _ = counted(systemd)
+    assert reader.read().units[FABRICMANAGER].rerun is None
+    # Stopped and started again: systemd's ActiveExitTimestampMonotonic is set, and
+    # ActiveEnterTimestamp is the new start (wall µs).
+    set_unit(
+        systemd,
+        FABRICMANAGER,
+        LoadState="loaded",
+        ActiveState="active",
+        SubState="running",
+        ActiveEnterTimestamp=1_765_000_000_250_000,
+        ActiveExitTimestampMonotonic=93_000_000,
+    )
+    got = read_until(reader, lambda u: u[FABRICMANAGER].rerun is not None)
+    assert got[FABRICMANAGER].rerun == 1_765_000_000.25
+    # Only the fabric manager's restart is asked about.
+    assert got[IMEX].rerun is None
 
 
 def test_unit_for_pid(systemd: MockBus) -> None:

@@ -29,15 +29,20 @@ def send(**fields: Any) -> None:
 
 
 def _held(state_file: str, slot: str) -> tuple[dict[str, bool] | None, str]:
-    """The kinds of the problems the GPU in ``slot`` has now, each with whether it is held
+    """The kinds of the problems the GPU in ``slot`` (:data:`clears.HOST`: the host) has now,
+    each with whether it is held
     unread (its source cannot look), or None without a state, and then the note for the
     clear's line: the agent is not running, or its state could not be read (a refused read is
     said, not taken for a stopped agent)."""
     from gpuagent.commands.slurmcheck import state_reason  # noqa: PLC0415
+    from gpuagent.sources.kernel import clears  # noqa: PLC0415
 
     st, why = state_reason(state_file)
     if st is not None:
-        mine = [p for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
+        if slot == clears.HOST:
+            mine = list(st["host_problems"])
+        else:
+            mine = [p for g in st["gpus"] if g["pci_slot"] == slot for p in g["problems"]]
         return {p["kind"]: "unread_since" in p for p in mine}, ""
     if not os.path.lexists(state_file):
         return None, " (gpuagent is not running: it applies the clear when it starts)"
@@ -45,8 +50,8 @@ def _held(state_file: str, slot: str) -> tuple[dict[str, bool] | None, str]:
 
 
 def _refuse_host(ctx: click.Context, kind: str) -> NoReturn:
-    """``gpuagent clear host KIND``: a host's problem has no clear; say how it ends (the
-    state's ``ends``), exit 1."""
+    """``gpuagent clear host KIND`` of a host problem that takes no clear (read live, and
+    not held unread): say how it ends (the state's ``ends``), exit 1."""
     from gpuagent.commands.slurmcheck import state_reason  # noqa: PLC0415
     from gpuagent.sources.kernel import clears  # noqa: PLC0415
 
@@ -68,25 +73,34 @@ def _refuse_host(ctx: click.Context, kind: str) -> NoReturn:
 def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     """After a repair, end the GPU's problems that hold until the next boot (xid,
     init_failed, pcie_error), or forget a GPU gone from the bus for good (gone_from_bus); root
-    only.  A problem read live is refused (exit 1) unless it is held unread (its source cannot
-    look: the nvidia module unloaded, nvidia-smi missing), and so is a host's (SLOT ``host``):
-    the refusal says how it ends."""
+    only.  SLOT ``host``: the host's fabricmanager_restarted, after the GPUs' reset.  A
+    problem read live is refused (exit 1), saying how it ends, unless it is held unread (its
+    source cannot look: the nvidia module unloaded, nvidia-smi missing, the system bus)."""
     import pwd  # noqa: PLC0415
 
     from gpuagent.logs import Event  # noqa: PLC0415
     from gpuagent.sources.kernel import clears  # noqa: PLC0415
 
-    if slot.lower() == "host":
-        _refuse_host(ctx, kind or clears.ALL)
-    where = clears.slot_of(slot)
-    if where is None:
-        raise click.BadParameter(f"{slot!r} is not a PCI slot (0000:3b:00.0)", param_hint="SLOT")
-    if every == (kind is not None):
-        raise click.UsageError("name one KIND, or --all")
-    what = clears.ALL if every else str(kind)
     path, required = ctx.obj["config_file"]
-    held, later = _held(config.salvage(path, required=required)[0].state_file, where)
-    refused = clears.refusal(what)
+    state_file = config.salvage(path, required=required)[0].state_file
+    if slot.lower() == clears.HOST:
+        where, what = clears.HOST, kind or clears.ALL
+        held, later = _held(state_file, where)
+        # The host's latching kinds, and a live one held unread, take a clear by name.
+        if every or not (what in clears.HOST_LATCHING or (held or {}).get(what)):
+            _refuse_host(ctx, what)
+        refused = None
+    else:
+        found = clears.slot_of(slot)
+        if found is None:
+            raise click.BadParameter(
+                f"{slot!r} is not a PCI slot (0000:3b:00.0)", param_hint="SLOT"
+            )
+        if every == (kind is not None):
+            raise click.UsageError("name one KIND, or --all")
+        where, what = found, clears.ALL if every else str(kind)
+        held, later = _held(state_file, where)
+        refused = clears.refusal(what)
     # A live problem held unread (no read can end it now) is ended by its own name.
     if refused is not None and not (held or {}).get(what):
         click.echo(f"gpuagent: cannot clear {where} {what}: {refused}", err=True)
@@ -96,7 +110,7 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
         sys.exit(EX_NOPERM)
     if held is not None and refused is None:
         live = sorted({k for k in held if clears.refusal(k) is not None})
-        ends = [k for k in held if clears.covers(what, k)]
+        ends = [k for k in held if clears.covers(what, k) or (held[k] and k == what)]
         if not ends:
             said = f"; {', '.join(live)} read live: it ends with its cause" if live else ""
             click.echo(f"gpuagent: {where} has no {what} problem to clear{said}", err=True)
@@ -105,9 +119,10 @@ def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     # The person sudo ran it for; journald adds the login uid (_AUDIT_LOGINUID) itself.
     person = os.environ.get("SUDO_USER") or None
     who = f"{person} (as {by})" if person and person != by else by
+    said = "host" if where == clears.HOST else f"GPU {where}"
     try:
         send(
-            MESSAGE=f"GPU {where}: {what} cleared by {who}",
+            MESSAGE=f"{said}: {what} cleared by {who}",
             MESSAGE_ID=Event.OPERATOR_CLEAR.value,
             PRIORITY="5",
             SYSLOG_IDENTIFIER="gpuagent",

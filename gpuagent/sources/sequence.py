@@ -56,7 +56,7 @@ from gpuagent.sources.processes.owners import PidLookup
 from gpuagent.sources.processes.processes import ProcessesSource
 from gpuagent.sources.retention.source import Retention
 from gpuagent.sources.services.services import Reader as UnitsReader
-from gpuagent.sources.services.services import ServicesSource
+from gpuagent.sources.services.services import ServicesSource, fm_config_text
 from gpuagent.sources.services.unitlog import unit_messages
 from gpuagent.sources.vgpu.source import VgpuSource
 from gpuagent.sources.wear.source import WearSource
@@ -111,6 +111,7 @@ def sources(
         monotonic=monotonic,
         unit_log=lambda directory, unit: unit_messages(directory, unit, boot),
         journal_directory=config.journal_directory,
+        fm_config=fm_config_text,
     )
     processes = ProcessesSource(config, prober.runner, log, lookup=systemd)
     had = GpusHad(state_directory, log, boot)

@@ -1,7 +1,8 @@
 """systemd units' states over the system bus (D-Bus, with jeepney), never by running systemctl.
 
 One :class:`Units` keeps one connection to the system bus and reads, for each unit asked
-about, ``LoadState``, ``ActiveState``, ``SubState``, ``Result`` and ``NRestarts``.  A unit
+about, ``LoadState``, ``ActiveState``, ``SubState``, ``Result`` and ``NRestarts`` (and, for
+the fabric manager, whether it runs again after a stop this boot: :meth:`Units._rerun`).  A unit
 systemd has not loaded is loaded for the read (``LoadUnit``), so a unit that is not installed
 is a fact (``LoadState`` ``not-found``), not an error.  The outcome of a read is one of:
 
@@ -56,7 +57,7 @@ from gpuagent.edges.systemd.sysbus import oserror as _oserror
 from gpuagent.edges.systemd.unitsignals import MANAGER as _MANAGER
 from gpuagent.edges.systemd.unitsignals import MANAGER_PATH as _MANAGER_PATH
 from gpuagent.edges.systemd.unitsignals import PROPERTIES as _PROPERTIES
-from gpuagent.sources.services.nvservices import UNITS, UnitFacts
+from gpuagent.sources.services.nvservices import RERUN_MATTERS, UNITS, UnitFacts
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -369,7 +370,19 @@ class Units:
         restarts = int(self._get(path, _SERVICE, "NRestarts")) if service else None
         # Whether the host means to run it (nvidia-imex: enabled where IMEX is used).
         enabled = str(self._get(path, _UNIT, "UnitFileState")) if load != "not-found" else ""
-        return Unit(name, load, active, sub, result, restarts, enabled)
+        return Unit(name, load, active, sub, result, restarts, enabled, self._rerun(name, path))
+
+    def _rerun(self, name: str, path: str) -> float | None:
+        """When a unit whose restart matters (:data:`RERUN_MATTERS`) became active again
+        after it had left the active state earlier this boot (wall s, from
+        ``ActiveEnterTimestamp``), or None: it never left it (``ActiveExitTimestampMonotonic``
+        0, the unit's first start this boot)."""
+        if name not in RERUN_MATTERS:
+            return None
+        if int(self._get(path, _UNIT, "ActiveExitTimestampMonotonic")) == 0:
+            return None
+        entered = int(self._get(path, _UNIT, "ActiveEnterTimestamp"))
+        return entered / 1e6 if entered else None
 
     def _get(self, path: str, interface: str, prop: str) -> Any:
         value = self._call(path, _PROPERTIES, "Get", "ss", (interface, prop))

@@ -1,5 +1,5 @@
-"""An operator's clear of a GPU problem, as ``gpuagent clear`` sends it to the journal and the
-agent reads it back (pure).
+"""An operator's clear of a GPU problem (or of the host's, ``PCI_SLOT=host``), as ``gpuagent
+clear`` sends it to the journal and the agent reads it back (pure).
 
 The entry carries its own ``MESSAGE_ID`` (:attr:`gpuagent.logs.Event.OPERATOR_CLEAR`) and the
 fields ``PCI_SLOT``, ``KIND`` (a kind, or ``all``), ``CLEARED_BY`` (the caller's user
@@ -24,6 +24,8 @@ from gpuagent.views import Clear
 __all__ = [
     "ALL",
     "GONE",
+    "HOST",
+    "HOST_LATCHING",
     "LATCHING",
     "NO_LOGIN",
     "Names",
@@ -40,6 +42,10 @@ __all__ = [
 
 # The kinds that hold until the next boot unless an operator clears them.
 LATCHING = ("xid", "init_failed", "pcie_error")
+# The host's: a reset no record shows (nvservices.RESTARTED's).
+HOST_LATCHING = ("fabricmanager_restarted",)
+# PCI_SLOT of a host's clear (`gpuagent clear host KIND`); its Clear's slot is "".
+HOST = "host"
 # KIND for every latching problem of the GPU (`gpuagent clear SLOT --all`).
 ALL = "all"
 # The one kind read from the bus that a clear accepts: the GPU left for good, forget it.
@@ -54,7 +60,11 @@ Names = Callable[[int], str | None]
 
 def covers(cleared: str, kind: str) -> bool:
     """Whether a clear of ``cleared`` (a kind or :data:`ALL`) ends a problem of ``kind``."""
-    return (kind in LATCHING and cleared in (kind, ALL)) or kind == cleared == GONE
+    return (
+        (kind in LATCHING and cleared in (kind, ALL))
+        or (kind in HOST_LATCHING and cleared == kind)
+        or kind == cleared == GONE
+    )
 
 
 def refusal(kind: str) -> str | None:
@@ -76,7 +86,8 @@ def host_refusal(kind: str, ends: str | None) -> str:
     said = f"host {kind} {ends}" if ends else "a host problem ends when its cause does"
     return (
         f"{said}; no clear ends it (a clear takes a GPU's slot and ends its "
-        f"{', '.join(LATCHING)} or {GONE})"
+        f"{', '.join(LATCHING)} or {GONE}; the host's {', '.join(HOST_LATCHING)}, or a "
+        "problem held unread)"
     )
 
 
@@ -89,11 +100,13 @@ def ending(slot: str, kind: str, when: str) -> tuple[str, bool]:
     ``("holds until the next boot; after the repair: gpuagent clear 0000:18:00.0 xid",
     True)``; ``("ends by itself when the GPU is back on the PCI bus; if it left for good:
     gpuagent clear 0000:18:00.0 gone_from_bus", False)``; ``("ends by itself when
-    nvidia-fabricmanager.service runs again", False)``.  A host's problem has no clear
-    (``gpuagent clear`` takes a GPU's slot)."""
-    command = f"gpuagent clear {slot} {kind}"
+    nvidia-fabricmanager.service runs again", False)``.  Of a host's problems only
+    :data:`HOST_LATCHING` take a clear (``gpuagent clear host KIND``)."""
+    command = f"gpuagent clear {slot or HOST} {kind}"
     clear = None
-    if slot and kind in LATCHING:
+    if not slot and kind in HOST_LATCHING:
+        clear = f"after the reset: {command}"
+    elif slot and kind in LATCHING:
         # One that lapses by itself (a warning Xid) needs no repair: a clear ends it sooner.
         clear = f"or sooner: {command}" if when else f"after the repair: {command}"
     elif slot and kind == GONE:
@@ -156,6 +169,8 @@ def parse(entry: Mapping[str, object], at: float, names: Names = no_names) -> Cl
     # A live kind counts too: it ends such a problem while it is held unread (the verdict's).
     if slot is None or kind is None or not _KIND.fullmatch(kind):
         return None
+    if slot == HOST:
+        return Clear("", kind, person(entry, names) or by or "root", at)
     slot = slot_of(slot)
     if slot is None:
         return None

@@ -15,6 +15,20 @@ the probe's rows), :class:`~gpuagent.views.Finding` out:
   installed.  Its restarts are no ``fabricmanager_flapping`` then: the cause is said once.
 - ``fabricmanager_flapping`` (host, warning, ``restart_service``): its ``NRestarts`` rose by 3
   or more within 10 minutes; it ends once it has not risen for 10 minutes.
+- ``fabricmanager_restarted`` (host, critical, ``drain_and_reset``): the fabric manager runs
+  again after it stopped earlier this boot (systemd's ``ActiveExitTimestampMonotonic``).  Its
+  restart does not end what its stop did: NVIDIA's Fabric Manager User Guide has the GPUs
+  and NVSwitches reset between a fabric manager's stop and its next start (its FM/GPU reset
+  sequence; its "Fabric Manager Restart Mode" resumes a fabric only in the Shared NVSwitch
+  and vGPU modes, with ``FABRIC_MODE_RESTART=1``: :func:`fm_resumes`), and NVIDIA's
+  engineers answer a start, stop and start without it so (NVIDIA/nccl#1488: "you need to
+  reset the GPU in-between if the FM is stopped and restarted"; NVIDIA/nccl#976: "usually
+  due to nv-fabricmanager having been manually restarted while processes were still holding
+  resources on the GPU", NCCL's NVLS failing with "invalid argument" until then;
+  NVIDIA/gpu-driver-container#909 resets the GPUs after the fabric manager's start on
+  NVLink 5).  No record says the GPUs were reset, so it holds until the next boot or root's
+  ``gpuagent clear host fabricmanager_restarted`` after the reset; a later restart is a new
+  one.
 - ``persistenced_down`` (host, warning, ``restart_service``): ``nvidia-persistenced.service``
   installed (not masked) and not active.
 - ``persistence_off`` (per GPU, warning): the GPU's ``persistence_mode`` is Disabled and
@@ -52,14 +66,19 @@ __all__ = [
     "FABRICMANAGER",
     "FLAP_RESTARTS",
     "FLAP_WINDOW",
+    "FM_CONFIG",
     "IMEX",
     "KINDS",
     "PERSISTENCED",
+    "RERUN_MATTERS",
+    "RESTARTED",
     "UNITS",
     "RestartWatch",
     "UnitFacts",
     "fabricmanager_findings",
+    "fabricmanager_rerun_findings",
     "fm_mismatch",
+    "fm_resumes",
     "fold_fabric",
     "imex_findings",
     "imex_runs",
@@ -77,12 +96,20 @@ KINDS = (
     "fabricmanager_down",
     "fabricmanager_mismatch",
     "fabricmanager_flapping",
+    "fabricmanager_restarted",
     "persistenced_down",
     "persistence_off",
     "imex_down",
 )
+RESTARTED = "fabricmanager_restarted"
+# The units whose restart within a boot says something (systemd's timestamps are read for them).
+RERUN_MATTERS = (FABRICMANAGER,)
+# The fabric manager's config as its package installs it, the path its unit's -c names.
+FM_CONFIG = "/usr/share/nvidia/nvswitch/fabricmanager.cfg"
+# The lines of it read (the shipped file has about 120).
+_CONFIG_LINES = 2000
 # The host kinds a GPU's fabric problem is folded under.
-_FABRIC_CAUSES = ("fabricmanager_down", "fabricmanager_mismatch")
+_FABRIC_CAUSES = ("fabricmanager_down", "fabricmanager_mismatch", RESTARTED)
 # nv-fabricmanager's refusal, in both of its spellings: "... interface version 590.48.01 don't
 # match with driver version 580.126.09. Please update with matching NVIDIA driver package."
 # (NVIDIA/gpu-driver-container#735) and, in newer packages, "doesn't match" (with a curly
@@ -112,6 +139,10 @@ class UnitFacts:
     # systemd's UnitFileState (enabled, disabled, static …; "" not read): whether the host
     # means to run it, not how it runs, so no part of the unit's state to compare.
     file_state: str = field(default="", compare=False)
+    # When it became active again after leaving the active state earlier this boot (wall s;
+    # None: its first start this boot, or not read): ActiveEnterTimestamp, read only for the
+    # units of RERUN_MATTERS.
+    rerun: float | None = field(default=None, compare=False)
 
     @property
     def installed(self) -> bool:
@@ -168,6 +199,41 @@ def fabricmanager_findings(
     )
     ends = f"when {FABRICMANAGER} runs again"
     return [Finding("fabricmanager_down", CRITICAL, "restart_service", text, ends=ends)]
+
+
+def fm_resumes(config: str | None) -> bool:
+    """Whether the fabric manager's config (the text of :data:`FM_CONFIG`; None: not read)
+    has it resume its fabric when it restarts: ``FABRIC_MODE`` 1 or 2 (Shared NVSwitch or vGPU
+    multitenancy) with ``FABRIC_MODE_RESTART=1``, the only modes NVIDIA's guide lets it restart
+    in; bare metal (``FABRIC_MODE=0``, the default) never does."""
+    if config is None:
+        return False
+    keys: dict[str, str] = {}
+    for line in config.splitlines()[:_CONFIG_LINES]:
+        key, sep, value = line.partition("=")
+        if sep and not key.lstrip().startswith("#"):
+            keys[key.strip()] = value.split("#", 1)[0].strip()
+    return keys.get("FABRIC_MODE") in ("1", "2") and keys.get("FABRIC_MODE_RESTART") == "1"
+
+
+def fabricmanager_rerun_findings(
+    nvswitches: Sequence[str], fm: UnitFacts | None, *, resumes: bool, cleared: float | None
+) -> list[Finding]:
+    """``fabricmanager_restarted`` when ``nvswitches`` (slots) are on the bus and ``fm`` runs
+    again after it stopped earlier this boot (:attr:`UnitFacts.rerun`), unless its config has
+    it resume (``resumes``: :func:`fm_resumes`) or root cleared it since that start
+    (``cleared``: wall s of the last ``gpuagent clear host fabricmanager_restarted``)."""
+    if not nvswitches or fm is None or not fm.running or fm.rerun is None or resumes:
+        return []
+    if cleared is not None and cleared >= fm.rerun:
+        return []
+    text = (
+        f"{FABRICMANAGER} runs again after it stopped this boot: NVIDIA's Fabric Manager guide "
+        "has the GPUs and NVSwitches reset between its stop and its start, and until they are, "
+        "NVLink jobs fail (NCCL's NVLS: \"invalid argument\"); drain the GPUs' jobs, stop "
+        "it, reset them (nvidia-smi -r) and start it, or reboot"
+    )
+    return [Finding(RESTARTED, CRITICAL, "drain_and_reset", text)]
 
 
 def persistenced_findings(unit: UnitFacts | None) -> list[Finding]:

@@ -8,7 +8,8 @@ once per change of its state while it is down and NVSwitches need it: a version 
 refuses), and says once that the units are not watched (no system bus socket), or once per
 outage that the bus fails (then ``error`` is the state's ``system_bus`` trouble).  Its findings
 go to the verdict: the host's (``fabricmanager_down`` or ``fabricmanager_mismatch``,
-``fabricmanager_flapping``, ``persistenced_down``, ``imex_down``) as source ``services``, each GPU's
+``fabricmanager_flapping``, ``fabricmanager_restarted`` (until root's clear, which the kernel
+source reads), ``persistenced_down``, ``imex_down``) as source ``services``, each GPU's
 ``persistence_off`` (judged on the last tick's samples) as ``persistence``.
 """
 
@@ -21,6 +22,7 @@ from typing import Protocol
 
 from gpuagent.condition import Condition, Edge
 from gpuagent.config import Config
+from gpuagent.edges.safefile import read_regular
 from gpuagent.edges.systemd.units import Result, Watch
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources import EVERY, Outcome, Source
@@ -28,7 +30,19 @@ from gpuagent.sources.bus import pci
 from gpuagent.sources.services import nvservices
 from gpuagent.views import Finding, Row, ServicesView, Tick, UnitView
 
-__all__ = ["Reader", "ServicesSource"]
+__all__ = ["Reader", "ServicesSource", "fm_config_text"]
+
+# The most of the fabric manager's config read (the shipped one is under 8 KiB).
+_FM_CONFIG_MAX = 256 * 1024
+
+
+def fm_config_text(path: str = nvservices.FM_CONFIG) -> str | None:
+    """The text of the fabric manager's config, or None where it cannot be read (not
+    installed: bare metal, its default mode)."""
+    try:
+        return read_regular(path, _FM_CONFIG_MAX).decode("utf-8", "replace")
+    except OSError:
+        return None
 
 
 class Reader(Protocol):
@@ -57,6 +71,7 @@ class ServicesSource(Source):
         monotonic: Callable[[], float],
         unit_log: Callable[[str, str], list[str]] | None = None,
         journal_directory: str = "",
+        fm_config: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.log = log
         self.reader = reader
@@ -64,6 +79,10 @@ class ServicesSource(Source):
         # "" the system journal, and the unit); None: not read.
         self.unit_log = unit_log
         self.journal_directory = journal_directory
+        # The fabric manager's config text (nvservices.FM_CONFIG; None: not read), read once
+        # per restart of it: whether that restart resumes its fabric.
+        self.fm_config = fm_config
+        self._fm_resumes: tuple[float, bool] | None = None
         self._fm_seen: tuple[object, ...] | None = None
         self._fm_mismatch: tuple[str, str] | None = None
         self.monotonic = monotonic
@@ -84,7 +103,10 @@ class ServicesSource(Source):
 
     def step(self, tick: Tick) -> Outcome:
         rows = {slot: s.fields for slot, s in tick.last.probe.samples.samples.items()}
-        persistence = self.read(rows)
+        # Root's clear of the host's fabricmanager_restarted (the kernel source reads clears).
+        clear = tick.kernel.cleared.get("")
+        cleared = clear.at if clear is not None and clear.kind == nvservices.RESTARTED else None
+        persistence = self.read(rows, cleared)
         view = replace(self._view, host=tuple(self.host))
         if self.error is not None:
             # A read that failed is no unit state: what the units were holds as last seen.
@@ -107,9 +129,12 @@ class ServicesSource(Source):
     def view(self) -> ServicesView:
         return self._view
 
-    def read(self, rows: Mapping[str, Row]) -> dict[str, list[Finding]]:
+    def read(
+        self, rows: Mapping[str, Row], cleared: float | None = None
+    ) -> dict[str, list[Finding]]:
         """Read the units; sets the host's findings and returns each GPU's (by slot; ``rows``
-        the GPUs' last samples)."""
+        the GPUs' last samples; ``cleared``: when root last cleared ``fabricmanager_restarted``,
+        wall s)."""
         result = self.reader.read(nvservices.UNITS)
         self._edges(result)
         if result.watch is Watch.ERROR:
@@ -133,11 +158,23 @@ class ServicesSource(Source):
         flapping = self.flapping.update(self.monotonic(), fm.n_restarts if fm else None)
         self.host = [
             *nvservices.fabricmanager_findings(self.nvswitches, fm, mismatch),
+            *nvservices.fabricmanager_rerun_findings(
+                self.nvswitches, fm, resumes=self._resumes(fm), cleared=cleared
+            ),
             *(flapping if mismatch is None else []),
             *nvservices.persistenced_findings(pd),
             *nvservices.imex_findings(units.get(nvservices.IMEX)),
         ]
         return nvservices.persistence_findings(rows, pd)
+
+    def _resumes(self, fm: nvservices.UnitFacts | None) -> bool:
+        """Whether the fabric manager's restart resumes its fabric (its config says so), read
+        once per restart, and only where it restarted with NVSwitches that need it."""
+        if fm is None or fm.rerun is None or not self.nvswitches:
+            return False
+        if self._fm_resumes is None or self._fm_resumes[0] != fm.rerun:
+            self._fm_resumes = (fm.rerun, nvservices.fm_resumes(self.fm_config()))
+        return self._fm_resumes[1]
 
     def _mismatch(self, fm: nvservices.UnitFacts | None) -> tuple[str, str] | None:
         """The versions of the driver's refusal of the fabric manager, from its journal, read
