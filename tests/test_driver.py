@@ -15,7 +15,9 @@ from gpuagent.sources.driver import driver
 from gpuagent.sources.driver.driver import (
     KEY_REJECTED,
     LOCKDOWN,
+    MODULE_INIT_FAILED,
     MODULE_NOT_FOUND,
+    NO_GPU_FOUND,
     OPEN_MODULE_UNSUPPORTED,
     OTHER_DRIVER,
     PROBE_FAILED,
@@ -171,6 +173,9 @@ def test_the_multi_line_records_are_joined_as_the_journal_keeps_them() -> None:
         # mattshma/bigdata#133: three V100s that nouveau had taken.
         ("NVRM: The NVIDIA probe routine was not called for 3 device(s).", OTHER_DRIVER),
         ("NVRM: No NVIDIA graphics adapter probed!", PROBE_FAILED),
+        # The module's own words for a load that failed (kernel-open/nvidia/nv.c).
+        ("NVRM: No NVIDIA GPU found.", NO_GPU_FOUND),
+        ("NVRM: register_chrdev_region() failed for nvidia!", MODULE_INIT_FAILED),
         # Not reasons: the module loads on a kernel that does not enforce signatures.
         (
             "nvidia: module verification failed: signature and/or required key missing - "
@@ -198,6 +203,8 @@ def test_every_reason_is_explained() -> None:
         OTHER_DRIVER,
         OPEN_MODULE_UNSUPPORTED,
         PROBE_FAILED,
+        NO_GPU_FOUND,
+        MODULE_INIT_FAILED,
     }
     assert Event.problem("no_driver_module").name == "PROBLEM_NO_DRIVER_MODULE"
     assert Event.problem("driver_mismatch").name == "PROBLEM_DRIVER_MISMATCH"

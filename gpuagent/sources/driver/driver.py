@@ -26,14 +26,15 @@ import sys
 from collections.abc import Iterable
 
 from gpuagent.health import CRITICAL, WARNING
-from gpuagent.sources.bus.pciaddr import SLOT
-from gpuagent.sources.kernel import driverrecord
+from gpuagent.sources.kernel import drivercatalog, driverrecord
 from gpuagent.views import ApiMismatch, Finding
 
 __all__ = [
     "KEY_REJECTED",
     "LOCKDOWN",
+    "MODULE_INIT_FAILED",
     "MODULE_NOT_FOUND",
+    "NO_GPU_FOUND",
     "OPEN_MODULE_UNSUPPORTED",
     "OTHER_DRIVER",
     "PROBE_FAILED",
@@ -58,6 +59,8 @@ MODULE_NOT_FOUND = "module_not_found"
 OTHER_DRIVER = "other_driver"
 OPEN_MODULE_UNSUPPORTED = "open_module_unsupported"
 PROBE_FAILED = "probe_failed"
+NO_GPU_FOUND = "no_gpu_found"
+MODULE_INIT_FAILED = "module_init_failed"
 REASONS: dict[str, str] = {
     KEY_REJECTED: "the kernel rejected the module's signature (Secure Boot or "
     "module.sig_enforce): sign the module or enroll its key with mokutil",
@@ -70,12 +73,17 @@ REASONS: dict[str, str] = {
     "install the proprietary one",
     PROBE_FAILED: "the module found no GPU it could initialise and unloaded (dmesg says why "
     "for each GPU)",
+    NO_GPU_FOUND: "the module found no NVIDIA GPU it can drive and refused to load: check "
+    "lspci -d 10de: and NVreg_RegisterPCIDriver",
+    MODULE_INIT_FAILED: "the module's own initialisation failed (most often another nvidia "
+    "module holds its device numbers or PCI driver): unload it, keep one nvidia.ko for this "
+    "kernel",
 }
 
 # The kernel's own records that say why, one pattern per reason, each matched at the record's
 # start: the kernel's words there are its own, while a later line may be a user's
-# (gpuagent.sources.kernel.driverrecord).  The kernel's are single-line records; the driver's must
-# be its whole record.
+# (gpuagent.sources.kernel.driverrecord).  The kernel's are single-line records; the driver's
+# are its catalog's entries (gpuagent.sources.kernel.drivermessages: each names its reason).
 _KERNEL_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # kernel/module/signing.c, with module.sig_enforce or Secure Boot: "Loading of module
     # with unavailable key is rejected" (also "of unsigned module", "of module with
@@ -89,30 +97,6 @@ _KERNEL_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # security/lockdown/lockdown.c: "Lockdown: modprobe: unsigned module loading is
     # restricted; see man kernel_lockdown.7".
     (LOCKDOWN, re.compile(r"Lockdown: [^:\n]+: unsigned module loading is restricted")),
-)
-# The nvidia module's own words (kernel-open/nvidia/nv.c, osapi.c).
-_DRIVER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    # Another driver holds the devices.
-    (
-        OTHER_DRIVER,
-        re.compile(r"[ \t]*NVRM: The NVIDIA probe routine was not called for \d+ device"),
-    ),
-    (
-        OPEN_MODULE_UNSUPPORTED,
-        re.compile(
-            rf"[ \t]*NVRM: The NVIDIA GPU {SLOT} \(PCI ID: [0-9a-fA-F]{{4}}:[0-9a-fA-F]{{4}}\)\s+"
-            r"(?:NVRM:\s+)?installed in this system is not supported by open\s+(?:NVRM:\s+)?"
-            r"nvidia\.ko because it does not"
-        ),
-    ),
-    (
-        PROBE_FAILED,
-        re.compile(
-            r"[ \t]*NVRM: (?:The NVIDIA probe routine failed for \d+ device|"
-            r"None of the NVIDIA devices were initialized|"
-            r"No NVIDIA graphics adapter probed!)"
-        ),
-    ),
 )
 # The module loaders' words (their records are told apart by the fields journald sets, see
 # gpuagent.sources.kernel.kernlog.LOADERS), anywhere in a record: a modprobe error comes wrapped in
@@ -130,8 +114,9 @@ _LOADER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
 def absence_reason(message: str) -> str | None:
     """The reason (:data:`REASONS`) one kernel record's ``MESSAGE`` (``_TRANSPORT=kernel``)
     gives for the nvidia module not being loaded, or ``None``: the signature and lockdown
-    reasons of a one-line record of the kernel's, the probe's of a record the driver wrote
-    whole, each at the record's start.  "module verification failed: signature and/or
+    reasons of a one-line record of the kernel's, the driver's of a record it wrote whole
+    (the reason its :mod:`~gpuagent.sources.kernel.drivercatalog` entry names), each at the
+    record's start.  "module verification failed: signature and/or
     required key missing - tainting kernel" and "PKCS#7 signature not signed with a trusted
     key" are no reason: a kernel that does not enforce signatures loads the module anyway.
     """
@@ -139,11 +124,8 @@ def absence_reason(message: str) -> str | None:
         for reason, pattern in _KERNEL_REASONS:
             if pattern.match(message):
                 return reason
-    if driverrecord.lines(message):
-        for reason, pattern in _DRIVER_REASONS:
-            if pattern.match(message):
-                return reason
-    return None
+    found = drivercatalog.parse(message)
+    return (found[1].reason or None) if found is not None else None
 
 
 def loader_reason(message: str) -> str | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import device_of
-from gpuagent.sources.kernel.drivercatalog import Cause
+from gpuagent.sources.kernel.drivercatalog import DEFAULT_FIX, Cause, explain
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
 from gpuagent.views import Finding, SXidCount, XidCount, XidInfo
@@ -97,21 +97,8 @@ class InitCount:
         meaning, action and fix, where a reboot would load the same module."""
         detail = f" ({self.detail})" if self.detail else ""
         failed = f"the driver could not initialise the GPU (RmInitAdapter failed{detail})"
-        if cause is not None:
-            return Finding(
-                "init_failed",
-                CRITICAL,
-                cause.action,
-                f"{failed}: {cause.means}; {cause.fix}",
-                at=self.first,
-            )
-        return Finding(
-            "init_failed",
-            CRITICAL,
-            "reboot",
-            f"{failed}; reboot the host, and if it repeats check the GPU's power and seating",
-            at=self.first,
-        )
+        action, said = explain(cause, "reboot", f"; {DEFAULT_FIX}")
+        return Finding("init_failed", CRITICAL, action, failed + said, at=self.first)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gpuagent.health import CRITICAL, WARNING
-from gpuagent.sources.kernel.drivercatalog import Cause
+from gpuagent.sources.kernel.drivercatalog import Cause, explain
 from gpuagent.views import Finding, PciGpu, Row
 
 __all__ = [
@@ -376,11 +376,11 @@ def _no_driver(cause: Cause | None) -> Finding:
     """``no_driver``, with the driver's own words on why where it gave them: a reboot only
     where one can help (it loads the same module, firmware and BIOS layout)."""
     said = "the nvidia module is loaded but no driver is bound to the GPU"
-    if cause is None:
-        text, action = f"{said} (the driver failed to initialise it; see dmesg)", "reboot"
-    else:
-        text, action = f"{said}: {cause.means}; {cause.fix}", cause.action
-    return Finding("no_driver", CRITICAL, action, text, ends="when a driver is bound to the GPU")
+    default = " (the driver failed to initialise it; see dmesg)"
+    action, why = explain(cause, "reboot", default)
+    return Finding(
+        "no_driver", CRITICAL, action, said + why, ends="when a driver is bound to the GPU"
+    )
 
 
 def wrong_driver_findings(on_bus: Iterable[PciGpu]) -> dict[str, list[Finding]]:
