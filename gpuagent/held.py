@@ -15,14 +15,13 @@ remembers nothing.  A file that cannot be read or written is one warning (the st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
-from gpuagent.views import Finding
+from gpuagent.views import REASON_MAX, Finding
 
 __all__ = ["FILE", "Held", "HeldProblems", "by_source"]
 
@@ -31,6 +30,11 @@ FILE = "problems.json"
 MAX_SIZE = 1024 * 1024
 _WHAT = "the problems that hold"
 _OTHERWISE = "the problems seen from now"
+# A time (s since the epoch) after this is none the agent wrote (the year 5138); NaN fails
+# every comparison.
+_TIME_END = 1e11
+# Xid and SXid codes have at most six digits (the kernel records' parser takes no more).
+_CODE_END = 10**6
 # A counted Xid's or SXid's line logged: (slot, ``xid`` or ``sxid``, code).
 Told = tuple[str, str, int]
 
@@ -147,7 +151,13 @@ def _told(t: Any) -> bool:
         and isinstance(t[0], str)
         and t[1] in ("xid", "sxid")
         and type(t[2]) is int
+        and 0 <= t[2] < _CODE_END
     )
+
+
+def _time(value: Any) -> TypeGuard[int | float]:
+    # A number compared before any conversion: float() of a 400-digit int overflows.
+    return type(value) in (int, float) and 0 <= value < _TIME_END
 
 
 def _held(e: Any, i: int) -> Held:
@@ -158,8 +168,8 @@ def _held(e: Any, i: int) -> Held:
     if not all(isinstance(t, str) for t in texts):
         raise TypeError(f"{where}: expected strings for its source, slot, kind and words")
     since, unit, ends = e.get("since"), e.get("unit"), e.get("ends", "")
-    if not isinstance(since, int | float) or isinstance(since, bool) or not math.isfinite(since):
-        raise TypeError(f"{where}.since: expected a time in seconds")
+    if not _time(since):
+        raise TypeError(f"{where}.since: expected a time in seconds since the epoch")
     if unit is not None and not isinstance(unit, str):
         raise TypeError(f"{where}.unit: expected a string or null")
     if not isinstance(ends, str):
@@ -179,11 +189,9 @@ def _unread(value: Any, where: str) -> tuple[float, str] | None:
     ok = (
         isinstance(value, list)
         and len(value) == 2
-        and type(value[0]) in (int, float)
-        and math.isfinite(value[0])
-        and 0 <= value[0] < 1e11
+        and _time(value[0])
         and isinstance(value[1], str)
-        and len(value[1]) <= 1000
+        and len(value[1]) <= REASON_MAX
     )
     if not ok:
         raise TypeError(f"{where}.unread: expected [a time in seconds, a reason] or null")
@@ -195,8 +203,7 @@ def _extra(pairs: Any, where: str) -> tuple[tuple[str, int | str], ...]:
         isinstance(p, list)
         and len(p) == 2
         and isinstance(p[0], str)
-        and isinstance(p[1], int | str)
-        and not isinstance(p[1], bool)
+        and (isinstance(p[1], str) or (type(p[1]) is int and abs(p[1]) < 2**63))
         for p in pairs
     )
     if not ok:

@@ -6,6 +6,7 @@ must start fast.
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -29,14 +30,19 @@ class NoStateFile(StateError):
     opposed to one this user may not read."""
 
 
-def write(path: str, state: Mapping[str, object]) -> None:
+def write(path: str, state: Mapping[str, object], limit: int = MAX_SIZE) -> None:
     """Replace ``path`` with ``state`` as JSON, atomically and durably
     (:func:`gpuagent.edges.safefile.write_atomic`: temp file + fsync + rename, same directory).
 
     The file is mode 0644: every user may run ``gpuagent status``.  Raises ``OSError``
-    (ENOSPC, EROFS, EACCES …); the previous file then stays intact.
+    (ENOSPC, EROFS, EACCES …, and EFBIG "would be N bytes, over its reader's LIMIT" for JSON
+    longer than ``limit`` bytes, which its reader would refuse); the previous file then stays
+    intact.
     """
-    safefile.write_atomic(path, json.dumps(state, separators=(",", ":"), allow_nan=False).encode())
+    data = json.dumps(state, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"would be {len(data)} bytes, over its reader's {limit}", path)
+    safefile.write_atomic(path, data)
 
 
 def why(e: BaseException) -> str:

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 from gpuagent.edges.systemd.unitname import Owner
 from gpuagent.health import ACTIONS, CRITICAL, SEVERITIES, WARNING, Health, Rank, rank
 from gpuagent.schema import ProbeState, Value
+from gpuagent.untrusted import MESSAGE_MAX, capped
 
 if TYPE_CHECKING:
     from gpuagent.config import Config
     from gpuagent.sources.kernel.drivercatalog import Cause
 
 __all__ = [
+    "REASON_MAX",
     "AerHeard",
     "AerRecord",
     "BoardView",
@@ -61,6 +63,10 @@ Row = dict[str, Value]
 def plural(n: int, word: str) -> str:
     """``1 GPU``, ``2 GPUs``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+# Longest reason a finding's ``unread`` carries (problems.json's reader takes no longer).
+REASON_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,12 @@ class Finding:
             raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
         if self.action not in ACTIONS:
             raise ValueError(f"action {self.action!r} is not one of {ACTIONS}")
+        # Messages and reasons carry tools' words: cut here, whoever built them, so no answer
+        # makes a state or problems.json bigger than its readers take (issue 40).
+        if len(self.message) > MESSAGE_MAX:
+            object.__setattr__(self, "message", capped(self.message, MESSAGE_MAX))
+        if self.unread is not None and len(self.unread[1]) > REASON_MAX:
+            object.__setattr__(self, "unread", (self.unread[0], capped(self.unread[1], REASON_MAX)))
 
     @property
     def name(self) -> str:

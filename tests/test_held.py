@@ -16,6 +16,7 @@ from gpuagent.held import FILE, Held, HeldProblems
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.kernel import clears, timeline
 from gpuagent.sources.probe import rules
+from gpuagent.untrusted import MESSAGE_MAX
 from gpuagent.verdict import Verdict
 from gpuagent.views import BusView, Finding, PciGpu
 from tests import fakesysfs, test_kernlog
@@ -183,6 +184,50 @@ def test_a_damaged_record_is_one_warning_and_a_fresh_start(tmp_path: str) -> Non
     assert held.error is None
     with open(path, encoding="utf-8") as f:
         assert json.load(f) == {"boot_id": BOOT, "problems": [], "told": []}
+
+
+def test_out_of_range_numbers_are_one_warning_naming_the_field(tmp_path: str) -> None:
+    # Issue 40: a 400-digit integer since crashed every start (float() overflowed), even a
+    # file of another boot's.
+    log, lines = logged()
+    path = os.path.join(tmp_path, FILE)
+    entry: dict[str, object] = {"source": "pci", "pci_slot": SLOT, "kind": "wrong_driver"}
+    entry |= {"severity": CRITICAL, "action": "check_host", "message": "m", "extra": []}
+    cases = [
+        ({**entry, "since": 10**400}, [], "problems[0].since"),
+        ({**entry, "since": -1.0}, [], "problems[0].since"),
+        ({**entry, "since": 1.0, "extra": [["xid", 10**400]]}, [], "problems[0].extra"),
+        ({**entry, "since": 1.0, "unread": [10**400, "x"]}, [], "problems[0].unread"),
+        ({**entry, "since": 1.0}, [[SLOT, "xid", 10**400]], "told"),
+    ]
+    for bad, told, field in cases:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"boot_id": BOOT, "problems": [bad], "told": told}))
+        held = HeldProblems(str(tmp_path), log, boot=BOOT)
+        assert held.held == () and held.error is not None
+        assert held.error.startswith(f"{path}: cannot read the problems that hold: {field}")
+    assert len(lines.records) == len(cases)  # one warning a start
+    # Another boot's file is never a crash either.
+    assert HeldProblems(str(tmp_path), log, boot="f" * 32).held == ()
+
+
+def test_a_message_of_any_length_leaves_a_file_its_reader_takes(tmp_path: str) -> None:
+    # Issue 40: one 200,000-character IMEX address made a 1.2 MB problems.json that the next
+    # start refused, so every problem paged again.
+    log, lines = logged()
+    huge = Finding("imex_domain_not_ready", WARNING, "check_host", "x" * 1_200_000)
+    assert len(huge.message) == MESSAGE_MAX
+    held = HeldProblems(str(tmp_path), log, boot=BOOT)
+    held.update([Held("imex", "", huge, 1000.0)], frozenset())
+    again = HeldProblems(str(tmp_path), log, boot=BOOT)
+    assert [h.finding.message for h in again.held] == [huge.message]
+    # However many problems, the writer never writes what the reader refuses: it says so.
+    many = [Held("imex", f"s{i}", huge, 1000.0) for i in range(600)]
+    held.update(many, frozenset())
+    assert held.error is not None and "over its reader's 1048576" in held.error
+    assert os.path.getsize(os.path.join(tmp_path, FILE)) <= 1024 * 1024
+    assert len(HeldProblems(str(tmp_path), log, boot=BOOT).held) == 1  # the last one written
+    assert [r.levelno for r in lines.records] == [logging.WARNING]
 
 
 # Whole agents, restarted -------------------------------------------------------------------

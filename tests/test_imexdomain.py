@@ -109,6 +109,41 @@ def test_many_nodes_are_counted_past_eight() -> None:
 
 
 @pytest.mark.parametrize(
+    "bad",
+    [
+        "\u00b2",  # a digit to str.isdigit, no number to int()
+        "\u0663",  # an Arabic-Indic three: \\d takes it
+        "9" * 5000,  # more digits than int() takes
+    ],
+)
+def test_a_node_index_that_is_no_ascii_number_is_no_node(bad: str) -> None:
+    # Issue 40: each was an internal error at every read; the domain was never judged.
+    text = edited(
+        [
+            ["Nodes From\\To  0   1 ", f"Nodes From\\To  0   {bad}   1 "],
+            [ROW5, f"Node #{bad}   - 172.31.50.44    - READY"],
+            ["Domain State: UP", "Domain State: DOWN"],
+        ]
+    )
+    d = domain.parse(text + f"  {bad}      C   C\n")
+    assert d is not None and d.state == "DOWN"
+    assert len(d.nodes) == 17 and 5 not in {n.index for n in d.nodes}
+    f = domain.finding(d)
+    assert f is not None and f.severity == CRITICAL
+
+
+def test_a_long_address_is_cut_in_the_message() -> None:
+    # Issue 40: a 200,000-character address made a 1.2 MB problems.json, refused at the start.
+    long = "a" * 200_000
+    text = edited([*GONE5, [ROW5.replace("READY", "UNAVAILABLE"), f"Node #5   - {long} - DOWN"]])
+    d = domain.parse(text)
+    assert d is not None and d.nodes[5].address == long
+    f = domain.finding(d)
+    assert f is not None and len(f.message) < 1000
+    assert "#5 " + "a" * 199 + "\u2026 (DOWN)" in f.message
+
+
+@pytest.mark.parametrize(
     "text",
     ["", "Connectivity Table Legend:\n", "IMEX daemon status:\nREADY\n", captured()[:-20]],
 )

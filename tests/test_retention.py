@@ -62,6 +62,12 @@ def test_settings_are_journalds_in_its_order() -> None:
         (None, None),
         ("lots", None),
         ("1G 500M", None),
+        # Issue 40: 400 digits overflowed the check (float inf); not ASCII digits; over 64 bits.
+        ("9" * 400, None),
+        ("9" * 400 + "G", None),
+        ("\u00b2G", None),
+        ("\u0663G", None),
+        ("99999999999E", None),
     ],
 )
 def test_sizes(text: str | None, value: int | None) -> None:
@@ -110,7 +116,7 @@ def test_dropins_in_name_order_etc_masking_usr_lib(tmp_path: Any) -> None:
     assert journald(os.path.join(root, "nothing")) == {}
 
 
-def never(_directory: str) -> tuple[int, float | None]:
+def never(_directory: str, _system: bool) -> tuple[int, float | None]:
     raise AssertionError("a volatile journal is not opened")
 
 
@@ -145,7 +151,7 @@ def test_a_journal_it_cannot_read_is_left_to_the_kernel_source(tmp_path: Any) ->
     write(root, "etc/machine-id", MACHINE + "\n")
     os.makedirs(os.path.join(root, "var/log/journal", MACHINE))
 
-    def refused(_directory: str) -> tuple[int, float | None]:
+    def refused(_directory: str, _system: bool) -> tuple[int, float | None]:
         raise PermissionError(13, "Permission denied")
 
     assert look(root, "", refused) is None
@@ -157,7 +163,7 @@ def test_real_files_at_their_cap_and_below_it(make: Any, tmp_path: Any) -> None:
     write(root, "etc/machine-id", MACHINE + "\n")
     os.makedirs(os.path.join(root, "var/log/journal"))
     start = time.time() - 2 * DAY  # a journal that holds two days
-    make(UPTIME_XID, name=f"var/log/journal/{MACHINE}", start=start)
+    system_file(make, f"var/log/journal/{MACHINE}", start)
     write(root, "etc/systemd/journald.conf", "[Journal]\nSystemMaxUse=4M\n")
     seen = look(root, "")
     assert seen is not None and seen.volatile is None and seen.max_use == 4 * 1024**2
@@ -172,6 +178,33 @@ def test_real_files_at_their_cap_and_below_it(make: Any, tmp_path: Any) -> None:
     write(root, "etc/systemd/journald.conf", "[Journal]\nSystemMaxUse=4M\n")
     other = look(root, os.path.join(root, "var/log/journal", MACHINE))
     assert other is not None and (judge(other, 30, time.time()) or ("",))[0] == "at_cap"
+
+
+def system_file(make: Any, name: str, start: float, file: str = "system.journal") -> None:
+    """A real journal file named ``file`` in ``<tmp>/<name>``, its one entry at ``start``."""
+    folder = make(UPTIME_XID, name=name, start=start)
+    os.rename(os.path.join(folder, "x.journal"), os.path.join(folder, file))
+
+
+def test_a_users_own_journal_file_is_not_the_systems_oldest(make: Any, tmp_path: Any) -> None:
+    # Issue 40: user-1000.journal beside the system's, older than it, made the system journal
+    # look as if it held 40 days: the at-cap warning never came.
+    root = str(tmp_path)
+    write(root, "etc/machine-id", MACHINE + "\n")
+    write(root, "etc/systemd/journald.conf", "[Journal]\nSystemMaxUse=4M\n")
+    os.makedirs(os.path.join(root, "var/log/journal"))
+    now = time.time()
+    system_file(make, f"var/log/journal/{MACHINE}", now - 2 * DAY)
+    system_file(make, "user", now - 40 * DAY, "user-1000.journal")
+    os.rename(
+        os.path.join(root, "user", "user-1000.journal"),
+        os.path.join(root, "var/log/journal", MACHINE, "user-1000.journal"),
+    )
+    seen = look(root, "")
+    assert seen is not None and seen.oldest is not None
+    assert abs(seen.oldest - (now - 2 * DAY)) < 60  # the system's file's, not the user's
+    assert seen.usage >= 8 * 1024**2  # both files count against journald's cap
+    assert (judge(seen, 30, now) or ("",))[0] == "at_cap"
 
 
 class Records(logging.Handler):

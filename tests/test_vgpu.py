@@ -351,3 +351,11 @@ def test_a_healthy_host_without_nvidia_gridd_never_runs_q(host: Host) -> None:
     st = host.tick(5).state
     assert not any(argv == ["-q"] for argv in host.calls())
     assert not any("vgpu" in g for g in st["gpus"]) and st["status"] == "8 GPUs, sampling"
+
+
+def test_an_answer_for_a_slot_on_no_gpu_makes_no_phantom(one: FakeHost) -> None:
+    # Issue 40: an -q answer naming a slot no GPU is in made a phantom GPU, critical.
+    one.scenario(stdout=guest())
+    s, _ = source(one)
+    assert s.read(one.smi, ["0000:01:00.0"]) == {}
+    assert s.view.gpus == {}

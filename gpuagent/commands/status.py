@@ -16,6 +16,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from gpuagent.health import HEALTH, SEVERITIES, Health, Severity, ranked
+from gpuagent.untrusted import printable
 
 if TYPE_CHECKING:
     # Annotations only: the schema's classes cost this command 3 ms to make.
@@ -233,4 +234,4 @@ def ago(seconds: float) -> str:
 
 def clean(value: object) -> str:
     """Text from the state (nvidia-smi's words) made safe to print on a terminal."""
-    return "".join(c if c.isprintable() else "?" for c in str(value))
+    return printable(value)

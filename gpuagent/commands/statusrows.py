@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpuagent.commands.status import clean
+from gpuagent.commands.status import clean, finite
 
 __all__ = [
     "HIDDEN_MIB",
@@ -135,7 +135,7 @@ def process_rows(gpu: Mapping[str, Any]) -> list[str]:
         used = (gpu.get("fields") or {}).get("memory.used")
         # On a healthy GPU it is the normal case of a container's process (another PID
         # namespace): noise.  Beside a problem it may be why a reset is refused.
-        if gpu.get("problems") and isinstance(used, int | float) and used >= HIDDEN_MIB:
+        if gpu.get("problems") and finite(used) and used >= HIDDEN_MIB:
             return [
                 f"no process visible to the agent, {_mib(int(used))} in use "
                 "(a process in another PID namespace, or a leaked context)"

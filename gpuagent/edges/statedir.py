@@ -75,7 +75,7 @@ class StateFile:
         if self.path is None:
             return
         try:
-            state.write(self.path, data)
+            state.write(self.path, data, self.limit)
         except OSError as e:
             self._note(f"{self.path}: cannot remember {what}: {state.why(e)}")
             return

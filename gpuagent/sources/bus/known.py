@@ -17,10 +17,10 @@ reboot (:attr:`KnownGpus.not_back`).  A file that cannot be read or written is o
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from gpuagent.edges import safefile
 from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
 
@@ -269,9 +269,9 @@ def _removed(data: Any) -> dict[str, int | None]:
 def boards_with(path: str, serial: str) -> set[str]:
     """The UUIDs of the GPUs that the file at ``path`` remembers with the board serial
     ``serial``, in a slot now or replaced out of one (``gpuagent history SERIAL``); raises
-    OSError, and ValueError or TypeError for a file that is not the agent's."""
-    with open(path, encoding="utf-8") as f:
-        gpus, _, departed = _parsed(json.load(f))
+    OSError (as :func:`gpuagent.edges.safefile.load_json`: a symlink, a FIFO, a file over
+    :data:`MAX_SIZE`), and ValueError or TypeError for a file that is not the agent's."""
+    gpus, _, departed = _parsed(safefile.load_json(path, MAX_SIZE))
     return {
         g["uuid"]
         for g in [*gpus.values(), *departed]

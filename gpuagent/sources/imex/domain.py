@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL, WARNING
+from gpuagent.untrusted import capped, whole
 from gpuagent.views import Finding
 
 __all__ = ["ARGS", "KIND", "Domain", "Node", "Readiness", "finding", "parse"]
@@ -34,9 +35,12 @@ ARGS = ("-N",)
 KIND = "imex_domain_not_ready"
 
 _STATE = re.compile(r"Domain State:\s*(\S+)")
-_NODE = re.compile(r"Node #(\d+)\s+-\s+(\S+)\s+-\s+(\S+)")
+# Node indexes by ASCII digits and a length (``\d`` takes ``٣``; ``int`` no ``²``, nor more
+# than 4,300 digits): nodes_config.cfg lists a few hundred nodes at most.
+_INDEX = "[0-9]{1,6}"
+_NODE = re.compile(rf"Node #({_INDEX})\s+-\s+(\S+)\s+-\s+(\S+)")
 _TABLE = "Nodes From\\To"
-_ROW = re.compile(r"\s*(\d+)\s+(\S.*)")
+_ROW = re.compile(rf"\s*({_INDEX})\s+(\S.*)")
 _SHOWN = 8  # nodes named in a message; the rest are counted
 _ENDS = "when nvidia-imex-ctl -N says Domain State: UP with every node connected"
 
@@ -85,7 +89,8 @@ def parse(text: str) -> Domain | None:
         elif (m := _NODE.match(stripped)) is not None:
             nodes.append(Node(int(m[1]), m[2], m[3]))
         elif stripped.startswith(_TABLE):
-            columns = [int(c) for c in stripped.removeprefix(_TABLE).split() if c.isdigit()]
+            heads = stripped.removeprefix(_TABLE).split()
+            columns = [n for c in heads if (n := whole(c, 6)) is not None]
         elif columns and (m := _ROW.fullmatch(line)) is not None:
             cells = m[2].split()
             unconnected.update(c for c, cell in zip(columns, cells, strict=False) if cell != "C")
@@ -98,7 +103,9 @@ def finding(domain: Domain) -> Finding | None:
     if domain.ready:
         return None
     missing = domain.not_connected
-    named = ", ".join(f"#{n.index} {n.address} ({n.status})" for n in missing[:_SHOWN])
+    named = ", ".join(
+        f"#{n.index} {capped(n.address)} ({capped(n.status)})" for n in missing[:_SHOWN]
+    )
     more = f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
     nodes = f"nodes not connected: {named}{more}" if missing else "every node connected"
     severity = CRITICAL if domain.state == "DOWN" else WARNING
@@ -106,7 +113,7 @@ def finding(domain: Domain) -> Finding | None:
         KIND,
         severity,
         "check_host",
-        f"IMEX domain {domain.state} on two reads in a row, {nodes}; memory shared over "
+        f"IMEX domain {capped(domain.state)} on two reads in a row, {nodes}; memory shared over "
         "NVLink between trays fails for jobs that need those nodes; see nvidia-imex-ctl -N "
         "and journalctl -u nvidia-imex on them",
         ends=_ENDS,

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from gpuagent.sources.bus.pciaddr import parse_device
+from gpuagent.untrusted import whole
 from gpuagent.views import Clear
 
 __all__ = [
@@ -153,9 +154,10 @@ def no_names(_uid: int) -> str | None:
 def person(entry: Mapping[str, object], names: Names = no_names) -> str | None:
     """The person behind a clear: the user of its login uid (``uid N`` where ``names`` knows
     none), else its ``SUDO_USER``; None where the entry says neither."""
-    login = _text(entry.get("_AUDIT_LOGINUID"))
-    if login is not None and login.isdigit() and int(login) != NO_LOGIN:
-        return names(int(login)) or f"uid {int(login)}"
+    text = _text(entry.get("_AUDIT_LOGINUID"))
+    login = None if text is None else whole(text, 10)
+    if login is not None and login != NO_LOGIN:
+        return names(login) or f"uid {login}"
     return _text(entry.get("SUDO_USER")) or None
 
 

@@ -20,6 +20,7 @@ from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
 from gpuagent.sources.wear.counters import FIELDS as WEAR_FIELDS
 from gpuagent.sources.wear.counters import LABELS as WEAR_LABELS
 from gpuagent.sources.wear.counters import count
+from gpuagent.untrusted import printable, whole
 
 __all__ = ["FIELDS", "UNIT", "Step", "events", "of_boards", "render", "serials", "steps"]
 
@@ -205,7 +206,7 @@ def steps(
     if _text(entry, "_SYSTEMD_UNIT") != UNIT or not where:
         return []
     code = _text(entry, "XID")
-    xid = int(code) if code and code.isdigit() else None
+    xid = whole(code, 6) if code else None
     kind, action, severity = (_text(entry, k) for k in ("PROBLEM", "ACTION", "SEVERITY"))
     if message_id == Event.BOARD_REPLACED.value:
         old_uuid, old_serial, serial = (
@@ -250,7 +251,7 @@ def render(steps: list[Step]) -> str:
     for s in steps:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.time))
         if s.event == "boot":
-            lines.append(f"-- boot {s.boot[:12]} ({stamp}) --")
+            lines.append(printable(f"-- boot {s.boot[:12]} ({stamp}) --"))
             continue
         what = f"Xid {s.xid}" if s.xid is not None else (s.kind or "")
         if s.event == "board_replaced":
@@ -261,7 +262,8 @@ def render(steps: list[Step]) -> str:
             wore[board] = s.wear
         action = f" (action: {s.action})" if s.action else ""
         by = f" by {s.by}" if s.by else ""
-        lines.append(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}{by}")
+        # Every field here is a journal field, which anyone who logs may have written.
+        lines.append(printable(f"{stamp}  {s.pci_slot:<13} {s.event:<13} {what}{action}{by}"))
     return "\n".join(lines) if lines else "no GPU events in the journal"
 
 

@@ -19,6 +19,7 @@ from enum import StrEnum
 
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.untrusted import whole
 from gpuagent.views import Finding, Row
 
 __all__ = [
@@ -173,8 +174,8 @@ def _counter(gpu: Gpu, line: str) -> bool:
     value = m["value"]
     if value in _NO_VALUE:
         count = None
-    elif value.isdigit() and len(value) <= _COUNT_DIGITS:
-        count = int(value)
+    elif (got := whole(value, _COUNT_DIGITS)) is not None:
+        count = got
     else:
         return False
     gpu.counters.setdefault(int(m["n"]), {})[m["name"].strip()] = count

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.kernel.aerrecord import WORDS
+from gpuagent.untrusted import whole
 from gpuagent.views import Finding
 
 __all__ = ["FILES", "KIND", "Errors", "counters", "finding"]
@@ -39,10 +40,11 @@ def counters(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         name, _, count = line.strip().rpartition(" ")
-        if not name or not count.isdigit():
+        got = whole(count)
+        if not name or got is None:
             raise ValueError(f"line {n} is not 'NAME COUNT': {line.strip()[:60]!r}")
         if not name.startswith(_TOTAL):
-            out[name] = int(count)
+            out[name] = got
     return out
 
 

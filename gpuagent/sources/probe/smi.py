@@ -16,6 +16,7 @@ from enum import Enum
 
 from gpuagent.schema import Value
 from gpuagent.sources.bus.pciaddr import is_bus_id, sysfs_slot
+from gpuagent.untrusted import whole
 from gpuagent.views import Failure, Row
 
 __all__ = [
@@ -136,7 +137,7 @@ _POSSIBLE: dict[str, tuple[float, float]] = {
 }
 # A row names its GPU by one of these; one that names it by neither is no GPU's.
 _IDENTITY = ("pci.bus_id", "uuid")
-_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
+_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)", re.ASCII)
 # Windows consoles turn the quotes into curly ones.
 _QUOTE = '"\u201c\u201d'
 _INVALID_FIELD = re.compile(rf"Field [{_QUOTE}]([^{_QUOTE}]+)[{_QUOTE}] is not a valid field")
@@ -220,9 +221,10 @@ def _value(kind: _Kind, text: str) -> Value:
             raise ValueError(text)
         return text
     if kind is _Kind.INDEX:
-        if not text.isdigit() or len(text) > _INDEX_DIGITS:
+        index = whole(text, _INDEX_DIGITS)
+        if index is None:
             raise ValueError(text)
-        return int(text)
+        return index
     if not _NUMBER.fullmatch(text):
         raise ValueError(text)
     number = float(text)

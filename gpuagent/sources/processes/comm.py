@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+from gpuagent.untrusted import printable
+
 __all__ = ["COMM_BYTES", "from_cmdline", "name", "read"]
 
 # TASK_COMM_LEN is 16 with its NUL; a longer read is no comm file of the kernel's.
@@ -74,8 +76,7 @@ def _hex(digits: str) -> bool:
 
 
 def _printable(data: bytes) -> str:
-    text = data.decode("utf-8", errors="replace")
-    return "".join(c if c.isprintable() else "?" for c in text)
+    return printable(data.decode("utf-8", errors="replace"))
 
 
 def read(proc_root: str, pid: int) -> str | None:

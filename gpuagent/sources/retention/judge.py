@@ -24,7 +24,10 @@ __all__ = ["MAX_DEFAULT", "Store", "cap", "judge", "settings", "size"]
 # journald's default cap: 10 % of the filesystem, at most this.
 MAX_DEFAULT = 4 * 1024**3
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5, "E": 1024**6}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTPE]?)B?", re.IGNORECASE)
+# ASCII digits, 20 at most before the point and after it: a longer number is none journald
+# reads (its parse_size refuses what overflows 64 bits), and float() of 400 digits is inf.
+_SIZE = re.compile(r"([0-9]{1,20}(?:\.[0-9]{1,20})?)\s*([KMGTPE]?)B?", re.IGNORECASE)
+_SIZE_MAX = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -68,11 +71,12 @@ def settings(texts: Iterable[str]) -> dict[str, str]:
 
 def size(text: str | None) -> int | None:
     """A journald size (``4G``, ``500M``, ``1.5G``, bytes), or ``None`` where it is unset or
-    not one journald reads alike (journald then keeps its default too)."""
+    not one journald reads alike (over 64 bits too: journald then keeps its default)."""
     found = _SIZE.fullmatch(text.strip()) if text else None
     if found is None:
         return None
-    return int(float(found[1]) * _UNITS[found[2].upper()])
+    got = int(float(found[1]) * _UNITS[found[2].upper()])
+    return got if got <= _SIZE_MAX else None
 
 
 def cap(max_use: int | None, filesystem: int) -> int:

@@ -19,17 +19,27 @@ from gpuagent.sources.retention.judge import Store, settings, size
 __all__ = ["Files", "files", "look"]
 
 _DROPINS = ("etc", "run", "usr/lib")
-# The bytes the journal files in a directory take and their oldest entry (s), or OSError.
-Files = Callable[[str], tuple[int, float | None]]
+# The bytes the journal files in a directory take and the oldest entry (s) of those the
+# agent reads there (the system's own files only, where the second argument says so), or
+# OSError.
+Files = Callable[[str, bool], tuple[int, float | None]]
 
 
-def files(directory: str) -> tuple[int, float | None]:
-    """The bytes sd-journal counts for the files in ``directory`` and their oldest entry."""
+def files(directory: str, system: bool) -> tuple[int, float | None]:
+    """The bytes sd-journal counts for every journal file in ``directory`` (journald's cap
+    counts them all) and the oldest entry of those the agent reads: with ``system``, the
+    system's own files only (``system.journal``, ``system@…``), as recurrence reads the
+    system journal; a user's file (``user-1000.journal``) holds what its user logged, kept
+    by journald on its own terms, and its oldest entry says nothing of the system's."""
     from systemd import journal  # noqa: PLC0415
 
     reader: Any = journal.Reader(path=directory)
     try:
         usage = int(reader.get_usage())
+    finally:
+        reader.close()
+    reader = journal.Reader(path=directory, flags=journal.SYSTEM_ONLY if system else 0)
+    try:
         reader.seek_head()
         oldest = reader._get_realtime() / 1e6 if reader._next() else None
         return usage, oldest
@@ -94,7 +104,7 @@ def look(root: str, journal_directory: str, read: Files = files) -> Store | None
             return Store("/var/log/journal", *volatile)
         directory = os.path.join(root, "var/log/journal")
     try:
-        usage, oldest = read(directory)
+        usage, oldest = read(directory, not journal_directory)
         stat = os.statvfs(directory)
     except OSError:
         return None

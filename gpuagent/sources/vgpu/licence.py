@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.untrusted import capped
 from gpuagent.views import Finding
 
 __all__ = ["ARGS", "GRACE", "UNLICENSED", "Licence", "finding", "parse"]
@@ -100,7 +101,8 @@ def finding(licence: Licence, server: str) -> Finding | None:
     status = licence.status
     if status is None or status.startswith("Licensed"):
         return None
-    product = licence.product or "its licensed product"
+    product = capped(licence.product or "its licensed product")
+    status = capped(status)
     if status == "Unlicensed (Unrestricted)":
         return Finding(
             GRACE,

@@ -115,7 +115,9 @@ class VgpuSource(Source):
         return self._judge(licence.parse(text), gpus)
 
     def _judge(self, read: tuple[licence.Licence, ...], gpus: frozenset[str]) -> Findings:
-        licensed = {g.slot: g for g in read if g.licensed_product and g.slot}
+        # Only the GPUs on the bus that answer: a slot the answer names that is none of them
+        # would be a phantom GPU, critical for a licence no GPU lacks.
+        licensed = {g.slot: g for g in read if g.licensed_product and g.slot in gpus}
         if not licensed:
             self._not_licensed = gpus
         shown = {slot: VgpuGpu(g.mode, g.product, g.status) for slot, g in sorted(licensed.items())}
