@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from gpuagent.config import Config
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import State
 from gpuagent.sources.kernel import earlier
 from gpuagent.sources.kernel.earlier import EarlierBoots, driver_levels
 from gpuagent.sources.kernel.earlierfile import FILE, KeptFile
+from gpuagent.sources.kernel.source import Kernel
 from tests.conftest import Host
 from tests.journalfeed import journal_remote, this_boot, write_file
 from tests.journalfeed import xid as xid_line
@@ -379,3 +381,18 @@ def test_a_long_read_says_how_long_once(make: Any) -> None:
     assert seen[:5] == [None] * 5
     left = seen[6]
     assert left is not None and left > earlier.BOUND
+
+
+def test_the_kernel_source_says_a_long_read_once(make: Any) -> None:
+    lines = "".join(f"kernel: line {i}\n" for i in range(200))
+    journal = make(lines + f"#@boot {this_boot()}\nkernel: now\n", boot=A)
+    said: list[str] = []
+    kernel = Kernel(Config(journal_directory=journal, history_days=100_000), Lines(said))
+    kernel.earlier = EarlierBoots(
+        journal, 100_000, 2, clock=ticking(), booted=lambda: 1_700_010_000.0
+    )
+    for _ in range(12):
+        kernel.earlier.step()
+        kernel._say_how_long(10.0)
+    (line,) = [s for s in said if "earlier boots' records will take about" in s]
+    assert "recurrence and the wear trend wait for it" in line
