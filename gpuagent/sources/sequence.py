@@ -92,7 +92,15 @@ def sources(
     the counted Xids' lines logged before it (:class:`~gpuagent.held.HeldProblems`)."""
     # Made in the order their files are read at start (a bad one's line comes in that order).
     scan = BusScan(config.sysfs_root, log)
-    kernel = Kernel(config, log, open_log=kernel_log, wall=wall, monotonic=monotonic, told=told)
+    kernel = Kernel(
+        config,
+        log,
+        open_log=kernel_log,
+        wall=wall,
+        monotonic=monotonic,
+        told=told,
+        state_directory=state_directory,
+    )
     window = ThrottleWindow(config.throttle_window, config.throttle_fraction, config.interval)
     board = BoardSource(config, prober.runner, log)
     wear = WearSource(config, prober.runner, log, state_directory=state_directory, boot=boot)

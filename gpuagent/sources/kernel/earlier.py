@@ -5,22 +5,35 @@ boots before this one, within ``history_days``, a slice a tick (at most :data:`S
 reading), into a :class:`~gpuagent.sources.kernel.recurrence.Recurrence`; it stops at this boot's
 first entry.  Until the read is done nothing is escalated and the state's ``history`` says so; a
 journal without earlier boots (a volatile one) is ``this boot only``, a fact, not an error.
+
+Any user can make the kernel log (a failed tmpfs mount in a user namespace is a record at
+``KERN_ERR``, ~900 a second), and journald has no match on a record's words: the read matches
+(:func:`match`) only the kernel's records at the priorities the driver's lines take
+(:func:`driver_levels`: its ``NVRM:`` lines carry no level of their own, so they are at the
+kernel's default message level, warning unless the host changed it), the agent's own lines by
+the MESSAGE_IDs it reads, and root's clears; sd-journal skips the rest through its indexes,
+never handing them over.  A flood at the driver's priority still has to be read: what was read
+is kept across restarts (:mod:`~gpuagent.sources.kernel.earlierfile`), so a restart goes on
+where the last run stopped, and a read that will take longer than :data:`BOUND` slices says so
+once (:attr:`EarlierBoots.left`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from gpuagent.health import CRITICAL
+from gpuagent.logs import Event
 from gpuagent.sources.kernel import timeline
-from gpuagent.sources.kernel.kernlog import journal_boot
+from gpuagent.sources.kernel.earlierfile import BootRead, Kept, KeptFile
+from gpuagent.sources.kernel.kernlog import booted_at, journal_boot
 from gpuagent.sources.kernel.recurrence import Hit, Recurrence, recurring
 from gpuagent.views import Finding
 
-__all__ = ["SLICE", "EarlierBoots", "entries"]
+__all__ = ["BOUND", "SLICE", "EarlierBoots", "driver_levels", "entries", "match"]
 
 SLICE = 0.010
 # What a slice keeps of its budget for what follows its last look at the clock (the entry
@@ -29,12 +42,46 @@ MARGIN = 0.001
 # Entries read between two reopenings of the journal: sd-journal keeps what it mapped, and a
 # reader reopened at its cursor keeps the agent's RSS near its budget (as kernlog does).
 CHUNK = 10_000
+# Slices a read may take before it says how long it will take (10 minutes at the default
+# interval); the estimate needs this many slices of its own first.
+BOUND = 60
+_MEASURED = 6
 _CLEAR = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
+# The agent's lines the read takes: problem starts, boards replaced, wear records.
+_AGENT = sorted(timeline.STARTS | {Event.BOARD_REPLACED.value, Event.WEAR_RECORDED.value})
+# The kernel's default message level (KERN_WARNING), which the driver's lines take.
+_WARNING = "4"
+_LEVELS = frozenset("01234567")
+_PRINTK = "/proc/sys/kernel/printk"
 
 
 # What the timeline reads of a kernel record; of the others, every field it reads.
 _KERNEL = ("_BOOT_ID", "MESSAGE")
 _OTHERS = tuple(f for f in timeline.FIELDS if f != "_TRANSPORT")
+
+
+def driver_levels(path: str = _PRINTK) -> tuple[str, ...]:
+    """The priorities of the driver's kernel records: the kernel's default message level as
+    built (warning) and, where the host set another, the one ``path`` says now (its second
+    field).  The driver prints with ``KERN_CONT`` and no level, so its records take the
+    default; a boot run with another default than both is not read."""
+    try:
+        with open(path, encoding="ascii") as f:
+            fields = f.read(64).split()
+    except (OSError, ValueError):
+        return (_WARNING,)
+    now = fields[1] if len(fields) > 1 and fields[1] in _LEVELS else _WARNING
+    return tuple(sorted({_WARNING, now}))
+
+
+def match(reader: Any, levels: Iterable[str]) -> None:
+    """Restrict ``reader`` to what the earlier boots' read takes: the kernel's records at the
+    priorities ``levels``, the agent's lines by their MESSAGE_IDs, root's clears."""
+    reader.add_match("_TRANSPORT=kernel", *(f"PRIORITY={p}" for p in levels))
+    reader.add_disjunction()
+    reader.add_match(f"_SYSTEMD_UNIT={timeline.UNIT}", *(f"MESSAGE_ID={m}" for m in _AGENT))
+    reader.add_disjunction()
+    reader.add_match(**_CLEAR)
 
 
 def entries(reader: Any) -> Iterator[tuple[float, dict[str, bytes]]]:
@@ -83,7 +130,10 @@ def _this_boot() -> str:
 
 
 class EarlierBoots:
-    """The earlier boots of the journal in ``directory`` (``""``: the system journal)."""
+    """The earlier boots of the journal in ``directory`` (``""``: the system journal); ``kept``
+    keeps what was read across restarts (None: nothing is kept); ``levels`` are the kernel
+    records' priorities read (:func:`driver_levels`); ``booted`` is when this boot began (s
+    since the epoch), which the read's estimate (:attr:`left`) reads up to."""
 
     def __init__(
         self,
@@ -91,38 +141,57 @@ class EarlierBoots:
         days: int,
         needed: int,
         *,
+        kept: KeptFile | None = None,
+        levels: Iterable[str] | None = None,
         open_reader: Callable[[str], Any] = _open,
         this_boot: Callable[[], str] = _this_boot,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        booted: Callable[[], float] = booted_at,
     ) -> None:
+        self.needed = needed
         self.recurrence = Recurrence(needed)
-        # Each board's wear records by UUID (lower case): each boot's first, in journal order.
-        self._wear: dict[str, dict[str, Mapping[str, int]]] = {}
         self._wore: dict[str, tuple[Mapping[str, int], ...]] | None = None
-        self.boots: set[str] = set()
         self.done = False
-        self._args = (directory, days)
-        self._open_reader, self._this_boot, self._clock, self._wall = (
-            open_reader,
-            this_boot,
-            clock,
-            wall,
-        )
+        self._directory = directory
+        self._levels = tuple(driver_levels() if levels is None else levels)
+        self._open_reader, self._this_boot, self._clock = open_reader, this_boot, clock
+        self._booted = booted
         self._reader: Any = None
         self._this = ""
-        self._boot = ""
-        self._uuids: dict[str, str] = {}
+        # The Xids already stepped, by (boot, device, code): a fall-off's companions are one.
         self._told: set[tuple[str, str, int]] = set()
+        self._file = kept
+        since = max(wall() - days * 86400, 0.0)
+        found = kept.read() if kept is not None else None
+        # A file of another journal, or begun later than this read begins, is not used.
+        usable = found is not None and found.journal == directory and found.since <= since
+        self._kept = found if found is not None and usable else Kept(directory, since)
+        self._since = since
         self._read = 0
-        # Where a reader closed after CHUNK entries stopped: its successor is sought there,
-        # and its first entry (the last one read) skipped.
-        self._resume: str | None = None
+        # Where a reader closed after CHUNK entries stopped (or the last run did): its
+        # successor is sought there, and its first entry (the last one read) skipped.
+        self._resume: str | None = self._kept.cursor
+        # Whether an entry was taken since the kept cursor was last brought up to date.
+        self._moved = False
         # The journal's size as the reader opened it, and the time (realtime us) of the last
         # entry read: a file dropped at damage shrinks the one, the other is where to go on.
         self._usage = 0
-        self._last_at = 0
+        self._last_at = self._kept.at
         self.damaged = 0
+        # The slices this run has read, and the time of its first entry (realtime us).
+        self._slices = 0
+        self._first_at = 0
+
+    @property
+    def boots(self) -> frozenset[str]:
+        """The earlier boots read so far."""
+        return frozenset(self._kept.boots)
+
+    @property
+    def taken(self) -> int:
+        """The entries this run has taken from the journal (what was kept is not read again)."""
+        return self._read
 
     @property
     def summary(self) -> str:
@@ -130,7 +199,7 @@ class EarlierBoots:
         a damaged journal file met on the way (the read went on past it)."""
         if not self.done:
             return "reading earlier boots"
-        n = len(self.boots)
+        n = len(self._kept.boots)
         said = "this boot only" if n == 0 else f"{n} earlier boot{'s' if n > 1 else ''}"
         if self.damaged:
             said += (
@@ -139,12 +208,24 @@ class EarlierBoots:
             )
         return said
 
+    @property
+    def left(self) -> int | None:
+        """The slices the read will still take, estimated from the journal time its slices
+        covered so far against what is left up to this boot's start; None while done or
+        before :data:`_MEASURED` slices."""
+        if self.done or self._slices < _MEASURED or self._last_at <= self._first_at:
+            return None
+        per_slice = (self._last_at - self._first_at) / self._slices
+        return max(int((self._booted() * 1e6 - self._last_at) / per_slice), 0)
+
     def step(self, budget: float = SLICE) -> None:
         """Read on for at most ``budget`` seconds, opening the journal included (nothing once
         done).  The clock is read after every entry; a reader that has read :data:`CHUNK`
-        entries is closed at its cursor, and the next slice reopens it there."""
+        entries is closed at its cursor, what was read kept, and the next slice reopens it
+        there."""
         if self.done:
             return
+        self._slices += 1
         deadline = self._clock() + budget - MARGIN
         try:
             if self._reader is None:
@@ -158,8 +239,13 @@ class EarlierBoots:
                     if self._reader.test_cursor(cursor):
                         continue  # seek_cursor lands on the entry already read
                 self._last_at = self._reader._get_realtime()
+                self._first_at = self._first_at or self._last_at
                 if not self._take(self._last_at / 1e6, _fields(self._reader)):
+                    # The kept cursor is the last entry taken, not this boot's first.
+                    if self._moved and self._reader._previous():
+                        self._keep_cursor()
                     break
+                self._moved = True
                 self._read += 1
                 if self._read % CHUNK == 0:
                     self._close_at_cursor()
@@ -167,16 +253,20 @@ class EarlierBoots:
             else:
                 return  # the slice is spent
         except (OSError, ValueError, RuntimeError):
-            pass  # what was read counts; the journal's trouble is the kernel source's to say
-        self._finish()
+            # What was read counts; the journal's trouble is the kernel source's to say.
+            self._finish(keep=False)
+            return
+        self._finish(keep=not self.damaged)
 
     def _read_past_damage(self) -> None:
         """At the reader's end, where sd-journal dropped a file at damage on the way (the
         journal's size fell, and it says nothing): the earlier boots' entries after the last
         one read, taken from the journal's end backwards (the way past damage that sd-journal
         still reads: at most :data:`CHUNK` of them, the latest), then read in order.  Once a
-        read; the summary says so."""
+        read; the summary says so (and nothing of it is kept: the next start reads afresh)."""
         if self.damaged or self._reader.get_usage() >= self._usage:
+            if self._moved:
+                self._keep_cursor()  # the reader's last entry, the last one taken
             return
         self.damaged = 1
         self._reader.close()
@@ -195,51 +285,95 @@ class EarlierBoots:
         for at, fields in reversed(items):
             self._take(at / 1e6, fields)
 
+    def _keep_cursor(self) -> None:
+        self._kept.cursor = self._reader._get_cursor()
+        self._kept.at = self._reader._get_realtime()
+        self._moved = False
+
     def _close_at_cursor(self) -> None:
-        self._resume = self._reader._get_cursor()
+        self._keep_cursor()
+        self._resume = self._kept.cursor
         self._reader.close()
         self._reader = None
+        self._save()
+
+    def _save(self) -> None:
+        if self._file is None:
+            return
+        for boot, read in self._kept.boots.items():
+            read.told = {(d, c) for b, d, c in self._told if b == boot}
+        self._file.write(self._kept)
 
     def _start(self, *, tail: bool = False) -> None:
-        """Open the reader: at the journal's end (``tail``), else where the last one
-        closed, else ``history_days`` back."""
-        directory, days = self._args
+        """Open the reader: at the journal's end (``tail``), else where the last one (or the
+        last run) closed, else ``history_days`` back.  At the first open, what was kept of
+        boots the journal no longer has, of this boot, or from before ``history_days`` goes."""
+        directory = self._directory
         reader = self._open_reader(directory)
         self._usage = reader.get_usage()
         if not self._this:
             # The boot the kernel source reads as this one (kernlog.journal_boot).
             self._this = journal_boot(reader, self._this_boot(), system=not directory)
-        reader.add_match(_TRANSPORT="kernel")
-        reader.add_disjunction()
-        reader.add_match(_SYSTEMD_UNIT=timeline.UNIT)
-        reader.add_disjunction()
-        reader.add_match(**_CLEAR)
+            self._prune({getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")})
+        match(reader, self._levels)
         self._reader = reader
         if tail:
             reader.seek_tail()
-        elif self._resume is not None:
-            reader.seek_cursor(self._resume)
-        else:
-            reader.seek_realtime(max(self._wall() - days * 86400, 0.0))
+            return
+        if self._resume is not None:
+            try:
+                reader.seek_cursor(self._resume)
+            except (OSError, ValueError):
+                # A cursor sd-journal does not take: what was kept cannot be gone on from.
+                self._kept, self._resume, self._told = Kept(directory, self._since), None, set()
+                self.recurrence = Recurrence(self.needed)
+            else:
+                return
+        reader.seek_realtime(self._since)
+
+    def _prune(self, present: set[str]) -> None:
+        """Drop what was kept of boots not in ``present``, of this boot, or wholly before the
+        read's start, and the facts from before it; then count what is left."""
+        since = self._since
+        for boot, read in list(self._kept.boots.items()):
+            if boot not in present or boot == self._this or read.last < since * 1e6:
+                del self._kept.boots[boot]
+                continue
+            read.hits = [h for h in read.hits if h.at >= since]
+            read.clears = [c for c in read.clears if c[0] >= since]
+            read.swaps = [s for s in read.swaps if s[0] >= since]
+            for h in read.hits:
+                self.recurrence.add(h)
+            for at, slot, kind in read.clears:
+                self.recurrence.clear(at, slot, kind)
+            for at, slot in read.swaps:
+                self.recurrence.swap(at, slot)
+            self._told |= {(boot, d, c) for d, c in read.told}
+        self._kept.since = since
 
     def _take(self, at: float, entry: Mapping[str, bytes]) -> bool:
         boot = entry.get("_BOOT_ID", b"").decode("ascii", "replace")
         if boot == self._this:
             return False  # this boot is the kernel source's
-        if boot != self._boot:
-            self._boot, self._uuids = boot, {}
-        for s in timeline.steps(boot, at, entry, self._uuids, self._told):
+        read = self._kept.boots.get(boot)
+        if read is None:
+            read = self._kept.boots[boot] = BootRead()
+        read.last = max(read.last, int(at * 1e6))
+        for s in timeline.steps(boot, at, entry, read.uuids, self._told):
             if s.event == "clear" and s.pci_slot and s.kind:
                 self.recurrence.clear(at, s.pci_slot, s.kind)
+                read.clears.append((at, s.pci_slot, s.kind))
             elif s.event == "board_replaced" and s.pci_slot:
                 self.recurrence.swap(at, s.pci_slot)
+                read.swaps.append((at, s.pci_slot))
             elif s.event == "wear" and s.uuid and s.wear:
-                self._wear.setdefault(s.uuid.lower(), {}).setdefault(boot, s.wear)
+                read.wear.setdefault(s.uuid.lower(), s.wear)
             elif s.severity == CRITICAL and s.pci_slot and s.kind:
                 if s.event == "problem_start" and s.kind == "xid":
                     continue  # counted from the kernel's own records
-                self.recurrence.add(Hit(boot, at, s.pci_slot, s.uuid, s.kind, s.xid or 0))
-        self.boots.add(boot)
+                hit = Hit(boot, at, s.pci_slot, s.uuid, s.kind, s.xid or 0)
+                self.recurrence.add(hit)
+                read.hits.append(hit)
         return True
 
     @property
@@ -249,15 +383,25 @@ class EarlierBoots:
         if not self.done:
             return None
         if self._wore is None:
-            self._wore = {u: tuple(by_boot.values()) for u, by_boot in self._wear.items()}
+            by_board: dict[str, list[Mapping[str, int]]] = {}
+            for read in self._kept.boots.values():
+                for uuid, counts in read.wear.items():
+                    by_board.setdefault(uuid, []).append(counts)
+            self._wore = {u: tuple(w) for u, w in by_board.items()}
         return self._wore
 
-    def _finish(self) -> None:
+    def _finish(self, *, keep: bool) -> None:
+        """The read is done; with ``keep``, what it read is kept for the next start."""
         self.done = True
         if self._reader is not None:
             with contextlib.suppress(OSError):
                 self._reader.close()
             self._reader = None
+        if not self._this:
+            # The journal never opened: nothing kept was checked against it, none counts.
+            self._kept = Kept(self._directory, self._since)
+        elif keep:
+            self._save()
 
     def escalate(
         self,

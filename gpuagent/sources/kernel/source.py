@@ -10,6 +10,7 @@ what the records said about the driver, and the earlier boots' record of critica
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -18,7 +19,8 @@ from gpuagent.config import Config
 from gpuagent.logs import EventLog
 from gpuagent.sources import Outcome, Source
 from gpuagent.sources.bus import pci
-from gpuagent.sources.kernel.earlier import EarlierBoots
+from gpuagent.sources.kernel.earlier import BOUND, EarlierBoots
+from gpuagent.sources.kernel.earlierfile import KeptFile
 from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.recurrence import swaps
@@ -29,7 +31,8 @@ __all__ = ["Kernel"]
 
 class Kernel(Source):
     """The journal in ``config.journal_directory``; ``open_log`` makes its reader; ``told``
-    the counted Xids' lines logged before a restart (:class:`KernelRecords`)."""
+    the counted Xids' lines logged before a restart (:class:`KernelRecords`); what was read of
+    the earlier boots is kept in ``state_directory`` (None: nothing is kept)."""
 
     name = "kernel"
 
@@ -42,7 +45,9 @@ class Kernel(Source):
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         told: Iterable[tuple[str, str, int]] = (),
+        state_directory: str | None = None,
     ) -> None:
+        self.log = log
         self.records = KernelRecords(
             config.journal_directory,
             log,
@@ -54,8 +59,13 @@ class Kernel(Source):
             told=told,
         )
         self.earlier = EarlierBoots(
-            config.journal_directory, config.history_days, config.recurrence_boots
+            config.journal_directory,
+            config.history_days,
+            config.recurrence_boots,
+            kept=KeptFile(state_directory, log),
         )
+        # Whether the read's estimate past its bound was said (once a run).
+        self._said_long = False
 
     def reset(self, old: Config, new: Config) -> None:
         self.records.configure(new.journal_directory, new.xid, new.xid_warning_hold)
@@ -95,6 +105,7 @@ class Kernel(Source):
         known = {s: fs for s, fs in found.items() if s not in unknown}
         escalated = self.earlier.escalate(known, uuids, self.records.cleared, swapped)
         found = {**escalated, **{s: found[s] for s in unknown}}
+        self._say_how_long(tick.config.interval)
         view = replace(
             view,
             forgotten=tuple(self.records.take_forgotten()),
@@ -104,3 +115,18 @@ class Kernel(Source):
             history=self.earlier.summary,
         )
         return Outcome(view, {"xid": found}, {"journal": self.records.error})
+
+    def _say_how_long(self, interval: float) -> None:
+        """Once, where the earlier boots' read is estimated to take more than
+        :data:`~gpuagent.sources.kernel.earlier.BOUND` slices (one a tick): how long."""
+        left = self.earlier.left
+        if self._said_long or left is None or left <= BOUND:
+            return
+        self._said_long = True
+        self.log(
+            logging.INFO,
+            None,
+            f"reading the earlier boots' records will take about {left * interval / 60:.0f} "
+            "more minutes (a flood of the kernel's records at the driver's priority): "
+            "recurrence and the wear trend wait for it; what is read is kept across restarts",
+        )

@@ -22,7 +22,7 @@ from gpuagent.sources.wear.counters import LABELS as WEAR_LABELS
 from gpuagent.sources.wear.counters import count
 from gpuagent.untrusted import printable, whole
 
-__all__ = ["FIELDS", "UNIT", "Step", "events", "of_boards", "render", "serials", "steps"]
+__all__ = ["FIELDS", "STARTS", "UNIT", "Step", "events", "of_boards", "render", "serials", "steps"]
 
 # The fields of a journal entry that the timeline reads.
 FIELDS = (
@@ -49,10 +49,11 @@ FIELDS = (
 )
 
 UNIT = "gpuagent.service"
-_STARTS = {
+# The MESSAGE_IDs of the agent's problem starts (its own lines and the driver's problems).
+STARTS = {
     e.value for e in Event if e.name.startswith("PROBLEM_") and e is not Event.PROBLEM_CLEARED
 }
-_STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
+STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def steps(
         return [Step(boot, at, where, uuid, "wear", wear=_wear(entry))]
     if message_id == Event.PROBLEM_CLEARED.value:
         return [Step(boot, at, where, uuid, "problem_end", kind, xid, action)]
-    if message_id in _STARTS:
+    if message_id in STARTS:
         return [Step(boot, at, where, uuid, "problem_start", kind, xid, action, severity)]
     return []
 
