@@ -45,8 +45,11 @@ BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Config
     <allow eavesdrop="true"/>
     <allow own="*"/>
   </policy>
+  {include}
 </busconfig>
 """
+# The bus policy the package ships for the agent's user.
+POLICY = os.path.join(os.path.dirname(HERE), "packaging", "dbus", "gpuagent.conf")
 # The three units as on a host whose fabric manager runs, whose persistence daemon was
 # stopped, and without DCGM; a crash-looping one is added by the tests that need it.
 PARAMETERS: dict[str, Any] = {
@@ -90,14 +93,16 @@ def _wait_for_systemd(bus: MockBus, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def private_bus(directory: str) -> Iterator[MockBus]:
-    """A dbus-daemon of its own, its socket in ``directory``."""
+def private_bus(directory: str, include: str = "") -> Iterator[MockBus]:
+    """A dbus-daemon of its own, its socket in ``directory``; ``include``: a configuration
+    file it includes."""
     need(os.access("/usr/bin/dbus-daemon", os.X_OK), "dbus-daemon is not installed")
     tmp_path = directory
     path = os.path.join(tmp_path, "system_bus_socket")
     conf = os.path.join(tmp_path, "bus.conf")
+    included = f"<include>{include}</include>" if include else ""
     with open(conf, "w", encoding="utf-8") as f:
-        f.write(BUS_CONFIG.format(socket=path))
+        f.write(BUS_CONFIG.format(socket=path, include=included))
     daemon = subprocess.Popen(
         [tool("dbus-daemon"), f"--config-file={conf}", "--nofork", "--print-address"],
         stdout=subprocess.PIPE,
@@ -915,3 +920,36 @@ def test_a_reply_over_the_size_cap_is_an_error_and_the_connection_goes_on(
     assert caught.value.name == LIMITS_EXCEEDED
     assert f"over the {wire.MESSAGE_MAX}-byte cap" in str(caught.value)
     assert reader.unit_for_pid(4242) == units.PidResult(Watch.OK, FABRICMANAGER)
+
+
+def test_the_shipped_bus_policy_keeps_others_signals_from_the_agent(tmp_path: str) -> None:
+    import pwd  # noqa: PLC0415
+
+    from jeepney import HeaderFields  # noqa: PLC0415
+    from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+    # The package's policy for its user, given to this test's user: the agent's connection.
+    with open(POLICY, encoding="utf-8") as f:
+        policy = f.read()
+    assert 'user="gpuagent"' in policy
+    mine = os.path.join(tmp_path, "gpuagent.conf")
+    with open(mine, "w", encoding="utf-8") as f:
+        f.write(policy.replace('user="gpuagent"', f'user="{pwd.getpwuid(os.getuid()).pw_name}"'))
+    with private_bus(str(tmp_path), mine) as bus, mock_systemd(bus, PARAMETERS):
+        reader, counting = settled(bus)
+        target = reader.connection.bus.bus.unique_name  # type: ignore[union-attr]
+        forger = units.system_bus(10.0, bus.address)
+        try:
+            forger.sock.sendall(_unicast_of_one_byte_variants(target, 1 << 20))  # type: ignore[attr-defined]
+            forged = _properties_changed(None)
+            forged.header.fields[HeaderFields.destination] = target
+            forger.send(forged)  # type: ignore[attr-defined]
+            forger.send_and_get_reply(message_bus.GetId())
+        finally:
+            forger.close()
+        # systemd's signals and every reply still come; the forger's never did.
+        set_unit(bus, PERSISTENCED, LoadState="loaded", ActiveState="active")
+        got = read_until(reader, lambda u: u[PERSISTENCED].active_state == "active")
+        assert got[PERSISTENCED].active_state == "active"
+        assert counting.asked() == [PERSISTENCED]
+        assert reader.connection.bus.bus._framer.skipped == 0  # type: ignore[union-attr]
