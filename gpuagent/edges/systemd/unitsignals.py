@@ -124,11 +124,10 @@ class Inbox:
     Kept: at most ``capacity`` signals whose sender is :attr:`owner` (systemd's unique name,
     ``:1.x``; None: not known, nothing kept), past which only that some were lost; and the
     bus's ``NameOwnerChanged`` for systemd's name, which sets :attr:`owner`.  Anything else
-    (another sender's signal) is dropped on its sender header.  Its body is never parsed
-    only because the connection skips it before it gets here
-    (:meth:`~gpuagent.edges.systemd.sysbus.Bus.heed` given :attr:`owner`; parsing happens
-    before :meth:`append`, which only sees messages already parsed): this check is the
-    second, for a connection that heeds more.
+    (another sender's signal) is dropped on its sender header.  What comes here is parsed
+    already: another sender's message costs a bounded amount only because the connection
+    skips it unparsed before (:meth:`~gpuagent.edges.systemd.sysbus.Bus.heed`, given
+    :attr:`owner`); this check is the second.
     """
 
     def __init__(self, capacity: int) -> None:
