@@ -254,15 +254,18 @@ class Daemon:
                 self.event_step()
                 continue
             until = min(when, self.watchdog.next_ping) if self.watchdog.every else when
-            # While a step is due, what comes waits for it: a storm wakes the loop once a step.
-            due = self.pace.due
-            waited = self.waits.fds() if due is None else {}
-            if due is not None:
-                until = min(until, due)
+            # While a step is due, or within a gap of the last wake-up, what comes waits: a
+            # storm, news or not, wakes the loop once a gap.
+            rest = self.pace.listen(now)
+            waited = self.waits.fds() if rest is None else {}
+            if rest is not None:
+                until = min(until, rest)
             fds = [self.signals.wake_fd, *waited]
             ready, _, _ = select.select(fds, [], [], max(until - now, 0.0))
             if self.signals.wake_fd in ready:
                 self.signals.drain()
+            if any(fd in waited for fd in ready):
+                self.pace.woke(self.monotonic())
             if self.waits.news(ready, waited):
                 self.pace.news()
         return self.signals.stop

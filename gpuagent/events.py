@@ -6,9 +6,12 @@ inotify, the system bus connection) wakes the loop; the source then takes in wha
 (:meth:`~gpuagent.sources.Source.news`) and says whether it has news: a kernel record, a
 watched unit's change.  News runs an event step at once (:meth:`gpuagent.agent.Agent.event`,
 then the publisher), at most one every :data:`GAP` s: while one is due the loop waits on the
-signal pipe alone, so a storm of records wakes it once per step, and the step reads all that
-came meanwhile.  The grid of ticks is not moved.  A journal that changes without news (another
-program's entries) costs one read of nothing new.
+signal pipe alone, so a storm of records wakes it once a step, and the step reads all that
+came meanwhile.  The grid of ticks is not moved.  A wake-up without news (another program's
+journal entries, anyone's signal sent to the agent's bus connection) is coalesced too: the
+descriptors are waited on again :data:`GAP` s after the wake-up, so a storm of them costs
+one take-in each :data:`GAP` s, whatever it brings (news that comes meanwhile waits up to a
+gap for it).
 """
 
 from __future__ import annotations
@@ -26,21 +29,30 @@ GAP = 0.2
 
 class Pace:
     """When the news heard runs an event step (pure): at once, unless one ran within
-    :data:`GAP` s; then when that much has passed since it ended."""
+    :data:`GAP` s; then when that much has passed since it ended.  And when the sources'
+    descriptors are waited on: not while a step is due, nor within :data:`GAP` s of the
+    last wake-up they made."""
 
     def __init__(self, gap: float = GAP) -> None:
         self.gap = gap
         self.pending = False
         self._last = -math.inf
+        self._woke = -math.inf
+
+    def woke(self, now: float) -> None:
+        """A source's descriptor woke the loop at ``now`` (monotonic s), news or not."""
+        self._woke = now
+
+    def listen(self, now: float) -> float | None:
+        """When the descriptors are next waited on (monotonic s): None at ``now`` itself."""
+        at = self._woke + self.gap
+        if self.pending:
+            at = max(at, self._last + self.gap)
+        return at if at > now else None
 
     def news(self) -> None:
         """A source has news."""
         self.pending = True
-
-    @property
-    def due(self) -> float | None:
-        """When the step for the news heard may run (monotonic s; ``None``: no news)."""
-        return self._last + self.gap if self.pending else None
 
     def ready(self, now: float) -> bool:
         """Whether an event step is to run at ``now`` (monotonic s)."""

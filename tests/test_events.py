@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -44,7 +45,7 @@ def test_news_runs_a_step_at_once_then_at_most_one_a_gap() -> None:
     pace = Pace()
 
     def at(now: float) -> tuple[float | None, bool]:
-        return pace.due, pace.ready(now)
+        return pace.listen(now), pace.ready(now)
 
     assert at(0.0) == (None, False)
     pace.news()
@@ -52,12 +53,48 @@ def test_news_runs_a_step_at_once_then_at_most_one_a_gap() -> None:
     pace.ran(10.0)
     assert at(10.0) == (None, False)
     pace.news()
-    assert at(10.0 + GAP / 2) == (10.0 + GAP, False)
-    assert at(10.0 + GAP) == (10.0 + GAP, True)
+    assert at(10.0 + GAP / 2) == (10.0 + GAP, False)  # not listened to until the step
+    assert at(10.0 + GAP) == (None, True)
     pace.ticked()  # a tick read the news
     assert at(11.0) == (None, False)
     pace.news()
-    assert at(11.0) == (10.0 + GAP, True)
+    assert at(11.0) == (None, True)
+
+
+def test_a_wake_up_without_news_rests_the_descriptors_a_gap() -> None:
+    pace = Pace()
+    pace.woke(20.0)
+    assert pace.listen(20.0 + GAP / 2) == 20.0 + GAP
+    assert pace.listen(20.0 + GAP) is None
+    # News heard on a wake-up just after a step: the later of the two rests.
+    pace.ran(30.0)
+    pace.woke(30.1)
+    pace.news()
+    assert pace.listen(30.1) == 30.1 + GAP
+
+
+@pytest.mark.parametrize("news", [False, True])
+def test_a_storm_of_wake_ups_costs_one_take_in_and_one_step_a_gap(news: bool) -> None:
+    # The loop's decisions (as Daemon._wait_until makes them) on an injected clock, a
+    # descriptor readable every 0.1 ms for 2 s: anyone's tiny signals (no news), or
+    # systemd's UnitNew for a watched unit (news each time).
+    pace = Pace()
+    taken: list[float] = []
+    steps: list[float] = []
+    for i in range(20_000):
+        now = i * 1e-4
+        if pace.ready(now):
+            steps.append(now)
+            pace.ran(now)
+        if pace.listen(now) is None:
+            taken.append(now)
+            pace.woke(now)
+            if news:
+                pace.news()
+    assert len(taken) <= 2 / GAP + 1, len(taken)
+    assert len(steps) <= (2 / GAP + 1 if news else 0), len(steps)
+    for got in (taken, steps):
+        assert all(b - a >= GAP - 1e-9 for a, b in itertools.pairwise(got))
 
 
 @dataclass
@@ -275,6 +312,64 @@ def test_a_file_vacuumed_away_is_no_news_and_no_trouble(running: Running, tmp_pa
     assert 1 <= len(asked) <= 3, asked  # woken by the deletion, then quiet: no spin
     assert not any(asked)
     assert "journal" not in running.daemon.agent.tick().state["problems"]
+
+
+@dataclass
+class Stormy(Piped):
+    """A source whose descriptor stays readable (nothing is read from it: a storm without
+    end); ``times`` when it was asked its news (``clock``'s time)."""
+
+    clock: Callable[[], float] = time.monotonic
+    times: list[float] = field(default_factory=list)
+
+    def news(self) -> bool:
+        self.times.append(self.clock())
+        return self.answer
+
+
+@pytest.mark.parametrize("news", [False, True])
+def test_the_loop_takes_a_storm_in_once_a_gap_on_an_injected_clock(
+    running: Running, monkeypatch: pytest.MonkeyPatch, news: bool
+) -> None:
+    import gpuagent.daemon  # noqa: PLC0415
+
+    now = [1000.0]
+    storm = Stormy("services", news, clock=lambda: now[0])
+    os.write(storm.fds[1], b"x")
+    daemon = running.daemon
+    daemon.monotonic = lambda: now[0]
+    daemon.pace = Pace()
+    daemon.waits = Waits([storm], lambda s: s.news())
+    steps: list[float] = []
+
+    def step() -> Report:
+        steps.append(now[0])
+        daemon.pace.ran(now[0])
+        assert daemon.report is not None  # the first tick's
+        return daemon.report
+
+    daemon.event_step = step  # type: ignore[method-assign]
+
+    def select(r: list[int], w: list[int], x: list[int], timeout: float) -> tuple[list[int], ...]:
+        # The storm's descriptor is readable 0.1 ms after it is waited on; without it the
+        # wait lasts its whole timeout, on the injected clock alone.
+        if storm.fds[0] in r:
+            now[0] += 1e-4
+            return [storm.fds[0]], [], []
+        now[0] += timeout
+        return [], [], []
+
+    monkeypatch.setattr(gpuagent.daemon, "select", SimpleNamespace(select=select))
+    try:
+        assert not daemon._wait_until(now[0] + 2.0)
+    finally:
+        for fd in storm.fds:
+            os.close(fd)
+    # 2 s of wake-ups: one take-in, and one step for news, each gap (was one each 0.1 ms).
+    assert len(storm.times) <= 2 / GAP + 1, len(storm.times)
+    assert len(steps) <= (2 / GAP + 1 if news else 0), len(steps)
+    for got in (storm.times, steps):
+        assert all(b - a >= GAP - 1e-9 for a, b in itertools.pairwise(got)), got
 
 
 def test_a_storm_coalesces_and_a_record_after_it_is_seen_at_once(running: Running) -> None:

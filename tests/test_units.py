@@ -13,17 +13,20 @@ import json
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
-from gpuagent.edges.systemd import units
+from gpuagent.edges.systemd import units, wire
+from gpuagent.edges.systemd.sysbus import LIMITS_EXCEEDED, DBusError
 from gpuagent.edges.systemd.units import Unit, Units, Watch
 from gpuagent.sources.services.nvservices import DCGM, FABRICMANAGER, IMEX, PERSISTENCED, UNITS
 from gpuagent.sources.services.services import ServicesSource
@@ -42,8 +45,11 @@ BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Config
     <allow eavesdrop="true"/>
     <allow own="*"/>
   </policy>
+  {include}
 </busconfig>
 """
+# The bus policy the package ships for the agent's user.
+POLICY = os.path.join(os.path.dirname(HERE), "packaging", "dbus", "gpuagent.conf")
 # The three units as on a host whose fabric manager runs, whose persistence daemon was
 # stopped, and without DCGM; a crash-looping one is added by the tests that need it.
 PARAMETERS: dict[str, Any] = {
@@ -87,14 +93,16 @@ def _wait_for_systemd(bus: MockBus, proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def private_bus(directory: str) -> Iterator[MockBus]:
-    """A dbus-daemon of its own, its socket in ``directory``."""
+def private_bus(directory: str, include: str = "") -> Iterator[MockBus]:
+    """A dbus-daemon of its own, its socket in ``directory``; ``include``: a configuration
+    file it includes."""
     need(os.access("/usr/bin/dbus-daemon", os.X_OK), "dbus-daemon is not installed")
     tmp_path = directory
     path = os.path.join(tmp_path, "system_bus_socket")
     conf = os.path.join(tmp_path, "bus.conf")
+    included = f"<include>{include}</include>" if include else ""
     with open(conf, "w", encoding="utf-8") as f:
-        f.write(BUS_CONFIG.format(socket=path))
+        f.write(BUS_CONFIG.format(socket=path, include=included))
     daemon = subprocess.Popen(
         [tool("dbus-daemon"), f"--config-file={conf}", "--nofork", "--print-address"],
         stdout=subprocess.PIPE,
@@ -224,6 +232,9 @@ class Counting:
 
     def fileno(self) -> int:
         return self.bus.fileno()
+
+    def heed(self, sender: Callable[[str], bool]) -> None:
+        self.bus.heed(sender)
 
     def close(self) -> None:
         self.bus.close()
@@ -871,3 +882,100 @@ def read_until_signal(bus: Counting) -> None:
     """Wait, within a deadline, until the bus has a message for ``bus``."""
     sock = bus.bus.sock  # type: ignore[attr-defined]
     assert select.select([sock], [], [], 10)[0], "no signal came"
+
+
+def _unicast_of_one_byte_variants(destination: str, size: int) -> bytes:
+    """A signal sent to ``destination`` by name whose body is ``size`` bytes of one-byte
+    variants (``av``: 4 bytes each), serialised by hand: jeepney would take minutes."""
+    from jeepney.low_level import Endianness, Header, HeaderFields, MessageType  # noqa: PLC0415
+
+    count = (size - 4) // 4
+    body = struct.pack("<I", 4 * count) + b"\x01y\x00\x07" * count
+    fields = {
+        HeaderFields.path: "/org/freedesktop/systemd1",
+        HeaderFields.interface: "org.freedesktop.systemd1.Manager",
+        HeaderFields.member: "UnitNew",
+        HeaderFields.destination: destination,
+        HeaderFields.signature: "av",
+    }
+    header = Header(Endianness.little, MessageType.signal, 0, 1, len(body), 77, fields).serialise()
+    return bytes(header) + bytes(-len(header) % 8) + body
+
+
+def test_a_32_mib_unicast_from_another_client_is_skipped_in_bounded_memory(
+    systemd: MockBus,
+) -> None:
+    from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+    reader, bus = settled(systemd, timeout=60.0)
+    target = reader.connection.bus.bus.unique_name  # type: ignore[union-attr]
+    # Another client, as any user may be: one message of the bus's largest size (32 MiB,
+    # dbus-daemon's default max_message_size), 8 M one-byte variants, to the agent by name.
+    forger = units.system_bus(60.0, systemd.address)
+    try:
+        data = _unicast_of_one_byte_variants(target, 32 * 1024 * 1024 - 256)
+        forger.sock.sendall(data)  # type: ignore[attr-defined]
+        del data
+        # Its reply comes after the bus has taken all of it in.
+        forger.send_and_get_reply(message_bus.GetId())
+    finally:
+        forger.close()
+    set_unit(systemd, PERSISTENCED, LoadState="loaded", ActiveState="active")
+    tracemalloc.start()
+    try:
+        got = read_until(reader, lambda u: u[PERSISTENCED].active_state == "active")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    framer = reader.connection.bus.bus._framer  # type: ignore[union-attr]
+    assert framer.skipped >= 32 * 1024 * 1024 - 256  # it came, and was skipped
+    assert got[PERSISTENCED].active_state == "active"  # systemd's signal after it: taken in
+    assert bus.asked() == [PERSISTENCED]  # that unit alone read again: nothing else came
+    assert peak < 2 * 1024 * 1024, peak  # was ~2 GiB of Python objects
+
+
+def test_a_reply_over_the_size_cap_is_an_error_and_the_connection_goes_on(
+    systemd: MockBus,
+) -> None:
+    # systemd's own reply, as a unit with many processes of long command lines would make.
+    code = f"ret = 'x' * {wire.MESSAGE_MAX + 1}"
+    _mock_call(systemd, "AddMethod", "sssss", (MAIN_IFACE, "Big", "", "s", code))
+    reader = systemd.units()
+    with pytest.raises(DBusError) as caught:
+        reader.connection.call(MAIN_OBJ, MAIN_IFACE, "Big", "", ())
+    assert caught.value.name == LIMITS_EXCEEDED
+    assert f"over the {wire.MESSAGE_MAX}-byte cap" in str(caught.value)
+    assert reader.unit_for_pid(4242) == units.PidResult(Watch.OK, FABRICMANAGER)
+
+
+def test_the_shipped_bus_policy_keeps_others_signals_from_the_agent(tmp_path: str) -> None:
+    import pwd  # noqa: PLC0415
+
+    from jeepney import HeaderFields  # noqa: PLC0415
+    from jeepney.bus_messages import message_bus  # noqa: PLC0415
+
+    # The package's policy for its user, given to this test's user: the agent's connection.
+    with open(POLICY, encoding="utf-8") as f:
+        policy = f.read()
+    assert 'user="gpuagent"' in policy
+    mine = os.path.join(tmp_path, "gpuagent.conf")
+    with open(mine, "w", encoding="utf-8") as f:
+        f.write(policy.replace('user="gpuagent"', f'user="{pwd.getpwuid(os.getuid()).pw_name}"'))
+    with private_bus(str(tmp_path), mine) as bus, mock_systemd(bus, PARAMETERS):
+        reader, counting = settled(bus)
+        target = reader.connection.bus.bus.unique_name  # type: ignore[union-attr]
+        forger = units.system_bus(10.0, bus.address)
+        try:
+            forger.sock.sendall(_unicast_of_one_byte_variants(target, 1 << 20))  # type: ignore[attr-defined]
+            forged = _properties_changed(None)
+            forged.header.fields[HeaderFields.destination] = target
+            forger.send(forged)  # type: ignore[attr-defined]
+            forger.send_and_get_reply(message_bus.GetId())
+        finally:
+            forger.close()
+        # systemd's signals and every reply still come; the forger's never did.
+        set_unit(bus, PERSISTENCED, LoadState="loaded", ActiveState="active")
+        got = read_until(reader, lambda u: u[PERSISTENCED].active_state == "active")
+        assert got[PERSISTENCED].active_state == "active"
+        assert counting.asked() == [PERSISTENCED]
+        assert reader.connection.bus.bus._framer.skipped == 0  # type: ignore[union-attr]

@@ -4,6 +4,15 @@ what failed (jeepney, blocking; only the API jeepney 0.8 and 0.9 share).
 :class:`Connection` makes the connection when first asked and keeps it until :meth:`close`;
 what the bus does comes out as :class:`NotWatched` (no socket at all), :class:`Failed` (the
 bus failed: ``str()`` is the line) or :class:`DBusError` (an error reply).
+
+The connection reads the socket itself (:mod:`.wire`), not through jeepney's parser, which
+parses a whole body before anyone can look at its sender: the system bus lets any user send
+a message to any connection by its unique name, and one of 32 MiB of one-byte variants parsed
+is ~2 GiB of Python objects.  A message is parsed (``jeepney.Message.from_buffer``) only
+when it is from the bus (``org.freedesktop.DBus``), is the reply awaited, or is from a sender
+:meth:`Bus.heed` names, and is of at most :data:`~.wire.MESSAGE_MAX` bytes; any other is
+read in chunks and discarded unparsed.  A reply awaited that is larger is the error reply
+:data:`LIMITS_EXCEEDED`.
 """
 
 from __future__ import annotations
@@ -11,11 +20,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
+from gpuagent.edges.systemd import wire
+from gpuagent.edges.systemd.wire import BUS
+
 __all__ = [
+    "BUS",
     "DEFAULT_TIMEOUT",
+    "LIMITS_EXCEEDED",
     "Bus",
     "Connection",
     "DBusError",
@@ -31,6 +47,10 @@ __all__ = [
 DEFAULT_TIMEOUT = 2.0
 _DEFAULT_ADDRESS = "unix:path=/var/run/dbus/system_bus_socket"
 _ERROR_CHARS = 200
+# The error a reply awaited over the size cap is (the specification's name for a limit hit).
+LIMITS_EXCEEDED = "org.freedesktop.DBus.Error.LimitsExceeded"
+# What one read from the socket takes (bytes): a skipped message goes in pieces this size.
+_CHUNK = 64 * 1024
 
 
 class Sink(Protocol):
@@ -51,6 +71,8 @@ class Bus(Protocol):
 
     def fileno(self) -> int: ...
 
+    def heed(self, sender: Callable[[str], bool]) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -63,7 +85,8 @@ class Failed(Exception):
 
 
 class DBusError(Exception):
-    """A D-Bus error reply: ``name`` and its text."""
+    """A D-Bus error reply: ``name`` and its text (:data:`LIMITS_EXCEEDED`: a reply over
+    the size cap, not read)."""
 
     def __init__(self, name: str, text: str) -> None:
         super().__init__(text)
@@ -88,17 +111,83 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
     where = next(get_connectable_addresses(address or bus_address()))
     if not where.startswith("\0") and _missing(where):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), where)
+    from jeepney import HeaderFields, Message  # noqa: PLC0415
     from jeepney.io.blocking import DBusConnection, prep_socket  # noqa: PLC0415
 
     class _Connection(DBusConnection):  # type: ignore[misc]
-        # DBusConnection says Hello without a timeout: a bus that accepts and then never
-        # answers would hang the agent. Every call here has one.
+        # Every read goes through _next (see the module's docstring): receive,
+        # recv_messages and send_and_get_reply are jeepney's public methods, the three
+        # that read. DBusConnection says Hello without a timeout: a bus that accepts and
+        # then never answers would hang the agent. Every call here has one.
         def __init__(self, sock: Any) -> None:
             self._timeout = timeout
+            self._heeded: Callable[[str], bool] = lambda _sender: False
+            self._awaited: int | None = None
+            self._framer = wire.Framer(self._keep)
             super().__init__(sock)
 
+        def heed(self, sender: Callable[[str], bool]) -> None:
+            self._heeded = sender
+
+        def _keep(self, frame: wire.Frame, fields: dict[int, str | int]) -> bool:
+            sender = fields.get(wire.SENDER)
+            if sender == BUS:
+                return True
+            if _replies(frame, fields, self._awaited):
+                return True
+            return isinstance(sender, str) and self._heeded(sender)
+
+        def _next(self, deadline: float | None) -> Any:
+            """The next message (jeepney's) or :class:`wire.Skipped`; TimeoutError when
+            none came by ``deadline`` (monotonic s; None: none)."""
+            while True:
+                got = self._framer.next()
+                if isinstance(got, wire.Kept):
+                    return Message.from_buffer(got.data)
+                if got is not None:
+                    return got
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                if not select.select([self.sock], [], [], left)[0]:
+                    raise TimeoutError
+                data = self.sock.recv(_CHUNK)
+                if not data:
+                    raise ConnectionResetError(errno.ECONNRESET, os.strerror(errno.ECONNRESET))
+                self._framer.feed(data)
+
+        def _route(self, msg: Any) -> None:
+            for handle in self._filters.matches(msg):
+                handle.queue.append(msg)
+
+        def receive(self, *, timeout: float | None = None) -> Any:
+            deadline = _deadline(timeout)
+            while isinstance(got := self._next(deadline), wire.Skipped):
+                pass
+            return got
+
+        def recv_messages(self, *, timeout: float | None = None) -> None:
+            # One message, read or skipped: a caller taking in a bounded number of them
+            # is bounded by the skipped ones too.
+            got = self._next(_deadline(timeout))
+            if not isinstance(got, wire.Skipped):
+                self._route(got)
+
         def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
-            return super().send_and_get_reply(message, timeout=timeout or self._timeout)
+            deadline = _deadline(timeout or self._timeout)
+            serial = next(self.outgoing_serial)
+            self._awaited = serial
+            try:
+                self.send(message, serial=serial)
+                while True:
+                    got = self._next(deadline)
+                    if isinstance(got, wire.Skipped):
+                        if got.fields is not None and _replies(got.frame, got.fields, serial):
+                            raise _TooLarge(got.frame.size)
+                    elif got.header.fields.get(HeaderFields.reply_serial) == serial:
+                        return got
+                    else:
+                        self._route(got)
+            finally:
+                self._awaited = None
 
         def fileno(self) -> int:
             # Readable when a message came: the loop waits on it between ticks.
@@ -110,6 +199,27 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
     except BaseException:
         sock.close()
         raise
+
+
+class _TooLarge(ValueError):
+    """A reply awaited of ``size`` bytes, over :data:`~.wire.MESSAGE_MAX`: skipped."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"a reply of {size} bytes, over the {wire.MESSAGE_MAX}-byte cap: not read")
+        self.size = size
+
+
+def _replies(frame: wire.Frame, fields: dict[int, str | int], serial: int | None) -> bool:
+    """Whether a message is the reply (or error) to the call of ``serial``."""
+    return (
+        serial is not None
+        and frame.kind in (wire.METHOD_RETURN, wire.ERROR)
+        and fields.get(wire.REPLY_SERIAL) == serial
+    )
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
 
 
 def _missing(path: str) -> bool:
@@ -154,6 +264,8 @@ class Connection:
             reply = bus.send_and_get_reply(msg, timeout=self.timeout)
         except TimeoutError:
             raise Failed(f"system bus: no answer within {self.timeout:g} s") from None
+        except _TooLarge as e:
+            raise DBusError(LIMITS_EXCEEDED, str(e)) from None
         except (OSError, ValueError) as e:
             raise Failed(f"system bus: {oserror(e)}") from None
         if reply.header.message_type == MessageType.error:

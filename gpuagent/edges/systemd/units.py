@@ -21,10 +21,11 @@ again (a safety net for a signal lost); ``full_every`` None, or a bus that refus
 reads them all every time.
 
 Only systemd's signals count: their sender is systemd's unique name (asked of the bus, and
-followed); anyone else's are dropped as they come in.  What is held of them is bounded
-(:data:`_SIGNALS_MAX`: past it, the next read reads every unit again, as after a signal
-lost), and so is what one read takes in from the connection (:data:`_MESSAGES_MAX` messages,
-anyone's: a flood leaves the rest to the next read).
+followed); anyone else's are skipped as they come in, their bodies never parsed, whatever
+their size (:meth:`~gpuagent.edges.systemd.sysbus.Bus.heed`).  What is held of systemd's is
+bounded (:data:`_SIGNALS_MAX`: past it, the next read reads every unit again, as after a
+signal lost), and so is what one read takes in from the connection (:data:`_MESSAGES_MAX`
+messages, anyone's, skipped or not: a flood leaves the rest to the next read).
 
 jeepney is pure Python and blocking here (:mod:`gpuagent.edges.systemd.sysbus`); every call has a
 timeout, the connection's own ``Hello`` included, and taking the signals in never waits; ``ping``
@@ -236,6 +237,8 @@ class Units:
             # sent to this connection by name): jeepney hands those that come in while it
             # waits for a reply to the inbox, which keeps systemd's only.
             inbox = self._follow.inbox
+            # systemd's messages are read, anyone else's skipped unparsed (the bus's are).
+            bus.heed(lambda sender: sender == inbox.owner)
             queued = bus.filter(MatchRule(type="signal"), queue=inbox)
             try:
                 self._call(_MANAGER_PATH, _MANAGER, "Subscribe", "", ())

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuagent.edges.systemd.wire import BUS
+
 __all__ = [
     "BUS",
     "MANAGER",
@@ -45,8 +47,6 @@ SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER = f"{SYSTEMD}.Manager"
 PROPERTIES = "org.freedesktop.DBus.Properties"
-# The bus itself: the sender of its own signals, which no client can take.
-BUS = "org.freedesktop.DBus"
 _BUS_PATH = "/org/freedesktop/DBus"
 _NAME_OWNER_CHANGED = "NameOwnerChanged"
 # The D-Bus specification's header field codes (jeepney's HeaderFields, an IntEnum).
@@ -124,9 +124,10 @@ class Inbox:
     Kept: at most ``capacity`` signals whose sender is :attr:`owner` (systemd's unique name,
     ``:1.x``; None: not known, nothing kept), past which only that some were lost; and the
     bus's ``NameOwnerChanged`` for systemd's name, which sets :attr:`owner`.  Anything else
-    (another sender's signal) is dropped on its sender header, its body never read, so a
-    flood of them holds nothing here (jeepney parses one message at a time, of at most
-    the bus's message size).
+    (another sender's signal) is dropped on its sender header.  What comes here is parsed
+    already: another sender's message costs a bounded amount only because the connection
+    skips it unparsed before (:meth:`~gpuagent.edges.systemd.sysbus.Bus.heed`, given
+    :attr:`owner`); this check is the second.
     """
 
     def __init__(self, capacity: int) -> None:
