@@ -37,7 +37,7 @@ def test_probe_keeps_the_driver_gate(tmp_path: str) -> None:
     host = fakehost.create(str(tmp_path), 2)
     fakesysfs.set_module(host.root, False)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
-    assert res.exit_code == 1
+    assert res.exit_code == 3  # unknown: no answer
     assert "not loaded" in res.stderr
     assert host.spawns == 0
 
@@ -46,7 +46,7 @@ def test_probe_failure_is_one_line(tmp_path: str) -> None:
     host = fakehost.create(str(tmp_path), 2)
     host.failing()
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
-    assert res.exit_code == 1
+    assert res.exit_code == 3
     assert res.stderr.startswith("gpuagent: probe failed (version_mismatch): exit 18: ")
     assert len(res.stderr.strip().splitlines()) == 1
 
@@ -97,7 +97,7 @@ def test_a_bus_it_may_not_read_is_one_line(
 
     monkeypatch.setattr(os, "scandir", refused)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, command])
-    assert res.exit_code == 1
+    assert res.exit_code == (3 if command == "probe" else 1)
     assert res.stderr == (
         f"gpuagent: {host.root}/bus/pci/devices: cannot list PCI devices: Permission denied\n"
     )
@@ -137,15 +137,42 @@ def test_probe_prints_a_dash_where_nvidia_smi_said_nothing(tmp_path: str) -> Non
 def test_probe_without_a_gpu_does_not_blame_the_module(tmp_path: str) -> None:
     conf = no_gpu_host(tmp_path)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
-    assert res.exit_code == 1
+    assert res.exit_code == 3
     assert res.stderr == "gpuagent: no NVIDIA GPU on the PCI bus at all; nothing to probe\n"
 
 
-def test_a_bare_gpuagent_is_a_usage_error() -> None:
+def test_a_bare_gpuagent_shows_its_help() -> None:
     res = CliRunner(mix_stderr=False).invoke(main, [])
-    assert res.exit_code == 2
-    assert res.stderr.startswith("Usage: ")
-    assert "Missing command" in res.stderr
+    assert (res.exit_code, res.stderr) == (0, "")
+    assert res.stdout.startswith("Usage: ") and "Commands:" in res.stdout
+
+
+def test_dash_v_is_the_version() -> None:
+    res = CliRunner(mix_stderr=False).invoke(main, ["-V"])
+    assert res.exit_code == 0 and res.stdout.startswith("gpuagent, version ")
+
+
+@pytest.mark.parametrize("command", ["status", "probe"])
+def test_a_checking_commands_usage_error_is_unknown_for_nagios(command: str) -> None:
+    # A typo'd option: Nagios reads click's 2 as CRITICAL; it is UNKNOWN, 3.
+    res = CliRunner(mix_stderr=False).invoke(main, [command, "--jsno"])
+    assert res.exit_code == 3
+    assert "No such option: --jsno" in res.stderr
+
+
+def test_another_commands_usage_error_is_still_2() -> None:
+    assert CliRunner(mix_stderr=False).invoke(main, ["detect", "--jsno"]).exit_code == 2
+    assert CliRunner(mix_stderr=False).invoke(main, ["no-such-command"]).exit_code == 2
+
+
+def test_probe_exits_as_status_does_on_a_warning(tmp_path: str) -> None:
+    host = fakehost.create(str(tmp_path), 2)
+    host.healthy(override={host.slots[0]: {"retired_pages.pending": "Yes"}})
+    res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
+    assert res.exit_code == 1, res.stdout
+    assert "warning retired_pages_pending" in res.stdout
+    host.healthy()
+    assert CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"]).exit_code == 0
 
 
 def test_help_lists_the_commands_for_people_only() -> None:
@@ -312,7 +339,7 @@ def test_probe_names_a_gpu_nvidia_smi_cannot_reach(tmp_path: str) -> None:
     host = fakehost.create(str(tmp_path), 2)
     host.healthy(prepend="device-handle-unknown-error.txt", exit=255)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # critical: lost
     header, lost, *answered = res.stdout.splitlines()
     assert header.split() == ["SLOT", "NAME", "ACTION", "FINDING"]
     assert lost.split(None, 3) == [
@@ -326,7 +353,7 @@ def test_probe_names_a_gpu_nvidia_smi_cannot_reach(tmp_path: str) -> None:
     ]
     assert res.stderr == "gpuagent: GPU 0000:0b:00.0: Unknown Error\n"
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe", "--json"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # critical: lost
     assert json.loads(res.stdout)["gpu_errors"] == {"0000:0b:00.0": "Unknown Error"}
 
 
@@ -335,7 +362,7 @@ def test_probe_shows_what_nvidia_smi_said_instead_of_a_value(tmp_path: str) -> N
     reset = "[GPU requires reset]"
     host.healthy(override={host.slots[0]: {"temperature.gpu": reset, "power.draw": "[N/A]"}})
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", host.conf, "probe"])
-    assert res.exit_code == 0, res.stderr
+    assert res.exit_code == 2, res.stderr  # a critical finding, as status exits
     _, first, second = res.stdout.splitlines()
     assert first.split(None, 4)[3:] == [
         "reset_gpu",
@@ -360,13 +387,13 @@ def test_probe_says_the_gate_the_agent_would_hold(tmp_path: str) -> None:
     with open(conf, "w") as f:
         f.write(f'sysfs_root = "{host.root}"\nnvidia_smi = "/nonexistent/nvidia-smi"\n')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
-    assert res.exit_code == 1
+    assert res.exit_code == 3
     assert res.stderr == "gpuagent: nvidia-smi not found ('/nonexistent/nvidia-smi')\n"
     # Found, with the module unloaded: the driver's gate.
     with open(conf, "w") as f:
         f.write(f'sysfs_root = "{host.root}"\nnvidia_smi = "{host.smi}"\n')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "probe"])
-    assert res.exit_code == 1
+    assert res.exit_code == 3
     assert "the nvidia kernel module is not loaded; not running nvidia-smi" in res.stderr
 
 

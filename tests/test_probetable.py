@@ -109,3 +109,14 @@ def test_findings_cover_every_gpu_of_the_answer_and_the_bus() -> None:
     found = findings(ProbeResult(rows=[row(A)]), [gpu(A), gpu(B)])
     assert list(found) == [A, B]
     assert found[A] == [] and [f.kind for f in found[B]] == ["missing"]
+
+
+def test_a_terminals_width_cuts_each_line() -> None:
+    sick = row(A, values={"gpu_recovery_action": "Reboot"})
+    answer = ProbeResult(rows=[sick, row(B)])
+    whole = table(answer, [gpu(A), gpu(B)])
+    cut = table(answer, [gpu(A), gpu(B)], 40)
+    assert max(len(line) for line in whole) > 40
+    assert all(len(line) <= 40 for line in cut)
+    assert cut[1].endswith("…") and whole[1].startswith(cut[1][:-1])
+    assert cut[2] == whole[2]  # one that fits is left whole

@@ -21,7 +21,7 @@ import click
 
 from gpuagent import config
 
-__all__ = ["LazyGroup", "main"]
+__all__ = ["UNKNOWN", "Check", "LazyGroup", "main"]
 
 # The commands defined in other modules: name -> "module:attribute".
 _ELSEWHERE = {
@@ -52,6 +52,23 @@ class LazyGroup(click.Group):
         return command
 
 
+class Check(click.Command):
+    """A checking command (``status``, ``probe``), whose exit status a Nagios check reads:
+    0 ok, 1 warning, 2 critical, 3 unknown.  A usage error (a typo'd ``--jsno``) is unknown,
+    3, never click's 2, which would read as critical."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            e.exit_code = UNKNOWN
+            raise
+
+
+# Nagios's UNKNOWN: a check that could not tell.
+UNKNOWN = 3
+
+
 def _load(ctx: click.Context) -> config.Config:
     path, required = ctx.obj["config_file"]
     try:
@@ -80,12 +97,13 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
-# no_args_is_help=False: a bare `gpuagent` is a usage error (exit 2), not a help page (exit 0).
+# A bare `gpuagent` shows the help and exits 0 (main's own, the same in click 8.1 and 8.2,
+# whose no_args_is_help differ in exit status).
 @click.group(
     cls=LazyGroup,
     lazy=_ELSEWHERE,
     context_settings={"help_option_names": ["-h", "--help"]},
-    no_args_is_help=False,
+    invoke_without_command=True,
 )
 @click.option(
     "--config",
@@ -95,6 +113,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 @click.option(
     "--version",
+    "-V",
     is_flag=True,
     expose_value=False,
     is_eager=True,
@@ -108,6 +127,9 @@ def main(ctx: click.Context, config_path: str | None) -> None:
         click.echo("gpuagent: --config: expected a path, got an empty string", err=True)
         sys.exit(config.EX_CONFIG)
     ctx.obj = {"config_file": config.config_path(config_path)}
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @main.command()
@@ -163,7 +185,7 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
     sys.exit(daemon.run(ticks))
 
 
-@main.command()
+@main.command(cls=Check)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the state file as JSON, with its health."
 )
@@ -178,7 +200,8 @@ def run(ctx: click.Context, ticks: int | None, interval: float | None) -> None:
 )
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, wide: bool, form: str) -> None:
-    """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown."""
+    """Show the running agent's view; exit 0 ok, 1 warning, 2 critical, 3 unknown (a usage
+    error too)."""
     if form in ("npd", "npd-warning"):
         from gpuagent.commands import schedcli  # noqa: PLC0415
 
@@ -274,14 +297,15 @@ def detect(ctx: click.Context, as_json: bool) -> None:
     sys.exit(oneshot.detect(_salvage(ctx), as_json))
 
 
-@main.command()
+@main.command(cls=Check)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the whole answer and its findings as JSON."
 )
 @click.pass_context
 def probe(ctx: click.Context, as_json: bool) -> None:
-    """Run nvidia-smi once and print each GPU's findings and their actions; exit 1 on
-    failure, or when nvidia-smi names a GPU in an error line instead of its row."""
+    """Run nvidia-smi once and print each GPU's findings and their actions; exit 0 none, 1 a
+    warning, 2 a critical one, 3 unknown (no answer: the bus unread, a gate, nvidia-smi
+    failing; or a usage error)."""
     from gpuagent.commands import oneshot  # noqa: PLC0415
 
     sys.exit(oneshot.probe(_load(ctx), as_json))

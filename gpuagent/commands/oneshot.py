@@ -5,6 +5,8 @@ each printing what the agent would see and returning an exit status."""
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -15,12 +17,16 @@ from gpuagent import config
 from gpuagent.commands import probetable
 from gpuagent.commands.status import clean
 from gpuagent.edges.runner import Runner
+from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus import pci
 from gpuagent.sources.probe.probe import Prober, lookup
 from gpuagent.sources.probe.probing import gate
 from gpuagent.views import BusView, Gate, PciGpu
 
 __all__ = ["detect", "probe"]
+
+# The exit status of a probe that could not tell (Nagios's UNKNOWN, as `status`'s).
+_UNKNOWN = 3
 
 # What each gate says to whoever ran ``gpuagent probe``.
 _HELD: dict[Gate, Callable[[config.Config, list[PciGpu]], str]] = {
@@ -63,25 +69,30 @@ def probe(cfg: config.Config, as_json: bool) -> int:
     for problem in problems:
         click.echo(f"gpuagent: {problem}", err=True)
     if problems and not gpus:
-        return 1  # a bus it could not read: "no GPU" would be a guess
+        return _UNKNOWN  # a bus it could not read: "no GPU" would be a guess
     bus = BusView(tuple(gpus), module_loaded=pci.module_loaded(cfg.sysfs_root))
     binary = lookup(cfg.nvidia_smi) if bus.probeable else None
     held = gate(bus, binary, cfg.load_driver)  # the agent's own gates, in its order
     if held is not None or binary is None:
         click.echo(f"gpuagent: {_HELD[held or Gate.NVIDIA_SMI_MISSING](cfg, gpus)}", err=True)
-        return 1
+        return _UNKNOWN
     result = Prober(Runner(timeout=cfg.probe_timeout)).probe(binary)
     if result.rows is None:
         click.echo(f"gpuagent: probe failed ({result.failure}): {clean(result.error)}", err=True)
-        return 1
+        return _UNKNOWN
+    found = probetable.findings(result, gpus)
     if as_json:
         click.echo(json.dumps(probetable.full(result, gpus), indent=2))
     else:
-        for line in probetable.table(result, gpus):
+        # On a terminal each line fits it (the finding cut, ending in …); a pipe gets all.
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        for line in probetable.table(result, gpus, width):
             click.echo(line)
     for warning in result.warnings:
         click.echo(f"gpuagent: nvidia-smi: {clean(warning)}", err=True)
     # A GPU nvidia-smi names in an error line instead of a row is lost: the probe failed for it.
     for slot, error in sorted(result.gpu_errors.items()):
         click.echo(f"gpuagent: GPU {slot}: {clean(error)}", err=True)
-    return 1 if result.gpu_errors else 0
+    # As `status` exits: the worst finding's severity (a GPU named in an error line is lost).
+    worst = {f.severity for fs in found.values() for f in fs}
+    return 2 if CRITICAL in worst else 1 if WARNING in worst else 0

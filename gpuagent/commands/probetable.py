@@ -14,6 +14,7 @@ from gpuagent.commands.status import clean
 from gpuagent.health import rank
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import ProbeResult
+from gpuagent.untrusted import capped
 from gpuagent.views import Finding, PciGpu
 
 __all__ = ["HEADER", "findings", "full", "table"]
@@ -37,9 +38,10 @@ def findings(result: ProbeResult, gpus: Iterable[PciGpu]) -> dict[str, list[Find
     }
 
 
-def table(result: ProbeResult, gpus: Iterable[PciGpu]) -> list[str]:
+def table(result: ProbeResult, gpus: Iterable[PciGpu], width: int | None = None) -> list[str]:
     """The lines of the table: a header, then a line per finding (``ok`` for a GPU without
-    one), the slot and name on the first line of each GPU only."""
+    one), the slot and name on the first line of each GPU only; each cut to ``width``
+    columns (None: not cut), a cut line ending in ``…``."""
     names = {smi.key(row): row.get("name") for row in result.rows or []}
     cells: list[tuple[str, str, str, str]] = [HEADER]
     for slot, found in findings(result, gpus).items():
@@ -51,10 +53,11 @@ def table(result: ProbeResult, gpus: Iterable[PciGpu]) -> list[str]:
             said = clean(f"{f.severity} {f.name}: {f.message}")
             cells.append((*(first if i == 0 else ("", "")), f.action, said))
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER) - 1)]
-    return [
+    lines = [
         "  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]])
         for row in cells
     ]
+    return lines if width is None else [capped(line, width) for line in lines]
 
 
 def full(result: ProbeResult, gpus: Iterable[PciGpu]) -> dict[str, Any]:
