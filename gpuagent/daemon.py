@@ -34,7 +34,7 @@ from gpuagent.report import Report
 from gpuagent.schedule import deadline, next_index
 from gpuagent.sources.probe.probe import Prober
 
-__all__ = ["CONFIG", "Daemon"]
+__all__ = ["CONFIG", "Daemon", "reloaded"]
 
 # The agent problem of a run on a bad file's valid settings, until a reload reads good ones.
 CONFIG = "config"
@@ -97,6 +97,14 @@ class Watchdog:
         if now >= self.next_ping:
             self.notifier.watchdog()
             self.next_ping = now + self.every
+
+
+def reloaded(path: str) -> str:
+    """The reload's line for config file ``path``: a missing optional file is the defaults
+    (and its drop-ins), not a file read."""
+    if os.path.lexists(path):
+        return f"configuration reloaded from {path}"
+    return f"configuration reloaded ({path}: no such file, the defaults and its drop-ins apply)"
 
 
 class Daemon:
@@ -293,7 +301,7 @@ class Daemon:
             self.agent.flag(CONFIG, None)
             self.publisher.configure(cfg.state_file, cfg.textfile)
             setup(cfg.log_level)
-            self.log(logging.INFO, Event.RELOADED, f"configuration reloaded from {path}; {then}")
+            self.log(logging.INFO, Event.RELOADED, f"{reloaded(path)}; {then}")
             self._warn(cfg)
         report = self.agent.configure(cfg)
         if look:

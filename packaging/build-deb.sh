@@ -6,6 +6,14 @@
 # RELEASE+gitN.HASH[.dirty] after it (gpuagent/version.py says how); GPUAGENT_VERSION=V
 # builds version V instead. Needs git, dpkg-dev and the Build-Depends of debian/control.
 set -eu
+# Say what is missing before a build that would stop half-way on a missing tool.
+for tool in git dpkg-parsechangelog dpkg-buildpackage dh; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "build-deb.sh: $tool not found: install dpkg-dev, debhelper and the Build-Depends" \
+      "of debian/control (scripts/setup --dev does)" >&2
+    exit 1
+  fi
+done
 top=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 out=$(realpath -m "${1:-$top/dist}")
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpuagent-deb.XXXXXX")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from gpuagent.daemon import reloaded
 from tests import fakehost
 from tests.fakehost import FakeHost
 
@@ -323,3 +324,15 @@ def test_a_reload_probes_at_once_whatever_the_backoff_says(tmp_path: str, notify
     assert proc.stderr is not None
     lines = proc.stderr.read().splitlines()
     assert f"info: configuration reloaded from {host.conf}; probing now" in lines
+
+
+def test_a_reload_without_its_file_does_not_say_it_read_it(tmp_path: str) -> None:
+    # The walk-through's reload said "reloaded from /etc/gpuagent/gpuagent.toml" with no such
+    # file: the defaults applied.
+    there = os.path.join(tmp_path, "gpuagent.toml")
+    assert reloaded(there) == (
+        f"configuration reloaded ({there}: no such file, the defaults and its drop-ins apply)"
+    )
+    with open(there, "w") as f:
+        f.write("")
+    assert reloaded(there) == f"configuration reloaded from {there}"

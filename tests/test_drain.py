@@ -166,7 +166,7 @@ def test_an_unknown_state_changes_nothing() -> None:
         stopped = states.state(now=NOW - 5, ended=("signal", NOW - 5))
         d = decide(n, stopped, "", NOW)
         assert (d.update, d.known) == ((), False)
-        assert "gpuagent is stopped since" in d.says
+        assert "gpuagent has been stopped since" in d.says
         dead = states.state(now=NOW - 1, pid=STRAY)
         assert (
             decide(n, dead, "", NOW).says

@@ -395,7 +395,7 @@ def test_a_stopped_agent_says_since_when() -> None:
     st = states.state(now=at, ended=("signal", at))
     code, reason = judge(st, NOW)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
-    assert (code, reason) == (ExitCode.UNKNOWN, f"gpuagent is stopped since {stamp} (5m ago)")
+    assert (code, reason) == (ExitCode.UNKNOWN, f"gpuagent has been stopped since {stamp} (5m ago)")
     lines = render(st, NOW, code, reason).splitlines()
     assert lines[0] == f"\u25cb gpuagent - {reason}"
     assert sum(reason in line for line in lines) == 1
@@ -414,7 +414,7 @@ STOPPED = {
 @pytest.mark.parametrize(
     ("props", "reason"),
     [
-        (STOPPED, "gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC"),
+        (STOPPED, "gpuagent has been stopped since Mon 2026-11-30 21:40:03 UTC"),
         ({**STOPPED, "InactiveEnterTimestamp": ""}, "gpuagent has not run since boot"),
         (
             {**STOPPED, "ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "78"},
@@ -449,12 +449,15 @@ def test_without_a_state_file_status_asks_systemd(
         f.write(f'state_file = "{tmp_path}/state.json"\n')
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
     assert (res.exit_code, res.stderr) == (ExitCode.UNKNOWN, "")
-    assert res.stdout == "\u25cb gpuagent - gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC\n"
+    assert (
+        res.stdout
+        == "\u25cb gpuagent - gpuagent has been stopped since Mon 2026-11-30 21:40:03 UTC\n"
+    )
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
     assert res.exit_code == ExitCode.UNKNOWN
     assert json.loads(res.stdout) == {
         "health": "unknown",
-        "health_reason": "gpuagent is stopped since Mon 2026-11-30 21:40:03 UTC",
+        "health_reason": "gpuagent has been stopped since Mon 2026-11-30 21:40:03 UTC",
     }
     assert res.stderr == ""  # the JSON alone
 

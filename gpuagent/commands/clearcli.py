@@ -73,7 +73,7 @@ def _refuse_host(ctx: click.Context, kind: str) -> NoReturn:
 def clear(ctx: click.Context, slot: str, kind: str | None, every: bool) -> None:
     """After a repair, end the GPU's problems that hold until the next boot (xid,
     init_failed, pcie_error), or forget a GPU gone from the bus for good (gone_from_bus); root
-    only.  SLOT ``host``: the host's fabricmanager_restarted, after the GPUs' reset.  A
+    only.  SLOT host: the host's fabricmanager_restarted, after the GPUs' reset.  A
     problem read live is refused (exit 1), saying how it ends, unless it is held unread (its
     source cannot look: the nvidia module unloaded, nvidia-smi missing, the system bus)."""
     import pwd  # noqa: PLC0415

@@ -179,7 +179,10 @@ def judge(st: State, now: float) -> tuple[ExitCode, str]:
     exit_info = st.get("exit")
     if exit_info is None or exit_info.get("reason") != "ticks":
         if exit_info is not None:
-            return ExitCode.UNKNOWN, f"gpuagent is stopped since {since(exit_info['at'], now)}"
+            return (
+                ExitCode.UNKNOWN,
+                f"gpuagent has been stopped since {since(exit_info['at'], now)}",
+            )
         if not _pid_alive(st["pid"]):
             return ExitCode.UNKNOWN, f"gpuagent (pid {st['pid']}) died without finishing"
         age = now - st["updated_at"]

@@ -102,7 +102,8 @@ def render(
     title = reason if exit_info is not None and code == ExitCode.UNKNOWN else st["status"]
     lines = [
         f"{dot} gpuagent - {clean(title)}",
-        f"    pid {st['pid']}, {life}, {st['ticks']} ticks every {st['interval']:g} s, "
+        f"    pid {st['pid']}, {life}, {st['ticks']} tick{'' if st['ticks'] == 1 else 's'} "
+        f"every {st['interval']:g} s, "
         f"version {clean(st.get('version'))}",
         _probe_line(st, now),
     ]

@@ -386,7 +386,7 @@ def node_exporter(c: Container) -> None:
     # ...and `gpuagent status` says it is stopped and since when, not that it never ran.
     status = c.status()
     assert status.returncode == 3, status.stdout + status.stderr
-    assert re.match(r"\u25cb gpuagent - gpuagent is stopped since \w+ \d{4}-", status.stdout)
+    assert re.match(r"\u25cb gpuagent - gpuagent has been stopped since \w+ \d{4}-", status.stdout)
     # `gpuagent run` as root meanwhile: no /run/gpuagent, and it says how to run by hand.
     hand = c.run("gpuagent", "run", check=False)
     assert hand.returncode == 78, hand.stderr

@@ -313,7 +313,7 @@ def test_upgrade_and_units_over_the_bus(
         nvidia_units(c)
         # Stopped: `gpuagent status` still says so (systemd is asked).
         c.run("systemctl", "stop", "gpuagent")
-        assert "gpuagent is stopped since" in c.status().stdout
+        assert "gpuagent has been stopped since" in c.status().stdout
         purge_keeps_the_user(c)
         # Again with nss-systemd in the passwd: line, which shows the running dynamic user.
         c.apt("install", "libnss-systemd")

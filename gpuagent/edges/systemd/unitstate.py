@@ -34,7 +34,7 @@ def describe(props: dict[str, str]) -> str | None:
     if not since:
         return "gpuagent has not run since boot"
     if active == "inactive":
-        return f"gpuagent is stopped since {since}"
+        return f"gpuagent has been stopped since {since}"
     status = props.get("ExecMainStatus", "")
     how = f"{props.get('Result') or 'failed'}, exit status {status}"
     if status == _EX_CONFIG:
