@@ -125,7 +125,7 @@ def test_the_sram_threshold_flag() -> None:
     # Derived: the driver's flag set; and a driver without the key (before 535): not reported.
     gate = judged(valued(capture(H100), "SRAM Threshold Exceeded", "Yes"))["sram_threshold"]
     assert (gate.met, gate.reading) == (True, "SRAM threshold exceeded Yes")
-    assert gates.SRAM_FLAG in gate.source
+    assert gate.source == gates.SRAM_POLICY
     line = "            SRAM Threshold Exceeded                    : No\n"
     gate = judged(altered(capture(H100), line, ""))["sram_threshold"]
     assert (gate.met, gate.reading) == (None, "not reported")

@@ -111,7 +111,7 @@ def _sram(b: Board) -> Gate:
     rule = "the driver's SRAM Threshold Exceeded flag (NVIDIA's SRAM RMA thresholds passed)"
     flag = b.sram_threshold_exceeded
     reading = "not reported" if flag is None else f"SRAM threshold exceeded {_yes(flag)}"
-    return Gate("sram_threshold", flag, reading, rule, f"{SRAM_POLICY} {SRAM_FLAG}")
+    return Gate("sram_threshold", flag, reading, rule, SRAM_POLICY)
 
 
 def _pages(b: Board) -> Gate:
