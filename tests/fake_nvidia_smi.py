@@ -34,8 +34,9 @@ one step (tests rewrite it between ticks):
   ``"apps": {"capture": "<file in data/corpus/csv>", "slot": "<slot>"}`` replays a real
   capture's processes on that GPU; ``"apps": {"stdout": "...", "exit": 6}`` prints that.
   A step without ``"apps"`` answers with no process (an idle GPU).
-- ``"query": "<text>"`` answers ``nvidia-smi -q`` with that text, exit 0 (a vGPU guest's
-  licence, tests/test_vgpu.py); a step without it answers ``-q`` as any other call.
+- ``"query": "<text>"`` answers ``nvidia-smi -q`` and ``nvidia-smi -q -i SLOT`` with that
+  text, exit 0 (a vGPU guest's licence, tests/test_vgpu.py; a board's RMA packet,
+  tests/test_rma.py); a step without it answers ``-q`` as any other call.
 
 Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
 """
@@ -90,7 +91,7 @@ def main() -> int:
         return _nvlink(step)
     if _arg("--query-compute-apps=") is not None:
         return _apps(step)
-    if sys.argv[1:] == ["-q"] and "query" in step:
+    if sys.argv[1:2] == ["-q"] and len(sys.argv) in (2, 4) and "query" in step:
         sys.stdout.write(str(step["query"]))
         return 0
     query = (_arg("--query-gpu=") or "").split(",")

@@ -185,6 +185,7 @@ def test_help_lists_the_commands_for_people_only() -> None:
         "detect",
         "history",
         "probe",
+        "rma",
         "run",
         "slurm-check",
         "status",

@@ -1,7 +1,7 @@
 """Command line: ``run``, ``status``, ``detect``, ``probe``, ``check-config``, ``slurm-check``
 (:mod:`gpuagent.commands.schedcli`), ``clear`` (:mod:`gpuagent.commands.clearcli`), ``history``
-(thin; no logic here), the unit's helpers ``link-textfile`` and ``reload``, and ``units``
-(debugging).
+and ``rma`` (:mod:`gpuagent.commands.rmacli`; thin, no logic here), the unit's helpers
+``link-textfile`` and ``reload``, and ``units`` (debugging).
 
 Imports beyond click and tomllib happen inside the commands that need them, and the
 commands of other modules are imported when they are asked for (:class:`LazyGroup`), so that
@@ -27,6 +27,7 @@ __all__ = ["UNKNOWN", "Check", "LazyGroup", "main"]
 _ELSEWHERE = {
     "clear": "gpuagent.commands.clearcli:clear",
     "history": "gpuagent.commands.historycli:history",
+    "rma": "gpuagent.commands.rmacli:rma",
     "slurm-check": "gpuagent.commands.schedcli:slurm_check",
     "units": "gpuagent.commands.unitscli:units",
 }

@@ -7,6 +7,7 @@ kernel's records and the agent's lines; anyone else is told so.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -20,15 +21,15 @@ from gpuagent import config
 if TYPE_CHECKING:
     from gpuagent.sources.kernel.timeline import Step
 
-__all__ = ["history"]
+__all__ = ["history", "known_file", "read", "remembered", "state_directory", "target"]
 
 
-def _read(
+def read(
     directory: str, where: str | None, days: int, *, other_host: bool, uuid: str | None = None
 ) -> list[Step]:
     """The timeline's steps of the last ``days`` days in the journal in ``directory`` (``""``:
     the system's), of the GPU in slot ``where`` (None: every GPU) or the board ``uuid``;
-    raises ``OSError``, and exits 1 for a journal the caller may not read at all.
+    raises ``OSError``, also for a journal the caller may not read at all.
     ``other_host``: the journal is another host's (``--directory``), whose login uids this
     host's users do not name."""
     from systemd import journal  # noqa: PLC0415
@@ -45,12 +46,11 @@ def _read(
     try:
         if not reader.get_usage():
             # sd-journal skips, silently, each file this process may not read.
-            click.echo(
-                f"gpuagent: cannot read {_what(directory)}: no journal file it may read "
-                "(run as root or as a member of the systemd-journal group)",
-                err=True,
+            raise OSError(
+                errno.EACCES,
+                "no journal file it may read (run as root or as a member of the "
+                "systemd-journal group)",
             )
-            sys.exit(1)
         reader.add_match(_TRANSPORT="kernel")
         reader.add_disjunction()
         reader.add_match(_SYSTEMD_UNIT=timeline.UNIT)
@@ -67,19 +67,42 @@ def _read(
 _SERIAL_MIN = 6
 
 
-def _known_file() -> str:
-    """The GPUs the agent remembers: ``$STATE_DIRECTORY``'s, else the package's."""
+def state_directory() -> str:
+    """The agent's state directory: ``$STATE_DIRECTORY``'s first, else the package's."""
+    return os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/gpuagent"
+
+
+def known_file() -> str:
+    """The GPUs the agent remembers (``gpus.json`` in :func:`state_directory`)."""
     from gpuagent.sources.bus.known import FILE  # noqa: PLC0415
 
-    directory = os.environ.get("STATE_DIRECTORY", "").split(":")[0] or "/var/lib/gpuagent"
-    return os.path.join(directory, FILE)
+    return os.path.join(state_directory(), FILE)
 
 
-def _remembered(serial: str) -> set[str]:
+def target(text: str) -> tuple[str | None, str | None, str | None]:
+    """What ``SLOT|UUID|SERIAL`` names: ``(slot, uuid, serial)``, one of them set (the slot in
+    sysfs form).  Raises ``click.BadParameter`` for text that is none of them."""
+    from gpuagent.sources.kernel import clears  # noqa: PLC0415
+
+    if text.upper().startswith("GPU-"):
+        return None, text, None
+    where = clears.slot_of(text)
+    if where is not None:
+        return where, None, None
+    if not text.isalnum() or len(text) < _SERIAL_MIN:
+        raise click.BadParameter(
+            f"{text!r} is neither a PCI slot (0000:3b:00.0), a GPU's UUID (GPU-...) nor "
+            "a board's serial number",
+            param_hint="SLOT|UUID|SERIAL",
+        )
+    return None, None, text
+
+
+def remembered(serial: str) -> set[str]:
     """The UUIDs the agent remembers with ``serial``; a file it cannot read is one line."""
     from gpuagent.sources.bus.known import boards_with  # noqa: PLC0415
 
-    path = _known_file()
+    path = known_file()
     try:
         return boards_with(path, serial)
     except FileNotFoundError:
@@ -116,36 +139,25 @@ def history(
     """Show a GPU's (or every GPU's) problems, Xids, clears, board replacements and reboots
     across boots: by its PCI slot, or by its board's UUID (GPU-...) or serial number in
     whichever slot it was."""
-    from gpuagent.sources.kernel import clears, timeline  # noqa: PLC0415
+    from gpuagent.sources.kernel import timeline  # noqa: PLC0415
 
-    where = uuid = serial = None
-    if slot is not None and slot.upper().startswith("GPU-"):
-        uuid = slot
-    elif slot is not None:
-        where = clears.slot_of(slot)
-        if where is None and (not slot.isalnum() or len(slot) < _SERIAL_MIN):
-            raise click.BadParameter(
-                f"{slot!r} is neither a PCI slot (0000:3b:00.0), a GPU's UUID (GPU-...) nor "
-                "a board's serial number",
-                param_hint="SLOT|UUID|SERIAL",
-            )
-        serial = None if where is not None else slot
+    where, uuid, serial = target(slot) if slot is not None else (None, None, None)
     if other is not None:
         directory = other
     else:
         path, required = ctx.obj["config_file"]
         directory = config.salvage(path, required=required)[0].journal_directory
     try:
-        steps = _read(directory, where, days, other_host=other is not None, uuid=uuid)
+        steps = read(directory, where, days, other_host=other is not None, uuid=uuid)
     except OSError as e:
         # A directory this user may not read (or gone, or no directory): one line.
         click.echo(f"gpuagent: cannot read {_what(directory)}: {e.strerror or e}", err=True)
         sys.exit(1)
     if serial is not None:
-        boards = timeline.serials(steps, serial) | _remembered(serial)
+        boards = timeline.serials(steps, serial) | remembered(serial)
         if not boards:
             click.echo(
-                f"gpuagent: no board with serial {serial} in {_known_file()} or the journal",
+                f"gpuagent: no board with serial {serial} in {known_file()} or the journal",
                 err=True,
             )
             sys.exit(1)

@@ -24,7 +24,7 @@ from gpuagent.edges import safefile
 from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
 
-__all__ = ["FILE", "KnownGpus", "Swap", "boards_with"]
+__all__ = ["FILE", "KnownGpus", "Swap", "boards_with", "entries_of"]
 
 FILE = "gpus.json"
 Gpu = dict[str, str | None]
@@ -271,9 +271,17 @@ def boards_with(path: str, serial: str) -> set[str]:
     ``serial``, in a slot now or replaced out of one (``gpuagent history SERIAL``); raises
     OSError (as :func:`gpuagent.edges.safefile.load_json`: a symlink, a FIFO, a file over
     :data:`MAX_SIZE`), and ValueError or TypeError for a file that is not the agent's."""
-    gpus, _, departed = _parsed(safefile.load_json(path, MAX_SIZE))
     return {
         g["uuid"]
-        for g in [*gpus.values(), *departed]
+        for g in entries_of(path)
         if g.get("serial") == serial and isinstance(g["uuid"], str)
     }
+
+
+def entries_of(path: str) -> list[Entry]:
+    """Every GPU the file at ``path`` remembers: those in a slot (``pci_slot``, ``uuid``,
+    ``name``, ``serial``, ``boot``, ``gone_at``), then those replaced out of one
+    (``pci_slot``, ``uuid``, ``serial``, ``at``, ``boot``; ``gpuagent rma``); raises as
+    :func:`boards_with`."""
+    gpus, _, departed = _parsed(safefile.load_json(path, MAX_SIZE))
+    return [*({"pci_slot": s, **g} for s, g in gpus.items()), *departed]

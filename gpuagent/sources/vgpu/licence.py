@@ -20,11 +20,10 @@ judged as restricted, since nothing says a grace period runs.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL, WARNING
-from gpuagent.sources.bus.pciaddr import sysfs_slot
+from gpuagent.sources.probe.qtext import gpu_lines
 from gpuagent.untrusted import capped
 from gpuagent.views import Finding
 
@@ -34,7 +33,6 @@ ARGS = ("-q",)
 UNLICENSED = "vgpu_unlicensed"
 GRACE = "vgpu_license_grace"
 
-_GPU = re.compile(r"GPU ([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
 _VIRTUALIZATION = "GPU Virtualization Mode"
 _LICENSED = "vGPU Software Licensed Product"
 _ENDS = "when nvidia-smi -q says the guest is licensed"
@@ -62,17 +60,10 @@ def parse(text: str) -> tuple[Licence, ...]:
     """Each GPU's licence in ``-q`` output, in its order; lines outside the two sections are
     not read (the rest of ``-q`` is the probe's, in its own query)."""
     found: dict[str, dict[str, str]] = {}
-    slot = ""
-    section, depth = "", 0
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
-        indent = len(line) - len(line.lstrip())
-        gpu = _GPU.fullmatch(stripped)
-        if gpu is not None and indent == 0:
-            slot, section = sysfs_slot(gpu[1]), ""
-            continue
+    section, depth, last = "", 0, ""
+    for slot, indent, stripped in gpu_lines(text):
+        if slot != last:
+            section, last = "", slot  # the next GPU's sections
         if section and indent <= depth:
             section = ""
         if stripped in (_VIRTUALIZATION, _LICENSED):

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuagent.edges import safefile
 from gpuagent.edges.statedir import StateFile
 from gpuagent.logs import EventLog
 from gpuagent.sources.wear.counters import FIELDS, Counters
 
-__all__ = ["FILE", "Recorded"]
+__all__ = ["FILE", "Recorded", "of_board"]
 
 FILE = "wear.json"
 # A few hundred bytes a board: more than this is not the agent's.
@@ -82,3 +83,11 @@ def _parsed(data: Any) -> tuple[str, dict[str, tuple[str, Counters]]]:
             raise TypeError(f"boards[{uuid!r}].counters: expected counts by counter name")
         out[uuid.lower()] = (slot, dict(counts))
     return data["boot_id"], out
+
+
+def of_board(path: str, uuid: str) -> tuple[str, Counters] | None:
+    """The record of the board ``uuid`` in the file at ``path`` (its slot and counters; None:
+    none), whatever boot the file is of (``gpuagent rma``: its boot is the last one the agent
+    ran in).  Raises OSError as :func:`gpuagent.edges.safefile.load_json` (a symlink, a FIFO, a
+    file over :data:`MAX_SIZE`), ValueError or TypeError for a file that is not the agent's."""
+    return _parsed(safefile.load_json(path, MAX_SIZE))[1].get(uuid.lower())

@@ -1,0 +1,1 @@
+"""The RMA packet of one board: ``gpuagent rma`` (:mod:`gpuagent.commands.rmacli`)."""
