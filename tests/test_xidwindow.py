@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuagent.configkeys import MAX_XID_COUNT, Override
+from gpuagent.logs import Event
 from gpuagent.schema import State
 from gpuagent.sources.kernel.xid import Xid, assess
 from gpuagent.sources.kernel.xidcount import XidCounter
@@ -18,6 +19,7 @@ from tests import xidcorpus
 from tests.conftest import Host
 from tests.journalfeed import this_boot
 from tests.test_clear import clear_entry, entry
+from tests.test_kernel import running_before
 from tests.test_kernlog import append, corpus_text, export_entry, make
 
 __all__ = ["make"]  # the fixture
@@ -217,3 +219,20 @@ def test_a_clear_in_the_journal_resets_the_count(host: Host, make: Any) -> None:
     assert problems(host.tick().state) == []
     append(journal, xid_31(LATER + 30))
     assert problems(host.tick().state) == [("critical", "reset_gpu", 31)]
+
+
+def test_the_record_that_reaches_the_count_starts_the_problem_at_err(host: Host, make: Any) -> None:
+    # Two of the corpus's records (170 s into the boot), then a third at 300 s, as it comes.
+    journal = make("\n".join(JOURNAL.splitlines()[:2]) + "\n")
+    running_before(host.make_agent(journal_directory=journal, xid=TABLE))
+    assert problems(host.tick().state) == []
+    (counted,) = host.events(Event.XID_COUNTED)
+    assert counted.getMessage().endswith("(action: restart_app)")  # the catalog's, below it
+    append(journal, xid_31(1_700_000_300))
+    assert problems(host.tick().state) == [("critical", "reset_gpu", 31)]
+    (line,) = host.events(Event.XID_PROBLEM)
+    assert line.levelname == "ERROR"
+    assert line.getMessage().startswith(f"GPU {SLOT}: critical xid: Xid 31 (GPU memory page fault)")
+    assert (
+        "(3 within 600 s, as this site's [xid] table says); action: reset_gpu" in line.getMessage()
+    )
