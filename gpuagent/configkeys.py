@@ -17,6 +17,8 @@ from gpuagent.health import ACTIONS, SEVERITIES
 __all__ = [
     "KEYS",
     "LOG_LEVELS",
+    "MAX_XID_COUNT",
+    "MAX_XID_WINDOW",
     "MIN_INTERVAL",
     "OVERRIDE_SEVERITIES",
     "Check",
@@ -30,6 +32,11 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # What a site's [xid] table may set a code's severity to: "none" counts the code without a
 # problem (gpuagent.sources.kernel.xidcatalog.NONE), the others are health's severities.
 OVERRIDE_SEVERITIES: tuple[str, ...] = ("none", *SEVERITIES)
+# The most records an [xid] entry's count may ask for, and the longest window (s): a GPU's
+# records of a code are held that many at most, and a burst spread over more than a week is
+# a rate, not a burst.
+MAX_XID_COUNT = 100
+MAX_XID_WINDOW = 7 * 86400.0
 # Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
 # spend a core on bookkeeping, and an nvidia-smi call alone takes longer than that.
 MIN_INTERVAL = 0.1
@@ -57,10 +64,17 @@ class Key(NamedTuple):
 class Override(NamedTuple):
     """One code's entry in a site's ``[xid]`` table: the ``severity`` (one of
     :data:`OVERRIDE_SEVERITIES`) and the ``action`` (one of :data:`gpuagent.health.ACTIONS`)
-    it gets instead of the catalog's, ``None`` where the table leaves it as it is."""
+    it gets instead of the catalog's, ``None`` where the table leaves it as it is.
+
+    With ``repeats`` (the file's ``count``: 2 to :data:`MAX_XID_COUNT` records) and ``window``
+    (seconds) both set, the entry applies to a GPU's code only once that many of its records
+    fell within ``window`` s (:mod:`gpuagent.sources.kernel.xidwindow`); below that the
+    catalog's meaning holds.  (``count`` would hide the tuple's method.)"""
 
     severity: str | None = None
     action: str | None = None
+    repeats: int | None = None
+    window: float | None = None
 
 
 def _show(value: Any) -> str:
@@ -188,18 +202,42 @@ def _xid_table(where: str, value: Any) -> dict[int, Override]:
 
 
 def _override(where: str, entry: Any) -> Override:
-    """One code's inline table of ``[xid]``."""
+    """One code's inline table of ``[xid]``: severity and action, and with ``count`` its
+    ``window`` (each needs the other, and a severity or action to escalate to)."""
     if not isinstance(entry, dict) or not entry:
         raise _refuse(
             where, 'an inline table of severity and action ({ severity = "none" })', entry
         )
     for name, setting in entry.items():
-        allowed = {"severity": OVERRIDE_SEVERITIES, "action": ACTIONS}.get(name)
-        if allowed is None:
-            raise ConfigError(f"{where}: unknown key {name!r} (known: severity, action)")
-        if setting not in allowed:
-            raise _refuse(f"{where}.{name}", f"one of {', '.join(allowed)}", setting)
-    return Override(entry.get("severity"), entry.get("action"))
+        check = _OVERRIDE_KEYS.get(name)
+        if check is None:
+            known = ", ".join(_OVERRIDE_KEYS)
+            raise ConfigError(f"{where}: unknown key {name!r} (known: {known})")
+        check(f"{where}.{name}", setting)
+    burst = [name for name in ("count", "window") if name in entry]
+    if len(burst) == 1:
+        other = "window" if burst == ["count"] else "count"
+        raise ConfigError(
+            f"{where}.{burst[0]}: needs {other} too (3 within 600 s: count = 3, window = 600)"
+        )
+    if burst and "severity" not in entry and "action" not in entry:
+        raise ConfigError(f"{where}: count and window need a severity or action to escalate to")
+    window = entry.get("window")
+    return Override(
+        entry.get("severity"),
+        entry.get("action"),
+        entry.get("count"),
+        None if window is None else float(window),
+    )
+
+
+# An [xid] entry's keys, in the order an error lists them.
+_OVERRIDE_KEYS: dict[str, Check] = {
+    "severity": _one_of(OVERRIDE_SEVERITIES),
+    "action": _one_of(ACTIONS),
+    "count": _integer(2, MAX_XID_COUNT),
+    "window": _seconds(1, MAX_XID_WINDOW),
+}
 
 
 _SECONDS = _seconds()

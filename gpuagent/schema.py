@@ -123,7 +123,8 @@ class ProcessEntry(TypedDict):
     nvidia-smi cannot tell), ``unit`` the systemd unit it is in (None: systemd knows none, or
     could not be asked), ``unit_kind`` what that unit is (service, user, session, container,
     machine, slurm, scope, other; ``unknown``: systemd knows no unit for the PID; None: not
-    asked) and ``unit_ref`` its service, UID, session, ``runtime:id``, machine or job id."""
+    asked) and ``unit_ref`` its service, UID, session, ``runtime:id``, machine or Slurm job (its
+    id, or its SLUID: ``s`` and 13 base32 characters)."""
 
     pid: int
     name: str | None

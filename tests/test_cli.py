@@ -224,6 +224,31 @@ def test_check_config(public_dir: str) -> None:
     assert runner.invoke(main, ["check-config", absent]).exit_code == 78
 
 
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        ('severity = "critical", count = 3, window = 600', None),
+        ('severity = "critical", count = 3', "xid.31.count: needs window too"),
+        ('severity = "critical", window = 600', "xid.31.window: needs count too"),
+        ('severity = "critical", count = 1, window = 600', "xid.31.count: expected an integer"),
+        ('severity = "critical", count = 3, window = 0', "xid.31.window: expected seconds"),
+    ],
+)
+def test_check_config_of_a_count_within_a_window(
+    public_dir: str, entry: str, error: str | None
+) -> None:
+    conf = os.path.join(public_dir, "c.toml")
+    with open(conf, "w") as f:
+        f.write(f"[xid]\n31 = {{ {entry} }}\n")
+    res = CliRunner(mix_stderr=False).invoke(main, ["check-config", conf])
+    if error is None:
+        assert (res.exit_code, res.stdout, res.stderr) == (0, f"{conf}: OK\n", "")
+    else:
+        assert (res.exit_code, res.stdout) == (78, "")
+        assert res.stderr.startswith(f"error: {conf}: {error}")
+        assert len(res.stderr.splitlines()) == 1
+
+
 def test_check_config_warns_of_what_the_packaged_service_cannot_do(public_dir: str) -> None:
     conf = os.path.join(public_dir, "c.toml")
     journal = os.path.join(public_dir, "journal")

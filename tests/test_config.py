@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -95,7 +96,40 @@ def test_values_are_read(tmp_path: str) -> None:
         ("[xid]\n" + "9" * 5000 + ' = { severity = "none" }', "xid: expected Xid codes"),
         ('[xid]\n94 = "none"', "xid.94: expected an inline table of severity and action"),
         ("[xid]\n94 = {}", "xid.94: expected an inline table of severity and action"),
-        ('[xid]\n94 = { sev = "none" }', "xid.94: unknown key 'sev' (known: severity, action)"),
+        (
+            '[xid]\n94 = { sev = "none" }',
+            "xid.94: unknown key 'sev' (known: severity, action, count, window)",
+        ),
+        (
+            '[xid]\n31 = { severity = "critical", count = 1, window = 600 }',
+            "xid.31.count: expected an integer from 2 to 100, got 1",
+        ),
+        ('[xid]\n31 = { severity = "critical", count = 101, window = 600 }', "xid.31.count:"),
+        ('[xid]\n31 = { severity = "critical", count = 2.5, window = 600 }', "xid.31.count:"),
+        ('[xid]\n31 = { severity = "critical", count = true, window = 600 }', "xid.31.count:"),
+        (
+            '[xid]\n31 = { severity = "critical", count = 3, window = 0 }',
+            "xid.31.window: expected seconds between 1 and 604800, got 0",
+        ),
+        ('[xid]\n31 = { severity = "critical", count = 3, window = -5 }', "xid.31.window:"),
+        ('[xid]\n31 = { severity = "critical", count = 3, window = 604801 }', "xid.31.window:"),
+        ('[xid]\n31 = { severity = "critical", count = 3, window = nan }', "xid.31.window:"),
+        (
+            '[xid]\n31 = { severity = "critical", count = 3, window = "10m" }',
+            "xid.31.window: expected a number of seconds",
+        ),
+        (
+            '[xid]\n31 = { severity = "critical", count = 3 }',
+            "xid.31.count: needs window too",
+        ),
+        (
+            '[xid]\n31 = { severity = "critical", window = 600 }',
+            "xid.31.window: needs count too",
+        ),
+        (
+            "[xid]\n31 = { count = 3, window = 600 }",
+            "xid.31: count and window need a severity or action to escalate to",
+        ),
         (
             '[xid]\n94 = { severity = "high" }',
             "xid.94.severity: expected one of none, warning, critical, got 'high'",
@@ -261,6 +295,18 @@ def test_the_xid_table_of_the_issue(tmp_path: str) -> None:
     }
     inline = write(tmp_path, 'xid = { 94 = { severity = "none" } }\n')
     assert load(inline, required=True).xid == {94: Override(severity="none")}
+
+
+def test_the_shipped_files_xid_examples_load(tmp_path: str) -> None:
+    shipped = os.path.join(os.path.dirname(os.path.dirname(__file__)), "packaging", "gpuagent.toml")
+    with open(shipped, encoding="utf-8") as f:
+        examples = [line[2:] for line in f if re.fullmatch(r"# (\[xid\]|\d+ = \{.*\})\n", line)]
+    assert load(write(tmp_path, "".join(examples)), required=True).xid == {
+        94: Override(severity="none"),
+        13: Override("critical", "reset_gpu"),
+        # 3 within 10 minutes of an Xid 31 on one GPU.
+        31: Override("critical", "reset_gpu", 3, 600.0),
+    }
 
 
 def test_salvage_drops_a_bad_xid_table_and_keeps_the_rest(tmp_path: str) -> None:

@@ -49,6 +49,32 @@ def test_an_idle_host_has_no_process_and_one_spawn_more_per_tick(host: Host) -> 
     assert host.units.pid_calls == 0
 
 
+def test_slurm_jobs_on_both_cgroup_layouts(host: Host) -> None:
+    # cgroup v2 as Slurm 26.05 lays it out by default (the job's SLUID), with
+    # CgroupJobIdPaths=yes (job_<id>), and under multiple slurmd (<node>_slurmstepd.scope).
+    a = host.slots[0]
+    mib = {901: 2048, 902: 1024, 903: 512}
+    busy(host, *({"slot": a, "pid": pid, "name": "trainer", "mib": m} for pid, m in mib.items()))
+    units = host.units
+    units.pids = {901: "slurmstepd.scope", 902: "slurmstepd.scope", 903: "n1_slurmstepd.scope"}
+    units.cgroups = {
+        901: "/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0",
+        902: "/system.slice/slurmstepd.scope/job_1234/step_batch/user/task_0",
+        903: "/system.slice/n1_slurmstepd.scope/sEKNKTV3WPV501/step_0/user/task_1",
+    }
+    host.make_agent(units=units)
+    state = host.tick(2).state
+    assert [(p["unit_kind"], p["unit_ref"]) for p in entry(state, a)["processes"]] == [
+        ("slurm", "sEKNKTV3WPV500"),
+        ("slurm", "1234"),
+        ("slurm", "sEKNKTV3WPV501"),
+    ]
+    text = statustext.render(state, state["updated_at"], 0, "", width=200)
+    assert "slurmstepd.scope (Slurm job SLUID sEKNKTV3WPV500) 2.0 GiB (pid 901 trainer)" in text
+    assert "slurmstepd.scope (Slurm job 1234) 1.0 GiB (pid 902 trainer)" in text
+    assert "n1_slurmstepd.scope (Slurm job SLUID sEKNKTV3WPV501) 512 MiB (pid 903" in text
+
+
 def test_each_process_with_its_unit_everywhere(host: Host) -> None:
     a, b = host.slots[0], host.slots[1]
     busy(

@@ -55,6 +55,29 @@ DOCKER = "3f4e5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
             "a Slurm job step",
         ),
         ("slurmstepd.scope", None, Owner("slurm"), "a Slurm job step"),
+        # Slurm 26.05's cgroup v2 default: the job's directory is its SLUID (cgroup.conf(5)'s
+        # example), shown as such.
+        (
+            "slurmstepd.scope",
+            "/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0",
+            Owner("slurm", "sEKNKTV3WPV500"),
+            "Slurm job SLUID sEKNKTV3WPV500",
+        ),
+        # Several slurmd on one host (MULTIPLE_SLURMD): the scope carries the node's name.
+        (
+            "node1_slurmstepd.scope",
+            "/system.slice/node1_slurmstepd.scope/job_1234/step_batch/user/task_0",
+            Owner("slurm", "1234"),
+            "Slurm job 1234",
+        ),
+        (
+            "gpu-a_b_slurmstepd.scope",
+            "/system.slice/gpu-a_b_slurmstepd.scope/sEKNKTV3WPV500/step_extern/user/task_special",
+            Owner("slurm", "sEKNKTV3WPV500"),
+            "Slurm job SLUID sEKNKTV3WPV500",
+        ),
+        ("node1_slurmstepd.scope", None, Owner("slurm"), "a Slurm job step"),
+        ("notslurmstepd.scope", None, Owner("scope", "notslurmstepd"), "scope"),
         ("run-u42.scope", None, Owner("scope", "run-u42"), "scope"),
         ("init.scope", None, Owner("scope", "init"), "scope"),
         ("-.slice", None, Owner("other", "-.slice"), "other"),
@@ -78,6 +101,19 @@ def test_each_kind(unit: str | None, cgroup: str | None, owner: Owner, words: st
         ("/system.slice/slurmstepd.scope/system", None),
         ("/system.slice/myjob_5/x", None),
         ("", None),
+        # 26.05's SLUID layout, and its slurmstepd's own cgroup beside the jobs'.
+        ("/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0", "sEKNKTV3WPV500"),
+        ("/system.slice/slurmstepd.scope/s0000000000001", "s0000000000001"),
+        ("/system.slice/node1_slurmstepd.scope/sEKNKTV3WPV500/step_batch", "sEKNKTV3WPV500"),
+        ("/system.slice/slurmstepd.scope/job_77/step_0", "77"),
+        ("/system.slice/node1_slurmstepd.scope/job_77/step_0", "77"),
+        # Not a SLUID: lower case, too short or long, base32's I L O U, or not under the scope.
+        ("/system.slice/slurmstepd.scope/sekn1tv3wpv500/step_0", None),
+        ("/system.slice/slurmstepd.scope/sEKNKTV3WPV50/step_0", None),
+        ("/system.slice/slurmstepd.scope/sEKNKTV3WPV5000/step_0", None),
+        ("/system.slice/slurmstepd.scope/sEKNKTV3WPVU00/step_0", None),
+        ("/system.slice/other.scope/sEKNKTV3WPV500/step_0", None),
+        ("/system.slice/slurmstepd.scope/slurm", None),
     ],
 )
 def test_the_slurm_job_in_a_control_group(cgroup: str, job: str | None) -> None:

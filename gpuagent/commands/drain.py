@@ -11,6 +11,8 @@ critical problem on this host, and which is the worst?  The answer is here, with
   gpuagent clear`` for a problem that only a clear ends, where it fits), resume only a
   node whose reason starts with ``gpuagent:``, leave every other drain alone, and touch
   nothing when the state cannot be trusted (missing, stale, the agent stopped);
+* :func:`agreed` says where slurmctld's own view of the node (``SLURM_NODE_IS_HEALTHY``)
+  already is what the state asks for, so that no ``scontrol`` need be run;
 * :func:`npd` and :func:`npd_warning` are node-problem-detector's exit status and line: a
   critical problem sets its condition, a warning is an event.
 """
@@ -32,6 +34,7 @@ __all__ = [
     "Decision",
     "Node",
     "Worst",
+    "agreed",
     "critical",
     "decide",
     "npd",
@@ -56,6 +59,12 @@ THEN_CLEAR = "; then gpuagent clear"
 _REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?:\s+\[[^\]\s]*@[^\]\s]*\])?\s*$", re.S)
 _STATE = re.compile(r"(?:^|\s)State=(\S+)")
 _NAME = re.compile(r"(?:^|\s)NodeName=(\S+)")
+# SLURM_NODE_IS_HEALTHY, which slurmd sets in HealthCheckProgram's environment from 26.05.2
+# (src/slurmd/slurmd/slurmd.c; slurm.conf(5)): slurmctld's view of the node, "no" where it is
+# down, drained or draining, failing or in a maintenance reservation
+# (src/slurmctld/ping_nodes.c), else "yes"; unset before the node registers, and by older
+# slurmd.  Any other value is no view.
+_CONTROLLER_VIEWS = {"yes": True, "no": False}
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,25 @@ def critical(st: State) -> Worst | None:
     """The worst problem in ``st`` if it is critical (what drains the node), else None."""
     bad = worst(st)
     return bad if bad is not None and bad.severity == CRITICAL else None
+
+
+def agreed(healthy: str | None, bad: Worst | None, held: str | None) -> str | None:
+    """What to say where slurmctld's view ``healthy`` (``SLURM_NODE_IS_HEALTHY``'s value,
+    ``None``: unset) and the agent's verdict agree, so that ``scontrol`` need not be asked; or
+    ``None``: they differ, or slurmctld gave no view.  ``bad`` is the critical problem
+    (:func:`critical`; ``None``: none) and ``held`` the reason of gpuagent's recorded drain of
+    the node (``None``: none recorded).
+
+    They agree where the node is healthy to slurmctld and no critical problem holds (no
+    drain, so nothing to resume), and where it is not healthy and gpuagent's own drain for
+    this very problem is recorded.  An unhealthy node without that record may be down, in
+    maintenance or drained by another: only ``scontrol show node`` tells which."""
+    view = _CONTROLLER_VIEWS.get(healthy or "")
+    if view is True and bad is None:
+        return "no critical GPU problem"
+    if view is False and bad is not None and held == bad.reason:
+        return f"drained: {bad.reason}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,8 @@ def _state_file(ctx: click.Context) -> str:
 def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_only: bool) -> None:
     """Drain this Slurm node on a critical GPU problem, resume it when gpuagent drained it and
     none holds (asking slurmctld nothing while neither can be: no critical problem, no drain of
-    its own recorded); exit 1 if the state is missing or stale (nothing changed), 2 if scontrol
-    failed."""
+    its own recorded, or slurmd's $SLURM_NODE_IS_HEALTHY agreeing); exit 1 if the state is
+    missing or stale (nothing changed), 2 if scontrol failed."""
     from gpuagent.commands import drainrecord, slurmcheck  # noqa: PLC0415
 
     path = _state_file(ctx)
@@ -65,7 +65,8 @@ def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_onl
             click.echo(said)
         return
     name = node or slurmcheck.node_name(os.environ)
-    done = slurmcheck.check(path, name, timeout=timeout, record=drainrecord.PATH)
+    healthy = os.environ.get(slurmcheck.HEALTHY)
+    done = slurmcheck.check(path, name, timeout=timeout, record=drainrecord.PATH, healthy=healthy)
     if done.warning:
         click.echo(f"gpuagent slurm-check: warning: {done.warning}", err=True)
     click.echo(f"gpuagent slurm-check: {done.says}", err=done.code != 0)

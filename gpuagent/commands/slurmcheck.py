@@ -5,7 +5,10 @@ It reads the agent's state (never runs nvidia-smi, never waits on the agent), as
 Each ``scontrol`` is killed after ``timeout`` seconds, so that the check ends within slurmd's 60 s
 even when slurmctld does not answer.  With no critical problem and no drain of its own in its
 record (:mod:`gpuagent.commands.drainrecord`) it asks nothing: slurmd runs the check before it
-registers, when ``scontrol`` may hang, and a healthy node's check must not delay that.
+registers, when ``scontrol`` may hang, and a healthy node's check must not delay that.  Nor
+does it ask where slurmctld's own view of the node, which slurmd gives it in
+``SLURM_NODE_IS_HEALTHY`` (Slurm 26.05.2 and later), agrees with the state
+(:func:`gpuagent.commands.drain.agreed`).
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from dataclasses import dataclass
 
 from gpuagent import state
 from gpuagent.commands import drainrecord
-from gpuagent.commands.drain import critical, decide, parse_node
+from gpuagent.commands.drain import agreed, critical, decide, parse_node
 from gpuagent.commands.status import ExitCode, checked, clean, judge
 from gpuagent.schema import State
 
 __all__ = [
     "EX_SCONTROL",
     "EX_UNKNOWN",
+    "HEALTHY",
     "TIMEOUT",
     "Checked",
     "Scontrol",
@@ -42,6 +46,8 @@ EX_UNKNOWN = 1  # the state cannot be trusted: nothing changed
 EX_SCONTROL = 2  # scontrol failed or timed out
 # Seconds for each scontrol (two at most): well within slurmd's 60 s.
 TIMEOUT = 20.0
+# The variable slurmd sets to slurmctld's view of the node ("yes", "no"; see drain.agreed).
+HEALTHY = "SLURM_NODE_IS_HEALTHY"
 
 
 def node_name(env: Mapping[str, str]) -> str:
@@ -111,10 +117,12 @@ def check(
     *,
     record: str = drainrecord.PATH,
     run: Scontrol = run_scontrol,
+    healthy: str | None = None,
 ) -> Checked:
     """Drain or resume ``node`` from the state in ``state_file``, asking slurmctld (through
     ``run``) only when a critical problem holds or the ``record`` of gpuagent's drains does not
-    rule out one of ``node``."""
+    rule out one of ``node``, and slurmctld's view ``healthy`` (``SLURM_NODE_IS_HEALTHY``'s
+    value; ``None``: unset) does not agree with the state."""
     st, why = state_reason(state_file)
     if st is not None:
         code, judged = judge(st, time.time())
@@ -124,9 +132,19 @@ def check(
         return Checked(EX_UNKNOWN, f"{node}: nothing changed: {clean(why)}")
     drained, damaged = drainrecord.read(record)
     warning = f"{damaged}; asking slurmctld" if damaged else ""
-    if critical(st) is None and drained is not None and node not in drained:
+    bad = critical(st)
+    if bad is None and drained is not None and node not in drained:
         return Checked(0, f"{node}: no critical GPU problem")
     kept = dict(drained or {})
+    said = agreed(healthy, bad, kept.get(node))
+    if said is not None:
+        # Healthy to slurmctld: no drain of gpuagent's holds any more (an admin resumed it).
+        if bad is None:
+            kept.pop(node, None)
+        warning = f"{damaged}; taking slurmctld's view ({HEALTHY}={healthy})" if damaged else ""
+        failed = _remember(record, drained, kept)
+        warning = "; ".join(w for w in (warning, failed) if w)
+        return Checked(0, f"{node}: {said}; slurmctld agrees ({HEALTHY}={healthy})", warning)
     try:
         shown = run([scontrol, "show", "node", node, "-o"], timeout)
         found = parse_node(shown)

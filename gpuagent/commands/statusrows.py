@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpuagent.commands.status import clean, finite
+from gpuagent.edges.systemd.unitname import job_words
 
 __all__ = [
     "HIDDEN_MIB",
@@ -114,7 +115,7 @@ def _who(p: Mapping[str, Any]) -> str:
         return f"{clean(runtime)} container {clean(cid)}"
     if isinstance(unit, str):
         if kind == "slurm" and isinstance(ref, str):
-            return f"{clean(unit)} (Slurm job {clean(ref)})"
+            return f"{clean(unit)} ({clean(job_words(ref))})"
         return clean(unit)
     return "no unit" if kind == "unknown" else "unit not known"
 

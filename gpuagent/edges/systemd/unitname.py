@@ -9,8 +9,11 @@ systemd's ``GetUnitByPID`` answers with the unit a process is in; its name tells
   ``crio-<id>.scope``: a container (``container``, ``runtime:id`` with the id's first 12
   characters, as ``docker ps`` shows it);
 - ``machine-<name>.scope``: a container or VM registered with systemd-machined (``machine``);
-- ``slurmstepd.scope``: Slurm's job steps (``slurm``), the job id read from the process's
-  control group (``.../job_1234/step_0/...``) where systemd gives it;
+- ``slurmstepd.scope`` (``<node>_slurmstepd.scope`` under multiple slurmd): Slurm's job steps
+  (``slurm``), the job read from the process's control group where systemd gives it: its id
+  (``.../job_1234/step_0/...``: cgroup v1, and v2 before Slurm 26.05 or with
+  ``CgroupJobIdPaths=yes``) or its SLUID (``.../slurmstepd.scope/sEKNKTV3WPV500/step_0/...``:
+  v2 from 26.05 on), never one read as the other;
 - any other ``.scope``: a transient scope (``systemd-run --scope``; ``scope``);
 - no unit: systemd does not know the PID (``unknown``: another PID namespace, or gone).
 """
@@ -20,9 +23,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CONTAINER_RUNTIMES", "SLURM_SCOPE", "Owner", "classify", "slurm_job"]
+__all__ = [
+    "CONTAINER_RUNTIMES",
+    "Owner",
+    "classify",
+    "is_slurm_scope",
+    "job_words",
+    "slurm_job",
+]
 
-SLURM_SCOPE = "slurmstepd.scope"
 CONTAINER_RUNTIMES = {
     "docker": "docker",
     "libpod": "podman",
@@ -36,6 +45,12 @@ _USER = re.compile(r"^user@(?P<uid>\d{1,10})\.service$")
 _SESSION = re.compile(r"^session-(?P<id>[^.]{1,64})\.scope$")
 _MACHINE = re.compile(r"^machine-(?P<name>.{1,200})\.scope$")
 _JOB = re.compile(r"/job_(?P<job>\d{1,12})(?:/|$)")
+# Slurm's src/plugins/cgroup/v2/cgroup_v2.c: the scope is "slurmstepd.scope", or
+# "<node>_slurmstepd.scope" where one host runs several slurmd (MULTIPLE_SLURMD).
+_SLURM_SCOPE = re.compile(r"^(?:[^/]{1,200}_)?slurmstepd\.scope$")
+# From 26.05 the job's directory right under the scope is its SLUID as src/common/sluid.c
+# prints it: "s" and 13 characters of Crockford's base32, upper case (sEKNKTV3WPV500).
+_SLUID = re.compile(r"slurmstepd\.scope/(?P<sluid>s[0-9A-HJKMNP-TV-Z]{13})(?:/|$)")
 _SHORT_ID = 12
 
 
@@ -57,8 +72,9 @@ class Owner:
             "user": "user {}",
             "session": "login session {}",
             "machine": "machine {}",
-            "slurm": "Slurm job {}",
         }
+        if self.kind == "slurm" and self.ref is not None:
+            return job_words(self.ref)
         if self.kind in words and self.ref is not None:
             return words[self.kind].format(self.ref)
         if self.kind == "slurm":
@@ -77,7 +93,7 @@ def classify(unit: str | None, cgroup: str | None = None) -> Owner:
         return Owner("container", f"{CONTAINER_RUNTIMES[m['runtime']]}:{m['id'][:_SHORT_ID]}")
     if m := _USER.match(unit):
         return Owner("user", m["uid"])
-    if unit == SLURM_SCOPE:
+    if is_slurm_scope(unit):
         return Owner("slurm", slurm_job(cgroup) if cgroup is not None else None)
     if m := _SESSION.match(unit):
         return Owner("session", m["id"])
@@ -90,9 +106,24 @@ def classify(unit: str | None, cgroup: str | None = None) -> Owner:
     return Owner("other", unit)
 
 
+def is_slurm_scope(unit: str) -> bool:
+    """Whether ``unit`` is the scope of Slurm's job steps (``slurmstepd.scope``, or
+    ``node1_slurmstepd.scope`` where several slurmd share a host)."""
+    return _SLURM_SCOPE.match(unit) is not None
+
+
 def slurm_job(cgroup: str) -> str | None:
-    """The Slurm job id in a job step's control group path (cgroup v2
+    """The Slurm job in a job step's control group path: its id (cgroup v2
     ``/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0``, v1
-    ``/slurm/uid_1000/job_1234/step_0``), or ``None``."""
-    m = _JOB.search(cgroup)
-    return m["job"] if m else None
+    ``/slurm/uid_1000/job_1234/step_0``) or its SLUID (v2 from Slurm 26.05,
+    ``/system.slice/slurmstepd.scope/sEKNKTV3WPV500/step_0/user/task_0``), or ``None``."""
+    m = _JOB.search(cgroup) or _SLUID.search(cgroup)
+    if m is None:
+        return None
+    return m["job"] if "job" in m.groupdict() else m["sluid"]
+
+
+def job_words(ref: str) -> str:
+    """A Slurm job as a person reads it: ``Slurm job 1234``, or ``Slurm job SLUID
+    sEKNKTV3WPV500`` (Slurm's tools take either where they take a job)."""
+    return f"Slurm job SLUID {ref}" if ref.startswith("s") else f"Slurm job {ref}"

@@ -218,9 +218,11 @@ def assess(xid: Xid, overrides: Mapping[int, Override] | None = None) -> XidInfo
     line itself states for 94/95 (containment, ``RST:``/``D-RST:``), 144-150 (``Fatal`` /
     ``Nonfatal``; a Nonfatal 145 is the job's to restart, as NVIDIA's workflow says where no
     Xid 154 asks for more) and 154 (the new recovery action).  ``overrides``, the site's
-    ``[xid]`` table by code (``Config.xid``), has the last word."""
-    if overrides and xid.code in overrides:
-        return override(assess(xid), overrides[xid.code])
+    ``[xid]`` table by code (``Config.xid``), has the last word, but for an entry with a
+    count: one record never reaches it (:mod:`gpuagent.sources.kernel.xidwindow`)."""
+    site = overrides.get(xid.code) if overrides else None
+    if site is not None and site.repeats is None:
+        return override(assess(xid), site)
     info = lookup(xid.code)
     text = words(xid.text)
     if xid.code in (94, 95):

@@ -258,12 +258,14 @@ def advice(info: XidInfo, slot: str) -> str:
 def override(info: XidInfo, site: Override | None) -> XidInfo:
     """``info`` (from :func:`lookup` or :func:`gpuagent.sources.kernel.xid.assess`) with what the
     site's ``[xid]`` entry ``site`` sets; ``info`` itself without one.  ``severity = "none"`` counts
-    the code without a problem."""
+    the code without a problem.  An entry with a count is applied as it stands:
+    whether the count was reached is :class:`gpuagent.sources.kernel.xidwindow.Bursts`'s to say."""
     if site is None or (site.severity is None and site.action is None):
         return info
+    burst = "" if site.window is None else f"{site.repeats} within {site.window:g} s, "
     return replace(
         info,
         severity=site.severity or info.severity,
         action=site.action or info.action,
-        advice=f"{info.advice} (as this site's [xid] table says)",
+        advice=f"{info.advice} ({burst}as this site's [xid] table says)",
     )

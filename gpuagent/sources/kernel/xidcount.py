@@ -16,6 +16,7 @@ from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.drivercatalog import DEFAULT_FIX, Cause, explain
 from gpuagent.sources.kernel.xid import GpuUuid, InitFailure, SXid, Xid, assess, parse
 from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
+from gpuagent.sources.kernel.xidwindow import Bursts
 from gpuagent.views import Finding, SXidCount, XidCount, XidInfo
 
 __all__ = [
@@ -149,7 +150,9 @@ class XidCounter:
 
     ``overrides`` is the site's ``[xid]`` table (``Config.xid``): it has the last word on each
     code's severity and action (:func:`gpuagent.sources.kernel.xid.assess`), in every answer; a
-    reload may replace it, and the boot's counts are then answered with the new table.
+    reload may replace it, and the boot's counts are then answered with the new table.  An
+    entry with a count applies once the GPU's code reached it within its window
+    (:mod:`gpuagent.sources.kernel.xidwindow`).
 
     A flood is bounded: at most :data:`MAX_STRAYS` devices that are not ``gpu`` and
     :data:`MAX_CODES` codes a device are held; a record naming something new past them is
@@ -162,6 +165,7 @@ class XidCounter:
         gpu: Callable[[str], bool] = lambda device: False,
     ) -> None:
         self._overrides: Mapping[int, Override] = dict(overrides or {})
+        self._bursts = Bursts(self._overrides)
         # Whether a device (``0000:3b:00``) is a GPU the agent knows of: those are held
         # whatever the cap (MAX_STRAYS) says; the kernel source sets it as it learns.
         self.gpu = gpu
@@ -199,6 +203,7 @@ class XidCounter:
     @overrides.setter
     def overrides(self, table: Mapping[int, Override]) -> None:
         self._overrides = table
+        self._bursts.reload(table)
         self._answered = None
 
     def add(self, time: float, message: str) -> None:
@@ -255,6 +260,7 @@ class XidCounter:
         if xid.origin != "xid" and key in self._xids:
             return  # the fall-off is already counted (its Xid line or another telling of it)
         info = assess(xid)
+        self._bursts.add(*key, time)
         self._latest["xid", *key] = self._seq
         old = self._xids.get(key)
         if old is None:
@@ -314,6 +320,9 @@ class XidCounter:
         records before this no longer make problems; a later one does again."""
         for kind in kinds:
             self._cleared[kind, device_of(slot)] = self._seq
+        if "xid" in kinds:
+            self._bursts.clear(device_of(slot))
+            self._answered = None
 
     def _holds(self, kind: str, device: str, code: int) -> bool:
         cleared = self._cleared.get((kind, device))
@@ -335,10 +344,12 @@ class XidCounter:
             return slot
         return f"{device}.{self._functions.get(device, 0)}"
 
-    def _site(self, count: XidCount, slot: str = "", blame: Blame | None = None) -> XidCount:
-        """``count`` as the site's ``[xid]`` table has it
+    def _site(
+        self, count: XidCount, device: str, slot: str = "", blame: Blame | None = None
+    ) -> XidCount:
+        """``count`` of ``device`` as the site's ``[xid]`` table has it
         (:func:`gpuagent.sources.kernel.xid.assess`), and as ``blame`` has it on ``slot``."""
-        site = self.overrides.get(count.code)
+        site = self._bursts.entry(self.overrides, device, count.code)
         count = count if site is None else replace(count, info=override(count.info, site))
         info = blame(slot, count) if blame is not None else None
         return count if info is None else replace(count, info=info)
@@ -355,7 +366,7 @@ class XidCounter:
         done = self._answered = _Answers(
             list(slots),
             self._seq,
-            {(slot(d, by_device), code): self._site(c) for (d, code), c in self._xids.items()},
+            {(slot(d, by_device), code): self._site(c, d) for (d, code), c in self._xids.items()},
             {slot(d, by_device): uuid for d, uuid in self._uuids.items()},
             {slot(d, by_device): c for d, c in self._init.items()},
         )
@@ -400,7 +411,7 @@ class XidCounter:
         for (device, code), count in sorted(self._xids.items()):
             slot = self._slot(device, by_device)
             source = attribute(slot, count) if attribute is not None else None
-            found = finding(self._site(count, slot, blame), now, hold, source, slot)
+            found = finding(self._site(count, device, slot, blame), now, hold, source, slot)
             if found is not None and self._holds("xid", device, code):
                 out.setdefault(slot, []).append(found)
         for device, failure in sorted(self._init.items()):
@@ -420,7 +431,7 @@ class XidCounter:
         for kind, where, code in new:
             if kind == "xid":
                 slot = self._slot(where, by_device)
-                c = self._site(self._xids[where, code], slot, blame)
+                c = self._site(self._xids[where, code], where, slot, blame)
                 source = attribute(slot, c) if attribute is not None else None
                 words, unit = source or ("", None)
                 message = (

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Protocol
 
-from gpuagent.edges.systemd.unitname import SLURM_SCOPE, classify
+from gpuagent.edges.systemd.unitname import classify, is_slurm_scope
 from gpuagent.edges.systemd.units import PidResult, UnitProcess, Watch
 from gpuagent.sources.processes import comm
 from gpuagent.views import Seen
@@ -101,7 +101,7 @@ class Owners:
         self.error = None
         listed = None
         # One more call, with the unit: only where systemd has what this process lacks.
-        if answer.unit is not None and (name is None or answer.unit == SLURM_SCOPE):
+        if answer.unit is not None and (name is None or is_slurm_scope(answer.unit)):
             listed = self.lookup.process_in(answer.unit, pid)
         if listed is None:
             return Seen(pid, name, answer.unit, classify(answer.unit), slot), False
