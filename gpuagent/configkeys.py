@@ -83,7 +83,21 @@ def _show(value: Any) -> str:
 
 
 def _refuse(where: str, expected: str, value: Any, why: str = "") -> ConfigError:
-    return ConfigError(f"{where}: expected {expected}, got {_show(value)}{why}")
+    # A quoted number says it is a string: `got the string '8'`, not `got '8'`, which
+    # reads as the number the key wants.
+    got = f"the string {_show(value)}" if _numeric_text(value) else _show(value)
+    return ConfigError(f"{where}: expected {expected}, got {got}{why}")
+
+
+def _numeric_text(value: Any) -> bool:
+    """Whether ``value`` is a string that spells a number (``"8"``, ``" 2.5"``)."""
+    if not isinstance(value, str) or len(value) > 40:
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_number(value: Any) -> bool:
@@ -196,7 +210,8 @@ def _xid_table(where: str, value: Any) -> dict[int, Override]:
     out: dict[int, Override] = {}
     for code, entry in value.items():
         if not (code.isascii() and code.isdigit() and len(code) <= 6 and int(code) > 0):
-            raise _refuse(where, f"Xid codes (1 to {_MAX_XID})", code)
+            # A table key is a string whatever it spells: no "the string" here.
+            raise ConfigError(f"{where}: expected Xid codes (1 to {_MAX_XID}), got {_show(code)}")
         out[int(code)] = _override(f"{where}.{code}", entry)
     return out
 

@@ -224,6 +224,27 @@ def test_check_config(public_dir: str) -> None:
     assert runner.invoke(main, ["check-config", absent]).exit_code == 78
 
 
+def test_check_config_warns_of_an_nvidia_smi_it_cannot_find(public_dir: str) -> None:
+    conf = os.path.join(public_dir, "c.toml")
+    runner = CliRunner(mix_stderr=False)
+    with open(conf, "w") as f:
+        f.write('nvidia_smi = "/nonexistent/nvidia-smi"\n')
+    res = runner.invoke(main, ["check-config", conf])
+    assert (res.exit_code, res.stdout) == (0, f"{conf}: OK\n")
+    assert res.stderr == (
+        f"gpuagent: warning: {conf}: nvidia_smi '/nonexistent/nvidia-smi' is not found: the "
+        "agent would report nvidia_smi_missing, or fail to run it, while GPUs are on the bus\n"
+    )
+    with open(conf, "w") as f:
+        f.write('nvidia_smi = "no-such-nvidia-smi"\n')
+    res = runner.invoke(main, ["check-config", conf])
+    assert "is not found in the service's PATH (/usr/local/sbin:" in res.stderr
+    # The default, unset, is no news on a host without the driver.
+    with open(conf, "w") as f:
+        f.write("interval = 10\n")
+    assert runner.invoke(main, ["check-config", conf]).stderr == ""
+
+
 @pytest.mark.parametrize(
     ("entry", "error"),
     [

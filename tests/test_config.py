@@ -81,6 +81,8 @@ def test_values_are_read(tmp_path: str) -> None:
         ("journal_directory = 1", "journal_directory: expected an absolute path"),
         ("driver_absent_grace = -1", "driver_absent_grace: expected seconds between"),
         ('driver_absent_grace = "10m"', "driver_absent_grace: expected a number of seconds"),
+        # A quoted number says it is a string, not the number it reads as.
+        ('interval = "8"', "interval: expected a number of seconds, got the string '8'"),
         ("xid_warning_hold = 0", "xid_warning_hold: expected seconds between"),
         ("throttle_window = true", "throttle_window: expected a number of seconds"),
         ("throttle_fraction = 0", "throttle_fraction: expected a fraction above 0 and at most 1"),

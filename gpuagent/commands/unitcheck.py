@@ -20,9 +20,13 @@ from collections.abc import Mapping
 
 from gpuagent import config
 from gpuagent.commands.runconfig import is_service
+from gpuagent.sources.probe.probe import lookup
 
 __all__ = ["GROUPS", "check", "unreadable"]
 
+# systemd's PATH for a system service (the unit sets none): where the agent looks for a
+# bare nvidia_smi name.
+_SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 # The unit's SupplementaryGroups=.
 GROUPS = ("video", "systemd-journal")
 _FIX = "chmod o+r, or group video"
@@ -130,6 +134,16 @@ def _service(
             f"{where('textfile')}: textfile {cfg.textfile}: its directory {textdir} does not "
             "exist: no Prometheus metrics there until it does"
         )
+    if "nvidia_smi" in reading.sources:
+        found = lookup(cfg.nvidia_smi, _SERVICE_PATH)
+        if found is None or not os.access(found, os.X_OK):
+            said = "is not found" if found is None else f"({found}) is not executable"
+            where_ = "" if "/" in cfg.nvidia_smi else f" in the service's PATH ({_SERVICE_PATH})"
+            warnings.append(
+                f"{where('nvidia_smi')}: nvidia_smi {cfg.nvidia_smi!r} {said}{where_}: the "
+                "agent would report nvidia_smi_missing, or fail to run it, while GPUs are on "
+                "the bus"
+            )
     if cfg.journal_directory:
         why = unreadable(cfg.journal_directory, gids)
         if why is None and not os.path.isdir(cfg.journal_directory):
