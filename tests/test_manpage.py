@@ -7,6 +7,7 @@ import re
 import subprocess
 
 import click
+import pytest
 
 from gpuagent.commands.cli import main
 from gpuagent.config import Config
@@ -83,16 +84,22 @@ def test_environment() -> None:
         assert f".B {name}\n" in text
 
 
-def lint(argv: list[str]) -> subprocess.CompletedProcess[str]:
+# Every page the package ships: slurm-check's is a page of its own, not a .so link.
+PAGES = [PAGE, os.path.join(os.path.dirname(PAGE), "gpuagent-slurm-check.8")]
+
+
+def lint(argv: list[str], page: str = PAGE) -> subprocess.CompletedProcess[str]:
     argv = [tool(argv[0]), *argv[1:]]
-    return subprocess.run([*argv, PAGE], capture_output=True, text=True, check=False, timeout=60)
+    return subprocess.run([*argv, page], capture_output=True, text=True, check=False, timeout=60)
 
 
-def test_groff_has_no_warnings() -> None:
-    proc = lint(["groff", "-ww", "-z", "-man"])
+@pytest.mark.parametrize("page", PAGES)
+def test_groff_has_no_warnings(page: str) -> None:
+    proc = lint(["groff", "-ww", "-z", "-man"], page)
     assert (proc.returncode, proc.stderr) == (0, "")
 
 
-def test_mandoc_lint_is_clean() -> None:
-    proc = lint(["mandoc", "-T", "lint", "-W", "style"])
+@pytest.mark.parametrize("page", PAGES)
+def test_mandoc_lint_is_clean(page: str) -> None:
+    proc = lint(["mandoc", "-T", "lint", "-W", "style"], page)
     assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
