@@ -26,6 +26,7 @@ __all__ = ["LazyGroup", "main"]
 # The commands defined in other modules: name -> "module:attribute".
 _ELSEWHERE = {
     "clear": "gpuagent.commands.clearcli:clear",
+    "evidence": "gpuagent.commands.evidencecli:evidence",
     "history": "gpuagent.commands.historycli:history",
     "slurm-check": "gpuagent.commands.schedcli:slurm_check",
     "units": "gpuagent.commands.unitscli:units",
