@@ -93,6 +93,10 @@ class Config(NamedTuple):
     proc_root: str = _default("proc_root")
     vgpu_interval: float = _default("vgpu_interval")
     imex_interval: float = _default("imex_interval")
+    evidence_max_bundles: int = _default("evidence_max_bundles")
+    evidence_max_bytes: int = _default("evidence_max_bytes")
+    evidence_per_hour: int = _default("evidence_per_hour")
+    evidence_report_timeout: float = _default("evidence_report_timeout")
 
 
 class _Refused(Exception):

@@ -310,6 +310,23 @@ KEYS: tuple[Key, ...] = (
     Key("vgpu_interval", _SECONDS, 300.0, "how often a vGPU guest's licences are read"),
     # Rounded up to whole ticks; read only where nvidia-imex.service is enabled and running.
     Key("imex_interval", _SECONDS, 60.0, "how often the IMEX domain's readiness is read"),
+    # The evidence bundles (gpuagent-evidence@.service, root): the oldest go past either cap.
+    Key("evidence_max_bundles", _integer(1, 1000), 10, "the evidence bundles kept"),
+    Key(
+        "evidence_max_bytes",
+        _integer(1 << 20, 1 << 40),
+        512 << 20,
+        "the evidence bundles' bytes kept",
+    ),
+    # The agent's requests: one bundle per GPU per boot, and at most this many an hour.
+    Key("evidence_per_hour", _integer(0, 60), 2, "the bundles the agent's requests make an hour"),
+    # Within the unit's TimeoutStartSec=600, with the other parts' minute each.
+    Key(
+        "evidence_report_timeout",
+        _seconds(1.0, 400.0, why="the unit's TimeoutStartSec=600 holds every part"),
+        300.0,
+        "how long nvidia-bug-report.sh gets before it is killed",
+    ),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

@@ -27,6 +27,7 @@ from gpuagent.agent import Agent
 from gpuagent.edges.lock import EX_RUNNING, AlreadyRunning, StateLock
 from gpuagent.edges.runner import Runner
 from gpuagent.events import Pace, Waits
+from gpuagent.evidence import ask
 from gpuagent.logs import Event, EventLog, setup
 from gpuagent.notify import Notifier, watchdog_period
 from gpuagent.publish import Publisher
@@ -153,7 +154,9 @@ class Daemon:
             cfg, Prober(self.runner), self.log, monotonic=monotonic, state_directory=remembered
         )
         self.agent.flag(CONFIG, problem)
-        self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier)
+        # The agent's requests for root's evidence bundles (the service only).
+        asks = ask.for_runtime(os.environ, self.log)
+        self.publisher = Publisher(cfg.state_file, cfg.textfile, self.log, self.notifier, asks)
         self.waits = Waits(self.agent.sources, self.agent.news)
         self.pace = Pace()
         # The last tick's report (None before the first tick).

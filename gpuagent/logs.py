@@ -122,6 +122,8 @@ class Event(Enum):
     STILL_HOLDS = "7570bcdcefa74a158fd45d65000eb219"
     # Sent by `gpuagent clear` (root), read back by the agent with the kernel's records.
     OPERATOR_CLEAR = "9c49e6436dd14aaea07c537ddc3d294c"
+    # Sent by gpuagent-evidence@.service (root): a GPU's evidence bundle and where it is.
+    EVIDENCE_BUNDLE = "d836137b1ca44d348e5d1ef8783a5af1"
 
     @classmethod
     def failing(cls, failure_class: str) -> Event:

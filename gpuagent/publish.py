@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable, Sequence
 
 from gpuagent import metrics, state
 from gpuagent.condition import Bug, Condition, Edge
@@ -125,8 +126,17 @@ class Textfile:
 class Publisher:
     """Writes each report to the state file, the textfile and systemd's STATUS."""
 
-    def __init__(self, state_file: str, textfile: str, log: EventLog, notifier: Notifier) -> None:
+    def __init__(
+        self,
+        state_file: str,
+        textfile: str,
+        log: EventLog,
+        notifier: Notifier,
+        after: Sequence[Callable[[Report], None]] = (),
+    ) -> None:
         self.state_file = state_file
+        # What else each report goes to once written (the evidence requests): each never raises.
+        self.after = tuple(after)
         self.log = log
         self.notifier = notifier
         self.textfile = Textfile(textfile, log)
@@ -160,6 +170,8 @@ class Publisher:
             self._write_state(stored(report))
             self.textfile.write(report.state)
             self.notifier.status(report.status)
+            for then in self.after:
+                then(report)
         except Exception as e:  # noqa: BLE001 - see Bug
             # As in a tick: I/O errors are handled where they happen; this is for a bug in
             # turning the report into the outputs, which must not stop the watchdog either.

@@ -183,6 +183,7 @@ def test_help_lists_the_commands_for_people_only() -> None:
         "check-config",
         "clear",
         "detect",
+        "evidence",
         "history",
         "probe",
         "rma",

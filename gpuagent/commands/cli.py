@@ -26,6 +26,7 @@ __all__ = ["UNKNOWN", "Check", "LazyGroup", "main"]
 # The commands defined in other modules: name -> "module:attribute".
 _ELSEWHERE = {
     "clear": "gpuagent.commands.clearcli:clear",
+    "evidence": "gpuagent.commands.evidencecli:evidence",
     "history": "gpuagent.commands.historycli:history",
     "rma": "gpuagent.commands.rmacli:rma",
     "slurm-check": "gpuagent.commands.schedcli:slurm_check",

@@ -17,7 +17,7 @@ import os
 import stat
 from typing import Any
 
-__all__ = ["load_json", "opened", "read_regular", "resolve_trusted", "write_atomic"]
+__all__ = ["load_json", "opened", "read_regular", "resolve_trusted", "write_all", "write_atomic"]
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -82,6 +82,14 @@ def load_json(path: str, limit: int) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the open file ``fd`` and fsync it; raises ``OSError``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
 def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: a new temporary file beside it (``O_EXCL``, never
     through a symlink), written and fsynced, renamed over ``path``, then the directory
@@ -101,10 +109,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
             fd = os.open(tmp, _CREATE, mode)
         try:
             os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)

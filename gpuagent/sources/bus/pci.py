@@ -18,6 +18,7 @@ from gpuagent.views import PciGpu
 __all__ = [
     "NVIDIA_VENDOR",
     "Scanner",
+    "is_gpu",
     "is_nvidia_gpu",
     "is_nvswitch",
     "module_loaded",
@@ -172,6 +173,15 @@ def _identify(dev: str) -> tuple[str, str] | None:
 def scan(sysfs_root: str) -> tuple[list[PciGpu], list[str]]:
     """One scan without memory (``gpuagent detect``); see :meth:`Scanner.scan`."""
     return Scanner(sysfs_root).scan()
+
+
+def is_gpu(sysfs_root: str, slot: str) -> bool:
+    """Whether the function at ``slot`` (a checked slot name) is an NVIDIA GPU; False for
+    one that is absent, gone or unreadable."""
+    try:
+        return _identify(os.path.join(sysfs_root, "bus", "pci", "devices", slot)) is not None
+    except (_Unreadable, _Gone):
+        return False
 
 
 def nvswitches(sysfs_root: str) -> tuple[list[str], list[str]]:
