@@ -31,7 +31,8 @@ import re
 from gpuagent.health import CRITICAL
 from gpuagent.sources.bus.pciaddr import SLOT, slot_of
 from gpuagent.sources.kernel import driverrecord
-from gpuagent.sources.kernel.drivermessages import CATALOG, DEFAULT_FIX, Cause
+from gpuagent.sources.kernel.drivercause import DEFAULT_FIX, Cause
+from gpuagent.sources.kernel.drivermessages import CATALOG
 
 __all__ = ["CATALOG", "DEFAULT_FIX", "Cause", "Causes", "explain", "parse"]
 

@@ -2,7 +2,8 @@
 
 At start the agent reads the kernel's records, its own problem lines and root's clears of the
 boots before this one, within ``history_days``, a slice a tick (at most :data:`SLICE` s of
-reading), into a :class:`~gpuagent.sources.kernel.recurrence.Recurrence`; it stops at this boot's
+reading), into a :class:`~gpuagent.sources.kernel.recurrence.Recurrence`
+(:class:`~gpuagent.sources.kernel.earlierfacts.BootFacts` takes each entry); it stops at this boot's
 first entry.  Until the read is done nothing is escalated and the state's ``history`` says so; a
 journal without earlier boots (a volatile one) is ``this boot only``, a fact, not an error.
 
@@ -25,12 +26,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from gpuagent.health import CRITICAL
 from gpuagent.logs import Event
 from gpuagent.sources.kernel import timeline
-from gpuagent.sources.kernel.earlierfile import BootRead, Kept, KeptFile
+from gpuagent.sources.kernel.earlierfacts import BootFacts
+from gpuagent.sources.kernel.earlierfile import KeptFile
+from gpuagent.sources.kernel.earlierpace import Pace
 from gpuagent.sources.kernel.kernlog import booted_at, journal_boot
-from gpuagent.sources.kernel.recurrence import Hit, Recurrence, recurring
+from gpuagent.sources.kernel.recurrence import Recurrence, recurring
 from gpuagent.views import Finding
 
 __all__ = ["BOUND", "SLICE", "EarlierBoots", "driver_levels", "entries", "match"]
@@ -43,9 +45,8 @@ MARGIN = 0.001
 # reader reopened at its cursor keeps the agent's RSS near its budget (as kernlog does).
 CHUNK = 10_000
 # Slices a read may take before it says how long it will take (10 minutes at the default
-# interval); the estimate needs this many slices of its own first.
+# interval); the estimate needs earlierpace.MEASURED slices of its own first.
 BOUND = 60
-_MEASURED = 6
 _CLEAR = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
 # The agent's lines the read takes: problem starts, boards replaced, wear records.
 _AGENT = sorted(timeline.STARTS | {Event.BOARD_REPLACED.value, Event.WEAR_RECORDED.value})
@@ -133,7 +134,9 @@ class EarlierBoots:
     """The earlier boots of the journal in ``directory`` (``""``: the system journal); ``kept``
     keeps what was read across restarts (None: nothing is kept); ``levels`` are the kernel
     records' priorities read (:func:`driver_levels`); ``booted`` is when this boot began (s
-    since the epoch), which the read's estimate (:attr:`left`) reads up to."""
+    since the epoch), which the read's estimate (:attr:`left`) reads up to.  What the entries
+    say is :class:`~gpuagent.sources.kernel.earlierfacts.BootFacts`'; this class walks the
+    journal."""
 
     def __init__(
         self,
@@ -149,44 +152,34 @@ class EarlierBoots:
         wall: Callable[[], float] = time.time,
         booted: Callable[[], float] = booted_at,
     ) -> None:
-        self.needed = needed
-        self.recurrence = Recurrence(needed)
-        self._wore: dict[str, tuple[Mapping[str, int], ...]] | None = None
         self.done = False
         self._directory = directory
         self._levels = tuple(driver_levels() if levels is None else levels)
         self._open_reader, self._this_boot, self._clock = open_reader, this_boot, clock
-        self._booted = booted
         self._reader: Any = None
-        self._this = ""
-        # The Xids already stepped, by (boot, device, code): a fall-off's companions are one.
-        self._told: set[tuple[str, str, int]] = set()
-        self._file = kept
-        since = max(wall() - days * 86400, 0.0)
-        found = kept.read() if kept is not None else None
-        # A file of another journal, or begun later than this read begins, is not used.
-        usable = found is not None and found.journal == directory and found.since <= since
-        self._kept = found if found is not None and usable else Kept(directory, since)
-        self._since = since
+        self._facts = BootFacts(directory, max(wall() - days * 86400, 0.0), needed, kept)
         self._read = 0
         # Where a reader closed after CHUNK entries stopped (or the last run did): its
         # successor is sought there, and its first entry (the last one read) skipped.
-        self._resume: str | None = self._kept.cursor
+        self._resume: str | None = self._facts.kept.cursor
         # Whether an entry was taken since the kept cursor was last brought up to date.
         self._moved = False
-        # The journal's size as the reader opened it, and the time (realtime us) of the last
-        # entry read: a file dropped at damage shrinks the one, the other is where to go on.
+        # The journal's size as the reader opened it: a file dropped at damage shrinks it.
         self._usage = 0
-        self._last_at = self._kept.at
         self.damaged = 0
-        # The slices this run has read, and the time of its first entry (realtime us).
-        self._slices = 0
-        self._first_at = 0
+        # The slices this run has read and the entries' times: where to go on past damage,
+        # and how long the read will take.
+        self._pace = Pace(self._facts.kept.at, booted)
+
+    @property
+    def recurrence(self) -> Recurrence:
+        """The earlier boots' hits as read so far."""
+        return self._facts.recurrence
 
     @property
     def boots(self) -> frozenset[str]:
         """The earlier boots read so far."""
-        return frozenset(self._kept.boots)
+        return frozenset(self._facts.kept.boots)
 
     @property
     def taken(self) -> int:
@@ -199,7 +192,7 @@ class EarlierBoots:
         a damaged journal file met on the way (the read went on past it)."""
         if not self.done:
             return "reading earlier boots"
-        n = len(self._kept.boots)
+        n = len(self._facts.kept.boots)
         said = "this boot only" if n == 0 else f"{n} earlier boot{'s' if n > 1 else ''}"
         if self.damaged:
             said += (
@@ -212,11 +205,8 @@ class EarlierBoots:
     def left(self) -> int | None:
         """The slices the read will still take, estimated from the journal time its slices
         covered so far against what is left up to this boot's start; None while done or
-        before :data:`_MEASURED` slices."""
-        if self.done or self._slices < _MEASURED or self._last_at <= self._first_at:
-            return None
-        per_slice = (self._last_at - self._first_at) / self._slices
-        return max(int((self._booted() * 1e6 - self._last_at) / per_slice), 0)
+        before ``MEASURED`` slices (:mod:`.earlierpace`)."""
+        return None if self.done else self._pace.left()
 
     def step(self, budget: float = SLICE) -> None:
         """Read on for at most ``budget`` seconds, opening the journal included (nothing once
@@ -225,7 +215,7 @@ class EarlierBoots:
         there."""
         if self.done:
             return
-        self._slices += 1
+        self._pace.slices += 1
         deadline = self._clock() + budget - MARGIN
         try:
             if self._reader is None:
@@ -238,9 +228,8 @@ class EarlierBoots:
                     cursor, self._resume = self._resume, None
                     if self._reader.test_cursor(cursor):
                         continue  # seek_cursor lands on the entry already read
-                self._last_at = self._reader._get_realtime()
-                self._first_at = self._first_at or self._last_at
-                if not self._take(self._last_at / 1e6, _fields(self._reader)):
+                self._pace.saw(self._reader._get_realtime())
+                if not self._facts.take(self._pace.last_at / 1e6, _fields(self._reader)):
                     # The kept cursor is the last entry taken, not this boot's first.
                     if self._moved and self._reader._previous():
                         self._keep_cursor()
@@ -277,32 +266,25 @@ class EarlierBoots:
         while len(items) < CHUNK and steps < 10 * CHUNK and self._reader._previous():
             steps += 1
             at = self._reader._get_realtime()
-            if at <= self._last_at:
+            if at <= self._pace.last_at:
                 break
             fields = _fields(self._reader)
-            if fields.get("_BOOT_ID", b"").decode("ascii", "replace") != self._this:
+            if fields.get("_BOOT_ID", b"").decode("ascii", "replace") != self._facts.this:
                 items.append((at, fields))
         for at, fields in reversed(items):
-            self._take(at / 1e6, fields)
+            self._facts.take(at / 1e6, fields)
 
     def _keep_cursor(self) -> None:
-        self._kept.cursor = self._reader._get_cursor()
-        self._kept.at = self._reader._get_realtime()
+        self._facts.kept.cursor = self._reader._get_cursor()
+        self._facts.kept.at = self._reader._get_realtime()
         self._moved = False
 
     def _close_at_cursor(self) -> None:
         self._keep_cursor()
-        self._resume = self._kept.cursor
+        self._resume = self._facts.kept.cursor
         self._reader.close()
         self._reader = None
-        self._save()
-
-    def _save(self) -> None:
-        if self._file is None:
-            return
-        for boot, read in self._kept.boots.items():
-            read.told = {(d, c) for b, d, c in self._told if b == boot}
-        self._file.write(self._kept)
+        self._facts.save()
 
     def _start(self, *, tail: bool = False) -> None:
         """Open the reader: at the journal's end (``tail``), else where the last one (or the
@@ -311,10 +293,10 @@ class EarlierBoots:
         directory = self._directory
         reader = self._open_reader(directory)
         self._usage = reader.get_usage()
-        if not self._this:
+        if not self._facts.this:
             # The boot the kernel source reads as this one (kernlog.journal_boot).
-            self._this = journal_boot(reader, self._this_boot(), system=not directory)
-            self._prune({getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")})
+            self._facts.this = journal_boot(reader, self._this_boot(), system=not directory)
+            self._facts.prune({getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")})
         match(reader, self._levels)
         self._reader = reader
         if tail:
@@ -325,70 +307,17 @@ class EarlierBoots:
                 reader.seek_cursor(self._resume)
             except (OSError, ValueError):
                 # A cursor sd-journal does not take: what was kept cannot be gone on from.
-                self._kept, self._resume, self._told = Kept(directory, self._since), None, set()
-                self.recurrence = Recurrence(self.needed)
+                self._facts.restart()
+                self._resume = None
             else:
                 return
-        reader.seek_realtime(self._since)
-
-    def _prune(self, present: set[str]) -> None:
-        """Drop what was kept of boots not in ``present``, of this boot, or wholly before the
-        read's start, and the facts from before it; then count what is left."""
-        since = self._since
-        for boot, read in list(self._kept.boots.items()):
-            if boot not in present or boot == self._this or read.last < since * 1e6:
-                del self._kept.boots[boot]
-                continue
-            read.hits = [h for h in read.hits if h.at >= since]
-            read.clears = [c for c in read.clears if c[0] >= since]
-            read.swaps = [s for s in read.swaps if s[0] >= since]
-            for h in read.hits:
-                self.recurrence.add(h)
-            for at, slot, kind in read.clears:
-                self.recurrence.clear(at, slot, kind)
-            for at, slot in read.swaps:
-                self.recurrence.swap(at, slot)
-            self._told |= {(boot, d, c) for d, c in read.told}
-        self._kept.since = since
-
-    def _take(self, at: float, entry: Mapping[str, bytes]) -> bool:
-        boot = entry.get("_BOOT_ID", b"").decode("ascii", "replace")
-        if boot == self._this:
-            return False  # this boot is the kernel source's
-        read = self._kept.boots.get(boot)
-        if read is None:
-            read = self._kept.boots[boot] = BootRead()
-        read.last = max(read.last, int(at * 1e6))
-        for s in timeline.steps(boot, at, entry, read.uuids, self._told):
-            if s.event == "clear" and s.pci_slot and s.kind:
-                self.recurrence.clear(at, s.pci_slot, s.kind)
-                read.clears.append((at, s.pci_slot, s.kind))
-            elif s.event == "board_replaced" and s.pci_slot:
-                self.recurrence.swap(at, s.pci_slot)
-                read.swaps.append((at, s.pci_slot))
-            elif s.event == "wear" and s.uuid and s.wear:
-                read.wear.setdefault(s.uuid.lower(), s.wear)
-            elif s.severity == CRITICAL and s.pci_slot and s.kind:
-                if s.event == "problem_start" and s.kind == "xid":
-                    continue  # counted from the kernel's own records
-                hit = Hit(boot, at, s.pci_slot, s.uuid, s.kind, s.xid or 0)
-                self.recurrence.add(hit)
-                read.hits.append(hit)
-        return True
+        reader.seek_realtime(self._facts.since)
 
     @property
     def wear(self) -> dict[str, tuple[Mapping[str, int], ...]] | None:
         """The earlier boots' wear records by board UUID (lower case), each boot's first,
         oldest first; None until the read is done."""
-        if not self.done:
-            return None
-        if self._wore is None:
-            by_board: dict[str, list[Mapping[str, int]]] = {}
-            for read in self._kept.boots.values():
-                for uuid, counts in read.wear.items():
-                    by_board.setdefault(uuid, []).append(counts)
-            self._wore = {u: tuple(w) for u, w in by_board.items()}
-        return self._wore
+        return self._facts.wear() if self.done else None
 
     def _finish(self, *, keep: bool) -> None:
         """The read is done; with ``keep``, what it read is kept for the next start."""
@@ -397,11 +326,10 @@ class EarlierBoots:
             with contextlib.suppress(OSError):
                 self._reader.close()
             self._reader = None
-        if not self._this:
-            # The journal never opened: nothing kept was checked against it, none counts.
-            self._kept = Kept(self._directory, self._since)
+        if not self._facts.this:
+            self._facts.unchecked()
         elif keep:
-            self._save()
+            self._facts.save()
 
     def escalate(
         self,

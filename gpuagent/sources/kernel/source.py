@@ -86,13 +86,13 @@ class Kernel(Source):
 
     def step(self, tick: Tick) -> Outcome:
         last = tick.last
-        self.records.rose = last.pcie.rose
         found = self.records.poll(
             tick.scan,
             last.probe.samples.samples,
             lambda slot: pci.describe(tick.config.sysfs_root, slot),
             last.processes.last_seen.get,
             lambda slot: pci.path_of(tick.config.sysfs_root, slot),
+            rose=last.pcie.rose,
         )
         view = self.records.view(tick.scan.slots)
         samples = last.probe.samples
@@ -103,7 +103,7 @@ class Kernel(Source):
         # the earlier boots are not laid on it until it has.
         unknown = {s for s in found if s not in uuids and s not in swapped and s in last.bus.boards}
         known = {s: fs for s, fs in found.items() if s not in unknown}
-        escalated = self.earlier.escalate(known, uuids, self.records.cleared, swapped)
+        escalated = self.earlier.escalate(known, uuids, self.records.clears.cleared, swapped)
         found = {**escalated, **{s: found[s] for s in unknown}}
         self._say_how_long(tick.config.interval)
         view = replace(
