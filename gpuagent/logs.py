@@ -72,6 +72,7 @@ class Event(Enum):
     BOARD_READ_RECOVERED = "771d5490213d49bd84c387901144a36b"
     # A slot's board replaced (its UUID changed), with the old and the new serial.
     BOARD_REPLACED = "0c3fbb108e5e4888982c5337ccf08ae7"
+    FAULT_VICTIMS = "84d3c5ae8fe94b0c8dd8f3c64b042629"
     # A remembered board on the bus in another slot (moved, the bus renumbered): not gone.
     BOARD_MOVED = "edd3b490f0314ef3925c4f59497b7ec8"
     # Another UUID in a slot that never left the bus this boot: inconsistent input, no swap.

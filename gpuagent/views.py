@@ -342,6 +342,22 @@ class XidCount:
 
 
 @dataclass(frozen=True)
+class XidHeard:
+    """One Xid record as the kernel source took it: the GPU's ``slot``, ``code``, time ``at``
+    (s since the epoch), the process it names (``pid``, ``process``; None: none), the Xid it
+    says caused it (``cause``: ``… caused by previous Xid 149``; None: none) and its
+    ``severity`` as this site judges it (the catalog's, or the site's ``[xid]`` entry)."""
+
+    slot: str
+    code: int
+    at: float
+    pid: int | None
+    process: str | None
+    cause: int | None
+    severity: str
+
+
+@dataclass(frozen=True)
 class SXidCount:
     """One (NVSwitch, SXid code) of this boot: records, first and last time (s since the
     epoch), and whether any of its lines called it fatal."""
@@ -409,7 +425,8 @@ class KernelView:
     board UUID (lower case), each boot's first, oldest first, as counters by name
     (:mod:`gpuagent.sources.wear.counters`); None until the earlier boots are read.
     ``causes``: the driver's own words on why it could not take each GPU this boot, by slot
-    (:mod:`gpuagent.sources.kernel.drivercatalog`)."""
+    (:mod:`gpuagent.sources.kernel.drivercatalog`).  ``heard``: the Xid records taken since
+    the last step, logged since the agent started (:class:`XidHeard`), oldest first."""
 
     xids: Mapping[tuple[str, int], XidCount] = field(default_factory=dict)
     sxids: Mapping[tuple[str, int], SXidCount] = field(default_factory=dict)
@@ -423,6 +440,7 @@ class KernelView:
     aer: AerHeard = field(default_factory=AerHeard)
     wear: Mapping[str, tuple[Mapping[str, int], ...]] | None = None
     causes: Mapping[str, Cause] = field(default_factory=dict)
+    heard: tuple[XidHeard, ...] = ()
 
 
 @dataclass(frozen=True)

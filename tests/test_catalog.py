@@ -77,6 +77,7 @@ def test_entry_is_well_formed(message_id: str, text: list[str]) -> None:
             Event.GPU_INIT_FAILED,
             Event.BOARD_UUID_INCONSISTENT,
             Event.EVIDENCE_BUNDLE,
+            Event.FAULT_VICTIMS,
             *problems,
         )
         assert message_id in [e.value for e in gpus]

@@ -190,6 +190,7 @@ def test_help_lists_the_commands_for_people_only() -> None:
         "run",
         "slurm-check",
         "status",
+        "victims",
     }
 
 

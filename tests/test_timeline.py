@@ -78,7 +78,7 @@ def test_the_story_across_two_boots(make: Any, tmp_path: str) -> None:
         ("problem_end", this_boot()[:4], 79),
     ]
     keys = {"boot", "time", "pci_slot", "uuid", "event", "kind", "xid", "action", "by"}
-    keys |= {"serial", "old_uuid", "old_serial", "wear"}
+    keys |= {"serial", "old_uuid", "old_serial", "wear", "victims"}
     assert set(steps[1]) == keys and steps[1]["by"] is None
     assert steps[1]["pci_slot"] == SLOT
     assert steps[1]["uuid"] == "GPU-11111111-2222-3333-4444-555555555555"

@@ -31,6 +31,7 @@ _ELSEWHERE = {
     "rma": "gpuagent.commands.rmacli:rma",
     "slurm-check": "gpuagent.commands.schedcli:slurm_check",
     "units": "gpuagent.commands.unitscli:units",
+    "victims": "gpuagent.commands.victimscli:victims",
 }
 
 

@@ -15,6 +15,7 @@ wear        ``probe``, ``board``, ``kernel`` (earlier boots)  once a boot: the b
 driver      ``bus``, ``probe``, ``kernel``                    after the probe: its hangs
 nvlink      ``bus``, ``probe``                                for the GPUs the probe answers
 processes   ``probe``                                         for the GPUs the probe answers
+victims     ``kernel`` (the Xids heard), ``processes``        who a critical Xid hit
 vgpu        ``bus``, ``probe``                                a guest's: for the GPUs answered
 imex        ``services`` (nvidia-imex's state)                the host's IMEX domain
 retention   the config (the journal's directory)              the journal's reach
@@ -24,8 +25,9 @@ The first tick's READY=1 goes after ``bus`` (:data:`READY_AFTER`): before a prob
 hang.  An event step (news between ticks: :mod:`gpuagent.events`) runs, in the same order,
 only the sources of :data:`EVENT_STEP`, which spawn nothing: those that wait on news (kernel,
 services), the PCI scan (cheap, and it tells a GPU gone from the bus), ``bus`` after it,
-``pcie`` (an AER record is the kernel's news), and ``driver``, which judges what the kernel's
-records said of the driver; the others' views are the last tick's.  Adding a source: one
+``pcie`` (an AER record is the kernel's news), ``driver``, which judges what the kernel's
+records said of the driver, and ``victims``, which takes the Xids the kernel heard; the
+others' views are the last tick's.  Adding a source: one
 folder under ``sources/``, one entry here, and where it has a view, one field of
 :class:`gpuagent.views.Tick`, its key in the state (:mod:`gpuagent.report`) and its events.
 """
@@ -59,12 +61,13 @@ from gpuagent.sources.services.services import Reader as UnitsReader
 from gpuagent.sources.services.services import ServicesSource, fm_config_text
 from gpuagent.sources.services.unitlog import unit_messages
 from gpuagent.sources.vgpu.source import VgpuSource
+from gpuagent.sources.victims.source import VictimsSource
 from gpuagent.sources.wear.source import WearSource
 
 __all__ = ["EVENT_STEP", "READY_AFTER", "Systemd", "sources", "system_units"]
 
 READY_AFTER = "bus"
-EVENT_STEP = frozenset({"scan", "kernel", "bus", "pcie", "services", "driver"})
+EVENT_STEP = frozenset({"scan", "kernel", "bus", "pcie", "services", "driver", "victims"})
 
 
 class Systemd(UnitsReader, PidLookup, Protocol):
@@ -129,7 +132,7 @@ def sources(
     retention = Retention(log, monotonic=monotonic)
     return (
         *(scan, kernel, had, pcie, services, probe, board, wear, driver),
-        *(nvlink, processes, vgpu, imex, retention),
+        *(nvlink, processes, VictimsSource(log), vgpu, imex, retention),
     )
 
 

@@ -24,6 +24,7 @@ from gpuagent.sources.kernel.earlierfile import KeptFile
 from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.recurrence import swaps
+from gpuagent.sources.victims.rule import WINDOW
 from gpuagent.views import Tick, uuid_of
 
 __all__ = ["Kernel"]
@@ -66,6 +67,9 @@ class Kernel(Source):
         )
         # Whether the read's estimate past its bound was said (once a run).
         self._said_long = False
+        # The records heard from then on are the victims' (a fault's teardown follows it
+        # within WINDOW s: those of a fault just before the start count too).
+        self._since = wall() - WINDOW
 
     def reset(self, old: Config, new: Config) -> None:
         self.records.configure(new.journal_directory, new.xid, new.xid_warning_hold)
@@ -113,6 +117,11 @@ class Kernel(Source):
             recurrence=self.earlier.recurrence if self.earlier.done else None,
             wear=self.earlier.wear,
             history=self.earlier.summary,
+            # The victims' (gpuagent.sources.victims): a record from before this agent ran
+            # was told by the agent of its time, or by none.
+            heard=tuple(
+                h for h in self.records.xids.take_heard(tick.scan.slots) if h.at >= self._since
+            ),
         )
         return Outcome(view, {"xid": found}, {"journal": self.records.error})
 

@@ -17,6 +17,7 @@ from gpuagent.logs import Event
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
+from gpuagent.sources.victims.rule import Victim, describe, parse_victims
 from gpuagent.sources.wear.counters import FIELDS as WEAR_FIELDS
 from gpuagent.sources.wear.counters import LABELS as WEAR_LABELS
 from gpuagent.sources.wear.counters import count
@@ -45,6 +46,7 @@ FIELDS = (
     "CLEARED_BY",
     "_AUDIT_LOGINUID",
     "SUDO_USER",
+    "VICTIMS",
     *(name.upper() for name in WEAR_FIELDS.values()),
 )
 
@@ -59,7 +61,9 @@ STARTS |= {Event.XID_PROBLEM.value, Event.GPU_INIT_FAILED.value}
 @dataclass(frozen=True)
 class Step:
     """One event of the timeline (``--json``'s objects): ``event`` is ``boot``, ``xid``,
-    ``problem_start``, ``problem_end``, ``clear``, ``board_replaced`` or ``wear``; ``time`` in
+    ``problem_start``, ``problem_end``, ``clear``, ``board_replaced``, ``wear`` or
+    ``victims`` (the processes a critical Xid hit: ``victims``, each a
+    :class:`~gpuagent.sources.victims.rule.Victim`); ``time`` in
     s since the epoch; ``by`` the person behind a clear
     (:func:`gpuagent.sources.kernel.clears.person`, else root); for a board replaced, ``uuid``
     and ``serial`` the new board's, ``old_uuid`` and ``old_serial`` the one before it (None:
@@ -81,6 +85,7 @@ class Step:
     old_uuid: str | None = None
     old_serial: str | None = None
     wear: Mapping[str, int] | None = field(default=None, hash=False)
+    victims: tuple[Victim, ...] | None = field(default=None, hash=False)
 
     def as_json(self) -> dict[str, object]:
         out = asdict(self)
@@ -227,6 +232,9 @@ def steps(
         ]
     if message_id == Event.WEAR_RECORDED.value:
         return [Step(boot, at, where, uuid, "wear", wear=_wear(entry))]
+    if message_id == Event.FAULT_VICTIMS.value:
+        hit = parse_victims(_text(entry, "VICTIMS"))
+        return [Step(boot, at, where, uuid, "victims", xid=xid, victims=hit)]
     if message_id == Event.PROBLEM_CLEARED.value:
         return [Step(boot, at, where, uuid, "problem_end", kind, xid, action)]
     if message_id in STARTS:
@@ -257,6 +265,8 @@ def render(steps: list[Step]) -> str:
         what = f"Xid {s.xid}" if s.xid is not None else (s.kind or "")
         if s.event == "board_replaced":
             what = f"{_board(s.old_uuid, s.old_serial)} -> {_board(s.uuid, s.serial)}"
+        if s.event == "victims":
+            what = f"{what} hit {describe(s.victims or ())}"
         if s.event == "wear" and s.wear is not None:
             board = (s.uuid or s.pci_slot or "").lower()
             what = _grown(s.wear, wore.get(board))

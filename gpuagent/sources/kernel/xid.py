@@ -41,6 +41,7 @@ __all__ = [
     "SXid",
     "Xid",
     "assess",
+    "cause_of",
     "parse",
     "words",
 ]
@@ -87,6 +88,15 @@ _D_RST = re.compile(r"\bD-RST: Yes\b")
 _RST = re.compile(r"(?<!-)\bRST: Yes\b")
 
 XID_FELL_OFF = 79
+# kernel_rc.c's teardown words, at the end of an Xid 45 record: " caused by previous Xid %d".
+_CAUSE = re.compile(r"\bcaused by previous Xid (?P<code>[0-9]{1,6})\s*$")
+
+
+def cause_of(text: str) -> int | None:
+    """The Xid an Xid record's words say caused it (``… Ch 00000001 caused by previous Xid
+    149``, at their end: a process's name cannot put them there), or None."""
+    m = _CAUSE.search(text)
+    return int(m["code"]) if m else None
 
 
 @dataclass(frozen=True)

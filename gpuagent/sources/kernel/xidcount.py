@@ -9,6 +9,7 @@ scanned, with the site's ``[xid]`` table.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -16,10 +17,11 @@ from gpuagent.configkeys import Override
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel.drivercatalog import Cause
+from gpuagent.sources.kernel.xid import Xid, assess, cause_of
 from gpuagent.sources.kernel.xidcatalog import NONE, advice, override
 from gpuagent.sources.kernel.xidtally import Caps, InitCount, Tally
 from gpuagent.sources.kernel.xidwindow import Bursts
-from gpuagent.views import Finding, SXidCount, XidCount, XidInfo
+from gpuagent.views import Finding, SXidCount, XidCount, XidHeard, XidInfo
 
 __all__ = [
     "MAX_CODES",
@@ -35,6 +37,8 @@ __all__ = [
 # record naming something new is only counted (XidCounter.overflow).
 MAX_STRAYS = 64
 MAX_CODES = 256
+# Xid records held for the victims between two steps (a flood keeps the latest).
+HEARD_MAX = 256
 # Who caused an Xid: words for its line (" from train@3.service (pid 48213 python3)") and the
 # unit (None: not known).
 Source = tuple[str, str | None]
@@ -147,10 +151,9 @@ class XidCounter:
     ) -> None:
         self._overrides: Mapping[int, Override] = dict(overrides or {})
         self._bursts = Bursts(self._overrides)
-        self._tally = Tally(
-            Caps(gpu, MAX_STRAYS, MAX_CODES),
-            on_xid=lambda time, xid: self._bursts.add(xid.device or "", xid.code, time),
-        )
+        self._tally = Tally(Caps(gpu, MAX_STRAYS, MAX_CODES), on_xid=self._took)
+        # The Xid records taken since take_heard last ran (the victims'), the latest kept.
+        self._heard: deque[tuple[float, Xid, str]] = deque(maxlen=HEARD_MAX)
         # The slots the queries were last asked with, and their devices (see _slotter).
         self._slotted: tuple[list[str], dict[str, str]] = ([], {})
         # The per-slot answers for those slots, and the record they were worked out after.
@@ -185,6 +188,34 @@ class XidCounter:
     def add(self, time: float, message: str) -> None:
         """Count one kernel record logged at ``time`` (s since the epoch)."""
         self._tally.add(time, message)
+
+    def _took(self, time: float, xid: Xid) -> None:
+        device = xid.device or ""
+        self._bursts.add(device, xid.code, time)
+        if xid.origin == "xid":
+            site = self._bursts.entry(self.overrides, device, xid.code)
+            info = assess(xid)
+            self._heard.append(
+                (time, xid, (info if site is None else override(info, site)).severity)
+            )
+
+    def take_heard(self, slots: list[str]) -> list[XidHeard]:
+        """The Xid records taken since the last call (the latest :data:`HEARD_MAX`), each on
+        its GPU's slot among ``slots``, with its severity as the site judges it."""
+        by_device = self._slotter(slots)
+        heard, self._heard = list(self._heard), deque(maxlen=HEARD_MAX)
+        return [
+            XidHeard(
+                self._slot(x.device or "", by_device),
+                x.code,
+                time,
+                x.pid,
+                x.process,
+                cause_of(x.text),
+                severity,
+            )
+            for time, x, severity in heard
+        ]
 
     def clear(self, slot: str, kinds: tuple[str, ...]) -> None:
         """An operator cleared ``kinds`` on the GPU in ``slot`` here, in journal order: the
