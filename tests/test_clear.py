@@ -22,7 +22,8 @@ from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.driver.hangs import ProbeHangs
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.earlier import EarlierBoots
-from gpuagent.sources.kernel.kernlog import KernelLog, booted_at
+from gpuagent.sources.kernel.journalboot import booted_at
+from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.views import Clear, Problem
 from tests import states
 from tests.conftest import Host
@@ -305,7 +306,7 @@ def test_without_a_running_agent_the_clear_is_sent_for_later(
 
 
 def test_the_kernel_log_s_match_is_the_event_s() -> None:
-    from gpuagent.sources.kernel.kernlog import CLEARS  # noqa: PLC0415
+    from gpuagent.sources.kernel.kernmatch import CLEARS  # noqa: PLC0415
 
     assert {"MESSAGE_ID": Event.OPERATOR_CLEAR.value, "_UID": "0"} == CLEARS
 

@@ -357,7 +357,7 @@ def test_permission_denied_as_an_unprivileged_user(make: Any) -> None:
     directory = make(corpus_text("xid-74-nvlink-domain0003"))
     os.chmod(os.path.join(directory, "x.journal"), 0o600)
     script = (
-        "from kernlog import KernelLog\n"
+        "from gpuagent.sources.kernel.kernlog import KernelLog\n"
         f"log = KernelLog({directory!r}); print(log.poll(print), log.error)\n"
     )
     if os.geteuid() == 0:
@@ -365,12 +365,18 @@ def test_permission_denied_as_an_unprivileged_user(make: Any) -> None:
     else:
         os.chmod(directory, 0)
         argv = []
-    # nobody may not read the checkout (a fresh machine's is under /root): the module alone
-    # goes where anyone may read it; it imports nothing of gpuagent's.
+    # nobody may not read the checkout (a fresh machine's is under /root): a copy of the
+    # package goes where anyone may read it.
     with tempfile.TemporaryDirectory() as code:
         os.chmod(code, 0o755)  # noqa: S103 - for nobody to read
-        shutil.copy(os.path.join(REPO, "gpuagent", "sources", "kernel", "kernlog.py"), code)
-        os.chmod(os.path.join(code, "kernlog.py"), 0o644)
+        package = os.path.join(code, "gpuagent")
+        shutil.copytree(
+            os.path.join(REPO, "gpuagent"), package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+        for where, _dirs, files in os.walk(package):
+            os.chmod(where, 0o755)  # noqa: S103 - for nobody to read
+            for name in files:
+                os.chmod(os.path.join(where, name), 0o644)
         proc = subprocess.run(
             [*argv, "/usr/bin/python3", "-c", script],
             capture_output=True,

@@ -3,9 +3,9 @@
 The GPUs remembered on disk (:mod:`gpuagent.sources.bus.known`) note the boot they were last on the
 bus in, so that after a reboot a GPU that did not come back is said to be so.  Only this process's
 own view needs to agree with itself, restart after restart.  It is the kernel's boot, not the
-journal's (:func:`gpuagent.sources.kernel.kernlog.journal_boot`): in a container with a boot id of
-its own, a restart of the container is no reboot of the GPUs' host, and the sandboxed service sees
-the kernel's id.
+journal's (:func:`gpuagent.sources.kernel.journalboot.journal_boot`): in a container with a
+boot id of its own, a restart of the container is no reboot of the GPUs' host, and the
+sandboxed service sees the kernel's id.
 """
 
 from __future__ import annotations

@@ -622,7 +622,7 @@ def place_journal(c: Container, work: str, text: str, name: str = "gpuagent-test
     The boot is the one journald stamps: nspawn gives the container a boot id of its own over
     /proc/sys/kernel/random/boot_id, which on Debian 12 the unit's ProtectProc= and
     ProtectKernelTunables= hide (a /proc showing the kernel's); the agent takes journald's
-    (kernlog.journal_boot), the one root's ``gpuagent clear`` is stamped with."""
+    (journalboot.journal_boot), the one root's ``gpuagent clear`` is stamped with."""
     make = os.path.join(os.path.dirname(REPO), "shared", "tools", "make-test-journal")
     need(os.access(make, os.X_OK), f"{make} is missing")
     need(

@@ -99,8 +99,8 @@ _KERNEL_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (LOCKDOWN, re.compile(r"Lockdown: [^:\n]+: unsigned module loading is restricted")),
 )
 # The module loaders' words (their records are told apart by the fields journald sets, see
-# gpuagent.sources.kernel.kernlog.LOADERS), anywhere in a record: a modprobe error comes wrapped in
-# its caller's words.
+# gpuagent.sources.kernel.kernmatch.LOADERS), anywhere in a record: a modprobe error comes
+# wrapped in its caller's words.
 _LOADER_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # modprobe's EKEYREJECTED: "Key was rejected by service".
     (KEY_REJECTED, re.compile(r"\bkey was rejected by service\b", re.IGNORECASE)),
@@ -130,7 +130,7 @@ def absence_reason(message: str) -> str | None:
 
 def loader_reason(message: str) -> str | None:
     """The reason (:data:`REASONS`) one module loader's record
-    (:data:`gpuagent.sources.kernel.kernlog.LOADERS`: root's ``modprobe`` or
+    (:data:`gpuagent.sources.kernel.kernmatch.LOADERS`: root's ``modprobe`` or
     ``systemd-modules-load``) gives for the nvidia module not being loaded ("Module nvidia not
     found", "Key was rejected by service"), or ``None``."""
     for reason, pattern in _LOADER_REASONS:

@@ -31,7 +31,7 @@ from gpuagent.sources.kernel import timeline
 from gpuagent.sources.kernel.earlierfacts import BootFacts
 from gpuagent.sources.kernel.earlierfile import KeptFile
 from gpuagent.sources.kernel.earlierpace import Pace
-from gpuagent.sources.kernel.kernlog import booted_at, journal_boot
+from gpuagent.sources.kernel.journalboot import booted_at, journal_boot, kernel_boot, open_reader
 from gpuagent.sources.kernel.recurrence import Recurrence, recurring
 from gpuagent.views import Finding
 
@@ -116,20 +116,6 @@ def _more(reader: Any, got: dict[str, bytes]) -> dict[str, bytes]:
     return got
 
 
-def _open(directory: str) -> Any:
-    from systemd import journal  # noqa: PLC0415
-
-    if directory:
-        return journal.Reader(path=directory)
-    return journal.Reader(flags=journal.LOCAL_ONLY | journal.SYSTEM_ONLY)
-
-
-def _this_boot() -> str:
-    from systemd import id128  # noqa: PLC0415
-
-    return str(id128.get_boot().hex)
-
-
 class EarlierBoots:
     """The earlier boots of the journal in ``directory`` (``""``: the system journal); ``kept``
     keeps what was read across restarts (None: nothing is kept); ``levels`` are the kernel
@@ -146,8 +132,8 @@ class EarlierBoots:
         *,
         kept: KeptFile | None = None,
         levels: Iterable[str] | None = None,
-        open_reader: Callable[[str], Any] = _open,
-        this_boot: Callable[[], str] = _this_boot,
+        open_reader: Callable[[str], Any] = open_reader,
+        this_boot: Callable[[], str] = kernel_boot,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         booted: Callable[[], float] = booted_at,
@@ -294,7 +280,7 @@ class EarlierBoots:
         reader = self._open_reader(directory)
         self._usage = reader.get_usage()
         if not self._facts.this:
-            # The boot the kernel source reads as this one (kernlog.journal_boot).
+            # The boot the kernel source reads as this one (journalboot.journal_boot).
             self._facts.this = journal_boot(reader, self._this_boot(), system=not directory)
             self._facts.prune({getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")})
         match(reader, self._levels)

@@ -6,23 +6,8 @@ counts the same records again and nothing logged while it was down is missed; la
 take only what was appended since, and return at once when nothing was.  Reading the system
 journal takes membership of the ``systemd-journal`` group; ``/dev/kmsg`` is not used.
 
-The same read also takes the module loaders' records (:data:`LOADERS`: root's ``modprobe``'s
-stderr, ``systemd-modules-load``'s own lines), whose words say why the nvidia module is not
-there ("Module nvidia not found", "Key was rejected by service").  They are told apart by
-the fields journald sets itself (``_TRANSPORT``, ``_COMM``, ``_SYSTEMD_UNIT``, ``_UID``),
-which no program can forge through ``logger`` or ``sd_journal_send``; ``_COMM`` is the name a
-process gives itself, so only root's count.  They are handed to their own sink:
-never to the one that counts Xids.  One match with OR-ed terms (``sd_journal_add_disjunction``)
-reads both in one pass.
-
-With them, in journal order, come root's ``gpuagent clear`` entries (:data:`CLEARS`:
-``MESSAGE_ID`` and ``_UID=0``, which journald sets), handed to a third sink with their fields.
-
-"This boot" is the ``_BOOT_ID`` journald stamps (:func:`journal_boot`): the kernel's boot id
-as this process sees it, unless the system journal has no entry of it and journald stamps
-another, as in a container whose manager gives it a boot id of its own (systemd-nspawn) that
-a sandboxed service's fresh ``/proc`` (``ProtectProc=``) does not show.  Then the boot of the
-journal's latest entry is this one, so that root's clears, stamped by journald, are read.
+What it reads with them (the module loaders' records, root's clears) is
+:mod:`.kernmatch`'s; "this boot" is :func:`~.journalboot.journal_boot`'s.
 """
 
 from __future__ import annotations
@@ -33,26 +18,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CLEARS", "LOADERS", "LOADER_UID", "KernelLog", "booted_at", "journal_boot"]
+from gpuagent.sources.kernel.journalboot import (
+    journal_boot,
+    kernel_boot,
+    last_is,
+    open_reader,
+    reason,
+)
+from gpuagent.sources.kernel.kernmatch import CLEARS, fields, match
 
-# The agent's own entries read in order with the kernel's: `gpuagent clear` from root
-# (logs.Event.OPERATOR_CLEAR; this module imports nothing of gpuagent's).
-CLEARS = {"MESSAGE_ID": "9c49e6436dd14aaea07c537ddc3d294c", "_UID": "0"}
-# The fields of such an entry handed to the clears' sink.
-_FIELDS = ("MESSAGE_ID", "_UID", "_AUDIT_LOGINUID", "PCI_SLOT", "KIND", "CLEARED_BY", "SUDO_USER")
+__all__ = ["DAMAGE_HOLD", "START_CHUNK", "KernelLog"]
 
 # Records read between two reopenings of the journal while the boot is read (see poll()).
 START_CHUNK = 10_000
-
-# The module loaders' records, by the fields journald itself sets: the command name of the
-# process that logged (``_COMM``: modprobe run by a unit or udev, whose stderr is the
-# journal's; systemd-modules-load), or the unit it ran in; each only from root (``_UID``,
-# LOADER_UID), since any user may run a program named modprobe (systemd-cat modprobe …).
-LOADERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("_COMM", ("modprobe", "systemd-modules-load")),
-    ("_SYSTEMD_UNIT", ("systemd-modules-load.service",)),
-)
-LOADER_UID = "0"
 
 # How long a damaged journal file stays the agent's journal problem after it was last met (s):
 # long enough to be seen, and it ends by itself once the damage is rotated and vacuumed away.
@@ -60,65 +38,6 @@ DAMAGE_HOLD = 3600.0
 
 Sink = Callable[[float, str], None]
 FieldSink = Callable[[float, dict[str, bytes]], None]
-
-
-def _open_reader(directory: str) -> Any:
-    from systemd import journal  # noqa: PLC0415 - only where the journal is read
-
-    if directory:
-        return journal.Reader(path=directory)
-    return journal.Reader(flags=journal.LOCAL_ONLY | journal.SYSTEM_ONLY)
-
-
-def _kernel_boot() -> str:
-    from systemd import id128  # noqa: PLC0415 - only where the journal is read
-
-    return str(id128.get_boot().hex)
-
-
-def booted_at() -> float:
-    """When the kernel booted, in s since the epoch (no ``/proc`` needed)."""
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-def journal_boot(reader: Any, mine: str, *, system: bool = True, since: float | None = None) -> str:
-    """This boot's ``_BOOT_ID`` in the journal ``reader`` reads (no match added yet):
-    ``mine``, the kernel's boot id as this process sees it, if the journal has entries of it
-    or is not the ``system`` journal (a directory, copied or made for a test); else the boot
-    of the system journal's latest entry (journald's, where its boot id is not the one this
-    process sees), if that entry was logged since the kernel booted (``since``, s since the
-    epoch; :func:`booted_at` by default): a journal that holds only earlier boots (journald
-    writing nowhere now) says nothing of this one.  ``mine`` for an empty journal.  Leaves
-    the reader's position anywhere."""
-    if not system or mine in {getattr(b, "hex", b) for b in reader.query_unique("_BOOT_ID")}:
-        return mine
-    reader.seek_tail()
-    try:
-        boot = reader._get("_BOOT_ID") if reader._previous() else None
-        logged = reader._get_realtime() / 1e6 if boot is not None else 0.0
-    except KeyError:
-        boot = None
-    if isinstance(boot, bytes):
-        boot = boot.decode("ascii", "replace")
-    if not isinstance(boot, str) or not boot:
-        return mine
-    return boot if logged >= (booted_at() if since is None else since) else mine
-
-
-def match(reader: Any, also: Mapping[str, str] = CLEARS, boot: str | None = None) -> None:
-    """Restrict ``reader`` to what :class:`KernelLog` reads: (the kernel's records, or a
-    module loader's, or the entries matching all of ``also``) of this boot (``boot``, or
-    the kernel's id as this process sees it)."""
-    reader.add_match(_TRANSPORT="kernel")
-    for field, values in LOADERS:
-        reader.add_disjunction()
-        # Terms of one field are OR-ed, of two fields AND-ed: (any of the values) and root's.
-        reader.add_match(*(f"{field}={v}" for v in values), f"_UID={LOADER_UID}")
-    if also:
-        reader.add_disjunction()
-        reader.add_match(**also)
-    reader.add_conjunction()
-    reader.this_boot(boot)
 
 
 @dataclass(frozen=True)
@@ -143,12 +62,6 @@ class _NoFiles(Exception):
     """The journal opened, but without one file this process may read."""
 
 
-def _reason(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror[0].lower() + e.strerror[1:]
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
 class KernelLog:
     """This boot's kernel records from the journal in ``directory`` (``""``: the local system
     journal).
@@ -164,10 +77,10 @@ class KernelLog:
         self,
         directory: str = "",
         *,
-        open_reader: Callable[[str], Any] = _open_reader,
+        open_reader: Callable[[str], Any] = open_reader,
         chunk: int = START_CHUNK,
         also: Mapping[str, str] = CLEARS,
-        kernel_boot: Callable[[], str] = _kernel_boot,
+        kernel_boot: Callable[[], str] = kernel_boot,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = directory
@@ -223,7 +136,7 @@ class KernelLog:
             reader.fileno()
             if self._cursor is None:
                 reader.seek_head()
-            elif not (tail and _last_is(reader, self._cursor)):
+            elif not (tail and last_is(reader, self._cursor)):
                 reader.seek_cursor(self._cursor)
         except BaseException:
             reader.close()
@@ -243,7 +156,7 @@ class KernelLog:
         replaced).  The module loaders' records (:data:`LOADERS`) go to ``loaders`` the same
         way, never to ``sink``; without ``loaders`` they are skipped.  Each entry matching
         ``also`` (root's clears), in order among them, goes to ``other(time, fields)`` (the
-        fields it has of :data:`_FIELDS`, as bytes), never to
+        fields it has of :data:`~.kernmatch.FIELDS`, as bytes), never to
         the others.  Returns how many records it handed over (to any).
 
         With ``budget`` (s) it stops once that much time has passed, the clock read after each
@@ -269,7 +182,7 @@ class KernelLog:
                     count += self._salvage(sinks)
         except (OSError, ValueError, RuntimeError, _NoFiles) as e:
             self.close()
-            self.error = f"{self.where}: cannot read: {_reason(e)}"
+            self.error = f"{self.where}: cannot read: {reason(e)}"
             return 0
         self.error = self.damage
         return count
@@ -351,7 +264,7 @@ class KernelLog:
         try:
             transport = reader._get("_TRANSPORT")
             if transport != b"kernel" and self._is_also(reader):
-                return _Item(2, reader._get_realtime() / 1e6, _fields(reader))
+                return _Item(2, reader._get_realtime() / 1e6, fields(reader))
             raw = reader._get("MESSAGE")
         except KeyError:
             return None
@@ -421,7 +334,7 @@ class KernelLog:
             fd = int(self._reader.fileno())
             reliable = bool(self._reader.reliable_fd())
         except (OSError, ValueError, RuntimeError) as e:
-            return None, f"it has no descriptor to wait on: {_reason(e)}"
+            return None, f"it has no descriptor to wait on: {reason(e)}"
         if not reliable:
             # sd-journal's word for files on a network file system: inotify sees only what
             # this host writes there, so a wait could miss another writer's records.
@@ -433,19 +346,3 @@ class KernelLog:
         if self._reader is not None:
             reader, self._reader = self._reader, None
             reader.close()
-
-
-def _last_is(reader: Any, cursor: str) -> bool:
-    """Place ``reader`` on its last entry; whether that is the one at ``cursor`` (then the
-    next read takes what comes after it, as from the cursor)."""
-    reader.seek_tail()
-    return bool(reader._previous()) and bool(reader.test_cursor(cursor))
-
-
-def _fields(reader: Any) -> dict[str, bytes]:
-    got: dict[str, bytes] = {}
-    for name in _FIELDS:
-        with contextlib.suppress(KeyError):
-            value = reader._get(name)
-            got[name] = value if isinstance(value, bytes) else str(value).encode()
-    return got

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuagent.sources.kernel.kernlog import journal_boot
+from gpuagent.sources.kernel.journalboot import journal_boot
 
 __all__ = ["LIMIT", "unit_messages"]
 
@@ -30,7 +30,7 @@ def _reader(directory: str) -> Any:
 def unit_messages(directory: str, unit: str, boot: str, limit: int = LIMIT) -> list[str]:
     """The ``MESSAGE`` of the newest ``limit`` records of ``unit`` in the boot ``boot`` (its
     ``_BOOT_ID``, hex; in the system journal, the boot journald logs it under where that is
-    not the kernel's: :func:`~gpuagent.sources.kernel.kernlog.journal_boot`), oldest first,
+    not the kernel's: :func:`~gpuagent.sources.kernel.journalboot.journal_boot`), oldest first,
     from the system journal (``directory`` ``""``) or the journal files in ``directory``;
     ``[]`` where the journal cannot be read (the kernel source already says so) or
     python3-systemd is missing."""
@@ -40,7 +40,7 @@ def unit_messages(directory: str, unit: str, boot: str, limit: int = LIMIT) -> l
         return []
     try:
         # The journal's own boot: under a container's boot id the system journal's boot
-        # is journald's, as the kernel's records are read (kernlog.journal_boot).
+        # is journald's, as the kernel's records are read (journalboot.journal_boot).
         boot = journal_boot(reader, boot, system=not directory)
         reader.add_match(_SYSTEMD_UNIT=unit, _UID="0", _BOOT_ID=boot)
         reader.seek_tail()
