@@ -27,6 +27,7 @@ from typing import Any
 from bench.journal import MAKE, OTHER, REPO, XIDS, boot_id, status_kib
 from gpuagent.sources.kernel import earlier
 from gpuagent.sources.kernel.earlier import EarlierBoots
+from gpuagent.sources.kernel.journalboot import open_reader
 
 BOOTS = ("1" * 32, "2" * 32, "3" * 32)
 
@@ -66,7 +67,7 @@ def read(journal: str) -> tuple[list[tuple[float, float]], float, EarlierBoots]:
 def floor_open(journal: str) -> float:
     """Opening the journal and matching as the read does, to its first entry."""
     start = time.perf_counter()
-    reader: Any = earlier._open(journal)
+    reader: Any = open_reader(journal)
     reader.add_match(_TRANSPORT="kernel")
     reader.seek_head()
     reader._next()
@@ -77,7 +78,7 @@ def floor_open(journal: str) -> float:
 
 def floor_step(journal: str) -> tuple[float, int]:
     """The bare reader stepping over every kernel record, fetching no field (CPU s)."""
-    reader: Any = earlier._open(journal)
+    reader: Any = open_reader(journal)
     reader.add_match(_TRANSPORT="kernel")
     reader.seek_head()
     n = 0

@@ -19,7 +19,9 @@ import sys
 import tempfile
 import time
 
-from gpuagent.sources.kernel.kernlog import KernelLog, _open_reader, match
+from gpuagent.sources.kernel.journalboot import open_reader
+from gpuagent.sources.kernel.kernlog import KernelLog
+from gpuagent.sources.kernel.kernmatch import match
 from gpuagent.sources.kernel.xidcount import XidCounter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +72,7 @@ def floor_read(directory: str) -> float:
     """The bare reader: open, match as the agent does (the kernel's records and the module
     loaders'), and step over every record without fetching a field."""
     start = time.perf_counter()
-    reader = _open_reader(directory)
+    reader = open_reader(directory)
     match(reader)
     reader.seek_head()
     while reader._next():
