@@ -28,6 +28,7 @@ __all__ = [
     "Health",
     "Rank",
     "Severity",
+    "named",
     "rank",
     "ranked",
     "state_rank",
@@ -73,6 +74,12 @@ ACTIONS = (
 _TAKES = {a: i for i, a in enumerate(ACTIONS)}
 # The order of problems, worst first, as :func:`rank` gives it.
 Rank = tuple[bool, bool, int, bool, str, str]
+
+
+def named(kind: str, xid: object) -> str:
+    """A problem in a few words, as every surface names it: its ``kind``, or ``Xid 79`` for
+    one with an Xid code ``xid`` (an int; anything else is no code)."""
+    return f"Xid {xid}" if type(xid) is int else kind
 
 
 def rank(severity: str, action: str, slot: str, kind: str, *, caused: bool = False) -> Rank:

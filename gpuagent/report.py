@@ -28,6 +28,7 @@ from gpuagent.schema import (
     ProbeState,
     ProblemEntry,
     ProcessEntry,
+    RemedyEntry,
     ServiceEntry,
     State,
     SXidEntry,
@@ -332,6 +333,17 @@ def _service(u: UnitView) -> ServiceEntry:
     return _sealed(entry)
 
 
+def _remedy(cure: RemedyEntry | None) -> RemedyEntry | None:
+    if cure is None:
+        return None
+    entry: RemedyEntry = {
+        **cure,
+        "fixes": _listed(cure["fixes"]),
+        "leaves": _listed(cure["leaves"]),
+    }
+    return _sealed(entry)
+
+
 def build(
     origin: Origin,
     *,
@@ -368,6 +380,7 @@ def build(
         "interval": origin.interval,
         "exit": None,
         "status": status,
+        "remedy": _remedy(line.remedy),
         "pci": _listed(_pci(g) for g in bus.gpus),
         "probe": _probe(probe),
         "gpus": _gpus(

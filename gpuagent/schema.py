@@ -18,6 +18,7 @@ __all__ = [
     "ProbeState",
     "ProblemEntry",
     "ProcessEntry",
+    "RemedyEntry",
     "SXidEntry",
     "ServiceEntry",
     "State",
@@ -207,11 +208,26 @@ class Exit(TypedDict):
     at: float
 
 
+class RemedyEntry(TypedDict):
+    """The host's remedy (:mod:`gpuagent.remedy`): the one thing to do with the host now.
+    ``action`` is the worst problem's (one of :data:`gpuagent.health.ACTIONS`, as the Slurm
+    drain reason names it), ``says`` it in words (``drain and reboot``); ``fixes`` the
+    problems that action ends and ``leaves`` the others, each named as the STATUS line named
+    it (``0000:db:00.0 gone_from_bus``, ``0000:2a:00.0 Xid 119``, ``host gpu_count``), worst
+    first.  Problems folded under a cause and those asking ``none`` are in neither."""
+
+    action: str
+    says: str
+    fixes: list[str]
+    leaves: list[str]
+
+
 class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
     ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
     nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
-    earlier boots, this boot only, N earlier boots)."""
+    earlier boots, this boot only, N earlier boots); ``remedy`` the host's remedy, null when
+    no problem asks for anything (absent in an older agent's state)."""
 
     schema: int
     version: str
@@ -222,6 +238,7 @@ class State(TypedDict):
     interval: float
     exit: Exit | None
     status: str
+    remedy: NotRequired[RemedyEntry | None]
     pci: list[PciEntry]
     probe: ProbeEntry
     gpus: list[GpuEntry]

@@ -1,20 +1,29 @@
 """The one-line sd_notify STATUS, also the state's ``status`` and the first tick's log line
 (pure).
 
-The line leads with the problems, counted by severity, criticals first, each named (its slot,
-``host`` for the host's, and :attr:`~gpuagent.views.Finding.name`) in the one order of the
-worst (:func:`gpuagent.health.rank`); then, after a semicolon, what the GPUs are doing; then
-the agent's own trouble (the state's ``problems``) by kind::
+The line leads with the host's remedy (:mod:`gpuagent.remedy`): what to do with the host now,
+where the problems it fixes are (a GPU by its slot, the host's problem by its name), then
+where those it leaves are; then the problems counted by severity, criticals first; then,
+after a semicolon, what the GPUs are doing; then the agent's own trouble (the state's
+``problems``) by kind::
 
-    2 critical (0000:ba:00.0 Xid 79, host gpu_count), 1 warning; 8 GPUs, sampling
-    1 critical (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)
+    drain and RMA: fixes 0000:2a:00.0, leaves 0000:ab:00.0; 2 critical; 8 GPUs, sampling
+    reboot: fixes driver_hung; 1 critical; 8 GPUs, nvidia-smi failing (timeout)
     8 GPUs, sampling; agent problem: journal
 
-The whole line keeps within :data:`WIDTH` columns, for a terminal and ``systemctl status``:
-the counts and the summary always stand; names go from the end, the worst kept longest, a
-``+N more`` in their place (no name left in a group: its count alone); where even the worst
-problem's name does not fit, the summary's detail (``, next try in 20 s``) goes first.  A
-line too long even so (a summary naming odd drivers) is cut, ``…`` at its end.
+Where no problem asks for anything (each asks ``none``, or is folded under a cause) there is
+no remedy, and the problems are named in its place, each by its slot (``host`` for the
+host's) and :attr:`~gpuagent.views.Finding.name` in the one order of the worst
+(:func:`gpuagent.health.rank`): ``1 warning (host inforom); 8 GPUs, sampling``.
+
+The whole line keeps within :data:`WIDTH` columns, for a terminal and ``systemctl status``
+(:func:`_forms` says the order in which it gives things up): the counts and the summary always
+stand; a slot in domain 0000 loses its domain where the full slots do not fit (``ba:00.0``, as
+lspci names it); the remedy's words give way to its action's name (``reboot``); names go from
+the end, the worst kept longest, a ``+N more`` in their place (no name left in a group: its
+count alone); where even the worst problem's name does not fit, the summary's detail (``, next
+try in 20 s``) goes first; last, the remedy itself.  A line too long even so (a summary naming
+odd drivers) is cut, ``…`` at its end.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuagent.health import CRITICAL
-from gpuagent.schema import ProbeState
+from gpuagent.remedy import places, remedy
+from gpuagent.schema import ProbeState, RemedyEntry
 from gpuagent.views import BusView, Gate, ProbeView, Problem, plural
 
 __all__ = ["WIDTH", "Line", "Problems", "status_line", "with_trouble"]
@@ -40,12 +50,14 @@ class Line:
     """The status line before the agent's trouble is named in it: the problems' names, each
     severity's worst first (``0000:ba:00.0 Xid 79``, ``host gpu_count``), the summary of
     what the GPUs are doing (``8 GPUs, nvidia-smi failing (timeout)``) and its detail, said
-    where room allows (``, next try in 20 s``)."""
+    where room allows (``, next try in 20 s``), and the host's ``remedy`` (None: no problem
+    asks for anything)."""
 
     critical: tuple[str, ...]
     warning: tuple[str, ...]
     summary: str
     detail: str = ""
+    remedy: RemedyEntry | None = None
 
 
 def status_line(bus: BusView, probe: ProbeView, problems: Problems, interval: float) -> Line:
@@ -55,7 +67,8 @@ def status_line(bus: BusView, probe: ProbeView, problems: Problems, interval: fl
     named = [(p.finding.severity, f"{p.slot or 'host'} {p.finding.name}") for p in ordered]
     critical = tuple(name for severity, name in named if severity == CRITICAL)
     warning = tuple(name for severity, name in named if severity != CRITICAL)
-    return Line(critical, warning, *_summary(bus, probe, interval))
+    cure = remedy((p.slot, p.finding.name, p.finding.action, p.finding.caused) for p in ordered)
+    return Line(critical, warning, *_summary(bus, probe, interval), cure)
 
 
 def _summary(bus: BusView, probe: ProbeView, interval: float) -> tuple[str, str]:
@@ -84,34 +97,93 @@ def _summary(bus: BusView, probe: ProbeView, interval: float) -> tuple[str, str]
 
 def with_trouble(line: Line, kinds: Iterable[str]) -> str:
     """``line`` as text, the agent's own trouble named by kind (``journal``, ``textfile`` …)
-    at its end, within :data:`WIDTH` columns: as many names as fit, with the summary's
-    detail; where even one name does not, the worst problem's name before the detail."""
+    at its end, within :data:`WIDTH` columns, in the first of :func:`_forms` that fits."""
     trouble = tuple(sorted(kinds))
-    most = min(len(line.critical) + len(line.warning) + len(trouble), _MOST_NAMES)
-    tries = [(n, True) for n in range(most, 0, -1)] + [(1, False)] * bool(most)
-    for shown, detail in [*tries, (0, True), (0, False)]:
-        text = _render(line, trouble, shown, detail)
+    most = min(sum(len(n) for n in _names(line)) + len(trouble), _MOST_NAMES)
+    for form in _forms(most, line.remedy is not None):
+        text = _render(line, trouble, form)
         if len(text) <= WIDTH:
             return text
     return text[: WIDTH - 1] + "…"
 
 
-def _render(line: Line, trouble: tuple[str, ...], shown: int, detail: bool) -> str:
-    """The line with its first ``shown`` names (criticals', warnings', then the trouble's),
-    with the summary's detail or without."""
-    groups = []
-    for head, names in (
+# How a line is said: how many names it shows, whether with the summary's detail, slots in
+# lspci's short form, the count of the places the remedy leaves where none is named, and the
+# remedy in words (2), by its action's name (1) or not at all (0).
+_Form = tuple[int, bool, bool, bool, int]
+
+
+def _forms(most: int, cure: bool) -> list[_Form]:
+    """The ways to say a line with ``most`` names, the one preferred first: every name, in
+    full, with the detail; then fewer (``+N more``), a slot without its domain 0000, the
+    remedy by its action's name (``reboot``), before the count of what the remedy leaves goes;
+    where even one name does not fit, the worst name before the detail; then no name; last,
+    without the remedy, the counts and the summary alone."""
+    bare = [(0, True, False, False, 0), (0, False, False, False, 0)]
+    if not cure:
+        named = [(n, True, False, False, 0) for n in range(most, 0, -1)]
+        return named + [(1, False, False, False, 0)] * bool(most) + bare
+    ways = ((2, False), (2, True), (1, True))
+    lefts = (True, False)
+    forms = [
+        (n, True, sh, left, says) for left in lefts for n in range(most, 0, -1) for says, sh in ways
+    ]
+    if most:
+        forms += [(1, False, True, left, says) for left in lefts for says in (2, 1)]
+    return [
+        *forms,
+        (0, True, True, True, 2),
+        (0, True, True, True, 1),
+        (0, False, True, True, 1),
+        *bare,
+    ]
+
+
+def _names(line: Line) -> tuple[tuple[str, ...], ...]:
+    """The line's groups of names, in the order they are given room: where the problems the
+    remedy fixes are and where those it leaves (:func:`gpuagent.remedy.places`), else the
+    criticals' and the warnings' names."""
+    if line.remedy is None:
+        return line.critical, line.warning
+    return places(line.remedy["fixes"]), places(line.remedy["leaves"])
+
+
+def _render(line: Line, trouble: tuple[str, ...], form: _Form) -> str:
+    """The line said in ``form``: its first names (the remedy's places, else the criticals'
+    and warnings', then the trouble's)."""
+    shown, detail, short, left, says = form
+    counts = [
         (f"{len(line.critical)} critical", line.critical),
         (plural(len(line.warning), "warning"), line.warning),
-    ):
-        if names:
-            groups.append(_named(head, names, shown))
-            shown = max(0, shown - len(names))
-    parts = [", ".join(groups)] if groups else []
+    ]
+    if line.remedy is None or not says:
+        groups = []
+        for head, names in counts:
+            if names:
+                groups.append(_named(head, names, shown))
+                shown = max(0, shown - len(names))
+        parts = [", ".join(groups)] if groups else []
+    else:
+        fixes, leaves = (tuple(map(_short, n)) if short else n for n in _names(line))
+        said = line.remedy["says"] if says == 2 else line.remedy["action"]
+        if shown > 0:
+            said += f": fixes {_list(fixes, shown)}"
+            shown = max(0, shown - len(fixes))
+            if leaves and shown > 0:
+                said += f", leaves {_list(leaves, shown)}"
+                shown = max(0, shown - len(leaves))
+            elif leaves and left:
+                said += f", leaves {len(leaves)}"
+        parts = [said, ", ".join(head for head, names in counts if names)]
     parts.append(line.summary + line.detail if detail else line.summary)
     if trouble:
         parts.append(_trouble(trouble, shown))
     return "; ".join(parts)
+
+
+def _short(slot: str) -> str:
+    """``ba:00.0`` for ``0000:ba:00.0``, as lspci names a slot in domain 0000."""
+    return slot.removeprefix("0000:")
 
 
 def _named(head: str, names: tuple[str, ...], shown: int) -> str:

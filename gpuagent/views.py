@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from gpuagent.edges.systemd.unitname import Owner
-from gpuagent.health import ACTIONS, CRITICAL, SEVERITIES, WARNING, Health, Rank, rank
+from gpuagent.health import ACTIONS, CRITICAL, SEVERITIES, WARNING, Health, Rank, named, rank
 from gpuagent.schema import ProbeState, Value
 from gpuagent.untrusted import MESSAGE_MAX, capped
 
@@ -125,8 +125,7 @@ class Finding:
     @property
     def name(self) -> str:
         """The problem in a few words: its kind, or ``Xid 79`` for an Xid."""
-        code = dict(self.extra).get("xid")
-        return self.kind if code is None else f"Xid {code}"
+        return named(self.kind, dict(self.extra).get("xid"))
 
     @property
     def caused(self) -> bool:

@@ -156,8 +156,14 @@ def test_seed_driver_upgrade(host: Host) -> None:
     assert host.spawns == before + 4
     assert host.report is not None
     assert host.report.status == (
-        "1 critical (host driver_mismatch); 8 GPUs, nvidia-smi failing (version_mismatch)"
+        "check_host; 1 critical; 8 GPUs, nvidia-smi failing (version_mismatch)"
     )
+    assert host.report.state["remedy"] == {
+        "action": "check_host",
+        "says": "check the host",
+        "fixes": ["host driver_mismatch"],
+        "leaves": [],
+    }
     # Within driver_absent_grace the module's absence was a warning, told by the gate's lines.
     assert host.events(Event.PROBLEM_NO_DRIVER_MODULE) == []
 
@@ -282,7 +288,7 @@ def test_gpu_vanishing_from_nvidia_smi(host: Host) -> None:
     assert report.state["missing"] == [host.slots[7]]
     assert len(host.events(Event.GPU_MISSING)) == 1
     assert host.slots[7] == host.events(Event.GPU_MISSING)[0].PCI_SLOT  # type: ignore[attr-defined]
-    assert report.status == f"1 critical ({host.slots[7]} missing); 8 GPUs, sampling"
+    assert report.status == f"drain and reboot: fixes {host.slots[7]}; 1 critical; 8 GPUs, sampling"
     # Still known, with its last sample marked stale; missing is a critical problem, logged
     # as one (an error, the shape of every problem's line).
     gone = report.state["gpus"][7]
@@ -415,9 +421,7 @@ def test_access_blocked_by_a_sandbox_is_one_warning_naming_it(host: Host) -> Non
     assert warning.EXIT_CODE == "17"  # type: ignore[attr-defined]
     assert "GPU access blocked by the operating system" in warning.getMessage()
     assert "ProcSubset=" in warning.getMessage()
-    assert (
-        report.status == "1 warning (host smi_failing); 8 GPUs, nvidia-smi failing (blocked_by_os)"
-    )
+    assert report.status == "check_host; 1 warning; 8 GPUs, nvidia-smi failing (blocked_by_os)"
     (failing,) = report.state["host_problems"]
     assert failing["message"].startswith("nvidia-smi failing (blocked_by_os): exit 17: ")
     assert "ProcSubset=" in failing["message"]

@@ -312,7 +312,7 @@ def test_a_reload_probes_at_once_whatever_the_backoff_says(tmp_path: str, notify
     proc = start(host, notify)
     try:
         notify.wait_for(
-            "STATUS=1 critical (host driver_mismatch); 2 GPUs, nvidia-smi failing (version_mis", 15
+            "STATUS=check_host; 1 critical; 2 GPUs, nvidia-smi failing (version_mismatch)", 15
         )
         host.healthy()  # the operator fixed it; the next grid tick is 30 s away
         proc.send_signal(signal.SIGHUP)

@@ -71,8 +71,14 @@ def test_the_sick_demo_shows_three_problems_and_returns_the_status(clone: str) -
     assert "warning" not in res.stderr
     slots = fakesysfs.gpu_slots(8)
     status = res.stdout[res.stdout.index("\u25cf gpuagent") :]
-    # The worst first (a reboot takes more than a reset); each of the three counted.
-    assert status.startswith(f"\u25cf gpuagent - 3 critical ({slots[7]} gone_from_bus, +2 more);")
+    # The host's remedy first: the reboot the worst asks for ends the resets too; each of the
+    # three counted, and named in full under it.
+    short = ", ".join(s.removeprefix("0000:") for s in (slots[7], slots[1], slots[5]))
+    assert status.startswith(f"\u25cf gpuagent - drain and reboot: fixes {short}; 3 critical;")
+    assert (
+        f"remedy: drain and reboot: fixes {slots[7]} gone_from_bus, {slots[1]} Xid 119, "
+        f"{slots[5]} requires_reset"
+    ) in " ".join(status.split())
     assert "reset_gpu: critical xid: Xid 119 (GSP RPC timeout)" in status
     assert "reset_gpu: critical requires_reset:" in status
     assert "reboot: critical gone_from_bus:" in status

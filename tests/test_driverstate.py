@@ -68,7 +68,7 @@ def test_gpus_waiting_for_the_module_past_the_grace(host: Host, make: Any) -> No
     message = host_problems(host)[0]["message"]
     assert message.startswith("the nvidia kernel module has not been loaded for 60 s: ")
     assert "the kernel rejected the module's signature" in message
-    assert "host no_driver_module" in host.state["status"]
+    assert "fixes no_driver_module" in host.state["status"]
     assert code(host) == ExitCode.CRITICAL
     # The warning's start is the gate's line above; the verdict says its turn to critical:
     # one problem, one since.

@@ -70,7 +70,7 @@ def _lone_lost_gpu(name: str, code: int) -> Fault:
         setup,
         "ok",
         None,
-        f"1 critical ({slot} lost); 9 GPUs, sampling",
+        f"drain and reboot: fixes {slot}; 1 critical; 9 GPUs, sampling",
         1,
     )
 
@@ -89,14 +89,24 @@ def error_row(name: str, code: int, failure: str) -> Fault:
     )
 
 
+# The status line of a failing probe: the remedy of its problem (``smi_failing``, or for a
+# version mismatch ``driver_mismatch``, both ``check_host``), then the probe's state; within 80
+# columns, by the action's name and without the problem's where the words do not fit.
+# Critical only on evidence about the driver or a GPU (a version mismatch, a GPU lost); any
+# other failure may be the agent's own (its sandbox), a warning that never drains (issue 39).
+_FAILING = {
+    "other": "check the host: fixes smi_failing; 1 warning; 8 GPUs, nvidia-smi failing (other)",
+    "gpu_lost": "check_host: fixes smi_failing; 1 critical; 8 GPUs, nvidia-smi failing (gpu_lost)",
+    "version_mismatch": "check_host; 1 critical; 8 GPUs, nvidia-smi failing (version_mismatch)",
+    "no_devices": (
+        "check_host; 1 warning; 8 GPUs, nvidia-smi failing (no_devices), next try in 20 s"
+    ),
+}
+
+
 def failing(failure: str) -> str:
-    """The status line of a failing probe: its problem (``smi_failing``, or for a version
-    mismatch ``driver_mismatch``), then the probe's state.  Critical only on evidence about
-    the driver or a GPU (a version mismatch, a GPU lost); any other failure may be the
-    agent's own (its sandbox), a warning that never drains (issue 39)."""
-    kind = "driver_mismatch" if failure == "version_mismatch" else "smi_failing"
-    severity = "critical" if failure in ("version_mismatch", "gpu_lost") else "warning"
-    return f"1 {severity} (host {kind}); 8 GPUs, nvidia-smi failing ({failure})"
+    """The status line of a probe failing with ``failure``."""
+    return _FAILING.get(failure, f"check_host; 1 warning; 8 GPUs, nvidia-smi failing ({failure})")
 
 
 def _h200_rows(h: Host) -> str:
@@ -132,7 +142,7 @@ def _unreadable_class(h: Host) -> None:
 
 
 # The captured warning names a GPU this fake host does not have: still a GPU to report.
-INFOROM_STATUS = "1 warning (0000:00:1e.0 inforom); 8 GPUs, sampling"
+INFOROM_STATUS = "drain and RMA: fixes 0000:00:1e.0; 1 warning; 8 GPUs, sampling"
 
 FAULTS = [
     *(
@@ -186,7 +196,7 @@ FAULTS = [
         lambda h: h.scenario(hang=60),
         "failing",
         "timeout",
-        "1 warning (host smi_timeout); 8 GPUs, nvidia-smi failing (timeout)",
+        "check_host: fixes smi_timeout; 1 warning; 8 GPUs, nvidia-smi failing (timeout)",
         2,  # the outage's warning, and smi_timeout's
         timeout=0.3,
     ),
@@ -195,7 +205,7 @@ FAULTS = [
         lambda h: h.scenario(hang=60, ignore_term=True),
         "failing",
         "timeout",
-        "1 warning (host smi_timeout); 8 GPUs, nvidia-smi failing (timeout)",
+        "check_host: fixes smi_timeout; 1 warning; 8 GPUs, nvidia-smi failing (timeout)",
         2,  # the outage's warning, and smi_timeout's
         timeout=0.3,
     ),
@@ -260,7 +270,7 @@ FAULTS = [
         lambda h: os.unlink(h.smi),
         "gated",
         None,
-        "1 warning (host nvidia_smi_missing); 8 GPUs, nvidia-smi not found",
+        "check_host: fixes nvidia_smi_missing; 1 warning; 8 GPUs, nvidia-smi not found",
         1,
     ),
     Fault(
@@ -284,7 +294,7 @@ FAULTS = [
         lambda h: fakesysfs.set_module(h.root, False),
         "gated",
         None,
-        "1 warning (host no_driver_module); 8 GPUs, NVIDIA driver not loaded; not probing",
+        "check_host: fixes no_driver_module; 1 warning; 8 GPUs, NVIDIA driver not loaded",
         1,  # the gate's warning: no_driver_module's start within driver_absent_grace
     ),
     Fault("one GPU re-bound to vfio-pci", _rebind_one, "ok", None, "8 GPUs, sampling", 0),
@@ -309,7 +319,7 @@ FAULTS = [
         lambda h: h.healthy(slots=h.slots[1:]),
         "ok",
         None,
-        "1 critical (0000:18:00.0 missing); 8 GPUs, sampling",
+        "drain and reboot: fixes 0000:18:00.0; 1 critical; 8 GPUs, sampling",
         1,
     ),
 ]
@@ -361,7 +371,9 @@ def test_stuck_child_blocks_new_probes_until_reaped(
     report = host.tick(10)
     assert host.spawns == spawns
     assert report.state["probe"]["state"] == "stuck"
-    assert report.status == "1 critical (host driver_hung); 8 GPUs, nvidia-smi stuck in the driver"
+    assert report.status == (
+        "reboot: fixes driver_hung; 1 critical; 8 GPUs, nvidia-smi stuck in the driver"
+    )
     (entry,) = report.state["host_problems"]
     assert (entry["kind"], entry["severity"], entry["action"]) == (
         "driver_hung",

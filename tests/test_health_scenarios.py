@@ -99,7 +99,7 @@ def test_one_gpu_lost_the_others_fine(host: Host) -> None:
     assert verdicts(entry) == [("lost", "critical", "reboot")]
     assert "Unknown Error" in entry["problems"][0]["message"]
     assert snap["missing"] == [lost]
-    assert snap["status"] == f"1 critical ({lost} lost); 9 GPUs, sampling"
+    assert snap["status"] == f"drain and reboot: fixes {lost}; 1 critical; 9 GPUs, sampling"
     assert code(host) == ExitCode.CRITICAL
     one_start(host, "lost", lost, logging.ERROR)
     assert host.events(Event.GPU_MISSING) == []  # one line for one fault
@@ -354,7 +354,7 @@ def test_gpu_count_below_expected(host: Host) -> None:
     assert [(p["kind"], p["severity"], p["action"]) for p in snap["host_problems"]] == [
         ("gpu_count", "critical", "check_host")
     ]
-    assert snap["status"] == "1 critical (host gpu_count); 8 GPUs, sampling"
+    assert snap["status"] == "check the host: fixes gpu_count; 1 critical; 8 GPUs, sampling"
     assert code(host) == ExitCode.CRITICAL
     one_start_host = host.events(Event.PROBLEM_GPU_COUNT)
     assert len(one_start_host) == 1 and not hasattr(one_start_host[0], "PCI_SLOT")
@@ -440,9 +440,10 @@ def test_a_host_whose_gpus_nouveau_holds_is_critical_not_all_ok(host: Host) -> N
     host.tick(2)
     assert host.probe["gate"] == "no_gpu"
     assert {g["health"] for g in host.state["gpus"]} == {"critical"}
-    # Eight problems, the worst named: the detail ("; not sampled") gives way to it.
+    # Eight problems, the remedy and the worst named: the detail ("; not sampled") gives way.
     assert host.state["status"] == (
-        f"{len(host.slots)} critical ({host.slots[0]} wrong_driver, +{len(host.slots) - 1} more); "
+        f"check the host: fixes {host.slots[0].removeprefix('0000:')}, "
+        f"+{len(host.slots) - 1} more; {len(host.slots)} critical; "
         f"{len(host.slots)} GPUs, all bound to nouveau"
     )
     assert code(host) == ExitCode.CRITICAL

@@ -162,10 +162,12 @@ def test_render_rows_and_stale() -> None:
         "missing": [ABSENT],
     }
     st = base(**facts)
-    assert st["status"] == f"1 critical ({ABSENT} missing); 2 GPUs, sampling"
+    assert st["status"] == f"drain and reboot: fixes {ABSENT}; 1 critical; 2 GPUs, sampling"
     text = render(st, NOW, *judge(st, NOW))
-    first = f"\u25cf gpuagent - 1 critical ({ABSENT} missing); 2 GPUs, sampling"
+    first = f"\u25cf gpuagent - drain and reboot: fixes {ABSENT}; 1 critical; 2 GPUs, sampling"
     assert text.splitlines()[0] == first
+    # The host's remedy in full under it, each problem it fixes named.
+    assert text.splitlines()[1] == f"    remedy: drain and reboot: fixes {ABSENT} missing"
     assert "NVIDIA H200" not in text  # the name is --wide's
     assert "NVIDIA H200" in render(st, NOW, *judge(st, NOW), wide=True)
     assert "32362/143771 MiB" in render(st, NOW, *judge(st, NOW), wide=True)
@@ -370,13 +372,13 @@ def test_a_bad_config_is_a_warning_and_status_exits_by_the_agent_s_health(tmp_pa
 def test_the_degraded_reason_is_printed_once(tmp_path: str) -> None:
     now = time.time()
     st = base(now, probe=failing(at=now), problems=MISMATCH)
-    failing_line = "1 critical (host driver_mismatch); 1 GPU, nvidia-smi failing (version_mismatch)"
+    failing_line = "check_host; 1 critical; 1 GPU, nvidia-smi failing (version_mismatch)"
     assert st["status"] == failing_line
     conf = write_state(tmp_path, st)
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status"])
     assert res.exit_code == ExitCode.CRITICAL
     # The header (wrapped at 80 columns) and the host's row, and no line of the reason more.
-    assert res.stdout.startswith(f"\u25cf gpuagent - {failing_line[:56]}")
+    assert res.stdout.startswith(f"\u25cf gpuagent - {failing_line[:49]}\n")
     assert (res.stdout.count("driver_mismatch"), res.stderr) == (2, "")
     res = CliRunner(mix_stderr=False).invoke(main, ["--config", conf, "status", "--json"])
     assert res.stderr == ""  # the JSON alone: its health_reason says why

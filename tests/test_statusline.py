@@ -1,15 +1,15 @@
-"""The status line: the problems first, criticals first, every one counted, within 80 columns."""
+"""The status line: the host's remedy first, then the problems, criticals first, every one
+counted, within 80 columns."""
 
 from __future__ import annotations
 
 import itertools
-import re
 
 import pytest
 
 from gpuagent.health import ACTIONS, CRITICAL, WARNING
 from gpuagent.logs import Event
-from gpuagent.schema import ProbeState
+from gpuagent.schema import ProbeState, RemedyEntry
 from gpuagent.statusline import WIDTH, Line, Problems, status_line, with_trouble
 from gpuagent.views import BusView, Failure, Finding, Gate, PciGpu, ProbeView, Problem
 
@@ -84,27 +84,63 @@ def test_no_problem_is_the_summary_alone() -> None:
     assert text(gpus=bus(1)) == "1 GPU, sampling"
 
 
-def test_one_problem_leads_named_by_its_slot() -> None:
-    assert text(XID79) == "1 critical (0000:ba:00.0 Xid 79); 8 GPUs, sampling"
-    assert text(FM_DOWN) == "1 critical (host fabricmanager_down); 8 GPUs, sampling"
-    assert text(THROTTLED) == "1 warning (0000:18:00.0 throttled); 8 GPUs, sampling"
+def test_one_problem_leads_with_its_remedy_naming_its_slot() -> None:
+    assert text(XID79) == "drain and reboot: fixes 0000:ba:00.0; 1 critical; 8 GPUs, sampling"
+    assert text(FM_DOWN) == (
+        "restart the service: fixes fabricmanager_down; 1 critical; 8 GPUs, sampling"
+    )
+    assert text(THROTTLED) == "check the host: fixes 0000:18:00.0; 1 warning; 8 GPUs, sampling"
+
+
+def test_the_sick_demos_three_criticals_are_one_reboot() -> None:
+    """The issue's example: two resets and a reboot ask one thing, the reboot."""
+    sick = (
+        problem("0000:db:00.0", "gone_from_bus"),
+        problem("0000:2a:00.0", "xid", action="reset_gpu", xid=119),
+        problem("0000:ab:00.0", "requires_reset", action="reset_gpu"),
+    )
+    assert text(*sick, gpus=bus(7)) == (
+        "drain and reboot: fixes db:00.0, 2a:00.0, ab:00.0; 3 critical; 7 GPUs, sampling"
+    )
+
+
+def test_what_the_remedy_leaves_is_named_or_counted() -> None:
+    rma = problem("0000:2a:00.0", "xid", action="drain_and_rma", xid=48)
+    reset = problem("0000:ab:00.0", "requires_reset", action="reset_gpu")
+    assert text(rma, reset) == (
+        "drain and RMA: fixes 2a:00.0, leaves ab:00.0; 2 critical; 8 GPUs, sampling"
+    )
+    count = problem("", "gpu_count", action="check_host")
+    assert text(count, FM_DOWN) == (
+        "check the host: fixes gpu_count, leaves 1; 2 critical; 8 GPUs, sampling"
+    )
+
+
+def test_without_a_remedy_the_problems_are_named_as_before() -> None:
+    """Problems that ask for nothing (``none``) have no remedy: the line names them."""
+    inforom = problem("", "inforom", WARNING, "none")
+    assert text(inforom) == "1 warning (host inforom); 8 GPUs, sampling"
+    assert text(problem("0000:db:00.0", "lost", action="none"), inforom) == (
+        "1 critical (0000:db:00.0 lost), 1 warning (host inforom); 8 GPUs, sampling"
+    )
 
 
 def test_only_warnings_are_counted_as_warnings() -> None:
     lost_clocks = problem("0000:3a:00.0", "pcie_link_degraded", WARNING, "check_host")
     assert text(THROTTLED, lost_clocks) == (
-        "2 warnings (0000:18:00.0 throttled, +1 more); 8 GPUs, sampling"
+        "check the host: fixes 0000:18:00.0, 0000:3a:00.0; 2 warnings; 8 GPUs, sampling"
     )
 
 
 def test_the_issues_host_and_gpu_mix_names_the_worst_first() -> None:
-    """The issue's example: an Xid 79 (reboot) before the host's fabricmanager_down
-    (restart_service), a warning after both; 86 columns in full, so the second name goes."""
+    """An Xid 79 (reboot) before the host's fabricmanager_down (restart_service, which a boot
+    starts again), a warning after both (check_host, which a boot does not mend): too long in
+    words, so the remedy goes by its action's name, and names go from the end."""
     assert text(FM_DOWN, THROTTLED, XID79) == (
-        "2 critical (0000:ba:00.0 Xid 79, +1 more), 1 warning; 8 GPUs, sampling"
+        "reboot: fixes ba:00.0, +1 more; 2 critical, 1 warning; 8 GPUs, sampling"
     )
     assert text(FM_DOWN, XID79) == (
-        "2 critical (0000:ba:00.0 Xid 79, host fabricmanager_down); 8 GPUs, sampling"
+        "reboot: fixes ba:00.0, fabricmanager_down; 2 critical; 8 GPUs, sampling"
     )
 
 
@@ -113,18 +149,19 @@ def test_criticals_lead_whatever_the_slot_order() -> None:
     host_warning = problem("", "inforom", WARNING, "none")
     gpu_critical = problem("0000:db:00.0", "lost")
     assert text(host_warning, gpu_critical) == (
-        "1 critical (0000:db:00.0 lost), 1 warning (host inforom); 8 GPUs, sampling"
+        "drain and reboot: fixes 0000:db:00.0; 1 critical, 1 warning; 8 GPUs, sampling"
     )
 
 
 def test_every_host_problem_is_named_not_only_the_first() -> None:
     count = problem("", "gpu_count", action="check_host")
     hung = problem("", "driver_hung")
-    assert text(count, FM_DOWN) == (
-        "2 critical (host gpu_count, host fabricmanager_down); 8 GPUs, sampling"
-    )
+    line = status_line(bus(), OK, by_slot(count, FM_DOWN, hung), 5)
+    assert line.remedy is not None
+    assert line.remedy["fixes"] == ["host driver_hung", "host fabricmanager_down"]
+    assert line.remedy["leaves"] == ["host gpu_count"]
     assert text(count, FM_DOWN, hung) == (
-        "3 critical (host driver_hung, host gpu_count, +1 more); 8 GPUs, sampling"
+        "reboot: fixes driver_hung, +1 more, leaves 1; 3 critical; 8 GPUs, sampling"
     )
 
 
@@ -150,8 +187,13 @@ def test_two_xids_on_one_gpu_are_two_problems_told_apart() -> None:
     """Why an Xid is named by its code (:attr:`Finding.name`), as in the journal's lines and
     the drain reason's ``(Xid 79)``: ``xid, xid`` would not tell them apart."""
     xid48 = problem("0000:ba:00.0", "xid", action="drain_and_reset", xid=48)
+    line = status_line(bus(), OK, by_slot(xid48, XID79), 5)
+    assert line.critical == ("0000:ba:00.0 Xid 79", "0000:ba:00.0 Xid 48")
+    assert line.remedy is not None
+    assert line.remedy["fixes"] == ["0000:ba:00.0 Xid 79", "0000:ba:00.0 Xid 48"]
+    # The line names the GPU once: the remedy is done to a GPU, not to each of its problems.
     assert text(xid48, XID79) == (
-        "2 critical (0000:ba:00.0 Xid 79, 0000:ba:00.0 Xid 48); 8 GPUs, sampling"
+        "drain and reboot: fixes 0000:ba:00.0; 2 critical; 8 GPUs, sampling"
     )
 
 
@@ -161,29 +203,31 @@ def test_two_xids_on_one_gpu_are_two_problems_told_apart() -> None:
 def test_a_long_list_keeps_the_worst_and_counts_the_rest() -> None:
     lost = [problem(s, "lost") for s in SLOTS]
     assert text(*lost) == (
-        "8 critical (0000:18:00.0 lost, 0000:2a:00.0 lost, +6 more); 8 GPUs, sampling"
+        "reboot: fixes 18:00.0, 2a:00.0, 3a:00.0, +5 more; 8 critical; 8 GPUs, sampling"
     )
 
 
-def test_warnings_get_the_room_criticals_leave() -> None:
-    inforom = problem("", "inforom", WARNING, "none")
-    assert text(XID79, inforom) == (
-        "1 critical (0000:ba:00.0 Xid 79), 1 warning (host inforom); 8 GPUs, sampling"
-    )
+def test_what_the_remedy_leaves_is_counted_before_more_names() -> None:
     warnings = [problem(s, "throttled", WARNING, "check_host") for s in SLOTS]
     assert text(XID79, *warnings) == (
-        "1 critical (0000:ba:00.0 Xid 79), 8 warnings; 8 GPUs, sampling"
+        "reboot: fixes ba:00.0, leaves 8; 1 critical, 8 warnings; 8 GPUs, sampling"
     )
-    # 82 columns with one name: none.
+    # 82 columns with the count of what it leaves: without it.
     many = [problem(s, "row_remap_failed") for s in SLOTS]
-    assert text(*many, *warnings) == "8 critical, 8 warnings; 8 GPUs, sampling"
+    assert text(*many, *warnings) == (
+        "reboot: fixes 18:00.0, +7 more; 8 critical, 8 warnings; 8 GPUs, sampling"
+    )
 
 
-def test_a_group_with_no_name_left_is_its_count() -> None:
+def test_a_line_too_long_for_the_remedy_is_its_counts() -> None:
     gone = [problem(s, "gone_from_bus") for s in SLOTS]
     failing = ProbeView(state=ProbeState.FAILING, failure=Failure.PERMISSION_DENIED)
     assert text(*gone, THROTTLED, probe=failing) == (
-        "8 critical, 1 warning; 8 GPUs, nvidia-smi failing (permission_denied)"
+        "reboot; 8 critical, 1 warning; 8 GPUs, nvidia-smi failing (permission_denied)"
+    )
+    rma = [problem(s, "row_remap_failed", action="drain_and_rma") for s in SLOTS]
+    assert text(*rma, *[THROTTLED] * 10, probe=failing) == (
+        "8 critical, 10 warnings; 8 GPUs, nvidia-smi failing (permission_denied)"
     )
 
 
@@ -200,13 +244,16 @@ def test_every_problem_is_counted_and_the_line_fits(count: int, slot: str) -> No
         ]
         line = text(*problems, probe=probe, trouble=trouble, interval=3600)
         assert len(line) <= WIDTH, line
-        assert line.startswith(f"{count} critical")
+        head, counts = line.split("; ")[:2]
+        if not head.startswith(f"{count} critical"):
+            # The remedy leads, each place it fixes named or counted.
+            assert head.startswith("drain and RMA") or head.startswith("drain_and_rma"), line
+            assert counts.startswith(f"{count} critical"), line
+            fixes = head.partition(": fixes ")[2].split(", ")
+            if fixes != [""]:
+                more = [int(n[1:].split()[0]) for n in fixes if n.startswith("+")]
+                assert len(fixes) - len(more) + sum(more) == (1 if slot else count), line
         assert f", {count} warning" in line
-        names = re.findall(r"\(([^)]*)\)", line.split(";")[0])
-        for group in names:
-            shown = [n for n in group.split(", ") if not n.startswith("+")]
-            more = [int(n[1:].split()[0]) for n in group.split(", ") if n.startswith("+")]
-            assert len(shown) + sum(more) == count, line
 
 
 def test_the_worst_name_goes_before_the_summarys_detail() -> None:
@@ -215,9 +262,9 @@ def test_the_worst_name_goes_before_the_summarys_detail() -> None:
     failing = ProbeView(state=ProbeState.FAILING, failure=Failure.TIMEOUT, next_in_ticks=4)
     assert text(probe=failing) == "8 GPUs, nvidia-smi failing (timeout), next try in 20 s"
     assert text(hung, probe=failing) == (
-        "1 critical (host driver_hung); 8 GPUs, nvidia-smi failing (timeout)"
+        "reboot: fixes driver_hung; 1 critical; 8 GPUs, nvidia-smi failing (timeout)"
     )
-    assert text(problem("", "lost"), probe=failing) == (
+    assert text(problem("", "lost", action="none"), probe=failing) == (
         "1 critical (host lost); 8 GPUs, nvidia-smi failing (timeout), next try in 20 s"
     )
 
@@ -226,7 +273,7 @@ def test_a_summary_too_long_even_alone_is_cut() -> None:
     odd = BusView(gpus=(PciGpu(SLOTS[0], "0x2335", "0x030200", "x" * 90),))
     line = text(XID79, gpus=odd, probe=ProbeView(gate=Gate.NO_GPU, state=ProbeState.GATED))
     assert len(line) == WIDTH
-    assert line.startswith("1 critical; 1 GPU, all bound to xxx")
+    assert line.startswith("1 critical; 1 GPU, all bound to xxx"), line
     assert line.endswith("x…")
 
 
@@ -264,6 +311,12 @@ def test_each_probe_state_follows_the_problems(
     # Every state names the problems, a gate's or a stuck probe's too (it hid them before).
     count = problem("", "gpu_count", action="check_host")
     line = text(count, probe=probe, gpus=gpus)
+    assert line.split("; ")[1] == "1 critical", line
+    assert line.startswith("check"), line
+    assert summary.startswith(line.split("; ", 2)[2])
+    # Without a remedy, named as before.
+    told = problem("", "gpu_count", action="none")
+    line = text(told, probe=probe, gpus=gpus)
     assert line.startswith("1 critical (host gpu_count); ")
     assert summary.startswith(line.removeprefix("1 critical (host gpu_count); "))
 
@@ -271,7 +324,9 @@ def test_each_probe_state_follows_the_problems(
 def test_no_gpu_on_the_bus_still_names_the_hosts_problems() -> None:
     count = problem("", "gpu_count", action="check_host")
     assert text(gpus=bus(0)) == "no NVIDIA GPU on the PCI bus"
-    assert text(count, gpus=bus(0)) == "1 critical (host gpu_count); no NVIDIA GPU on the PCI bus"
+    assert text(count, gpus=bus(0)) == (
+        "check the host: fixes gpu_count; 1 critical; no NVIDIA GPU on the PCI bus"
+    )
 
 
 # The agent's own trouble, at the end -------------------------------------------------
@@ -282,22 +337,30 @@ def test_the_agents_trouble_comes_last_by_kind() -> None:
         "8 GPUs, sampling; agent problems: journal, textfile"
     )
     assert text(XID79, trouble=("journal",)) == (
-        "1 critical (0000:ba:00.0 Xid 79); 8 GPUs, sampling; agent problem: journal"
+        "reboot: fixes ba:00.0; 1 critical; 8 GPUs, sampling; agent problem: journal"
     )
 
 
 def test_the_agents_trouble_gives_way_to_the_problems_names() -> None:
     assert text(XID79, trouble=TROUBLE) == (
-        "1 critical (0000:ba:00.0 Xid 79); 8 GPUs, sampling; 11 agent problems"
+        "drain and reboot: fixes ba:00.0; 1 critical; 8 GPUs, sampling; 11 agent problems"
     )
     lost = [problem(s, "lost") for s in SLOTS]
     assert text(*lost, trouble=TROUBLE) == (
-        "8 critical (0000:18:00.0 lost, +7 more); 8 GPUs, sampling; 11 agent problems"
+        "reboot: fixes 18:00.0, +7 more; 8 critical; 8 GPUs, sampling; 11 agent problems"
     )
 
 
 def test_a_line_is_the_same_whatever_trouble_it_is_told_later() -> None:
     """The report keeps the line's parts: the state file names other trouble in it."""
     line = status_line(bus(), OK, by_slot(XID79), 5)
-    assert line == Line(("0000:ba:00.0 Xid 79",), (), "8 GPUs, sampling")
-    assert with_trouble(line, ()) == "1 critical (0000:ba:00.0 Xid 79); 8 GPUs, sampling"
+    cure: RemedyEntry = {
+        "action": "reboot",
+        "says": "drain and reboot",
+        "fixes": ["0000:ba:00.0 Xid 79"],
+        "leaves": [],
+    }
+    assert line == Line(("0000:ba:00.0 Xid 79",), (), "8 GPUs, sampling", remedy=cure)
+    assert with_trouble(line, ()) == (
+        "drain and reboot: fixes 0000:ba:00.0; 1 critical; 8 GPUs, sampling"
+    )

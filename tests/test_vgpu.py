@@ -341,7 +341,7 @@ def test_a_restricted_guest_is_critical_in_the_state_and_the_status_line(
     assert (p["severity"], p["action"]) == ("critical", "check_host")
     assert "client configuration token" in p["message"]  # this host has no gridd.conf
     assert states.gpu(st, slot)["vgpu"]["license_status"] == "Unlicensed (Restricted)"
-    assert st["status"].startswith("1 critical")
+    assert st["status"].startswith(f"check the host: fixes {slot}; 1 critical")
     assert host.events(Event.PROBLEM_VGPU_UNLICENSED)
 
 

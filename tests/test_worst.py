@@ -1,9 +1,9 @@
 """One order of "the worst" (:func:`gpuagent.health.rank`) on every surface: over a table of
-states, the state's own lists, the status line, ``status``, the metrics' worst problem,
-``slurm-check`` (its reason and its decision), ``status --format=npd`` and NHC's check all
-name the same problem.  The first two rows are issue 24's orders, and its counterexamples (a
-stuck nvidia-smi, exit 18 before and after the reboot) rows of their own: each surface once
-chose its own."""
+states, the state's own lists, the host's remedy and the status line, ``status``, the
+metrics' worst problem, ``slurm-check`` (its reason and its decision), ``status
+--format=npd`` and NHC's check all name the same problem.  The first two rows are issue 24's
+orders, and its counterexamples (a stuck nvidia-smi, exit 18 before and after the reboot) rows
+of their own: each surface once chose its own."""
 
 from __future__ import annotations
 
@@ -189,8 +189,11 @@ def test_every_surface_names_the_same_worst(
     # The state's own list of the worst's slot leads with it.
     owner = st["host_problems"] if slot == HOST else states.gpu(st, slot)["problems"]
     assert owner[0]["kind"] == kind
-    # The status line names each slot's worst (its order of slots is its own).
-    assert f"{where} {f.name}" in st["status"]
+    # The host's remedy is the worst's action and fixes it first; the status line leads with it.
+    cure = st.get("remedy")
+    assert cure is not None and cure["action"] == f.action
+    assert cure["fixes"][0] == f"{where} {f.name}"
+    assert st["status"].startswith((cure["says"], cure["action"])), st["status"]
     # status: its reason leads with it.
     assert judge(st, now)[1].startswith(f"{where} {kind}: {f.action}")
     if slot == HOST:

@@ -1,11 +1,11 @@
 """``gpuagent status`` as text: what ``--json`` has, for a person, in the terminal's width (pure).
 
-The header (the status line, the agent's life), the probe, every condition of the host (each
-of the agent's own troubles included), the host's problems, then one row a GPU that fits 80
-columns (``wide``: with its UUID and full name), each problem under its GPU with the action
-first and, under it, how it ends.  A GPU whose sample is stale shows its last index in
-brackets: another GPU may have that index now.  Lines other than the table's are wrapped to
-``width`` (``$COLUMNS``).
+The header (the status line; the host's remedy in full, step by step; the agent's life), the
+probe, every condition of the host (each of the agent's own troubles included), the host's
+problems, then one row a GPU that fits 80 columns (``wide``: with its UUID and full name),
+each problem under its GPU with the action first and, under it, how it ends.  A GPU whose
+sample is stale shows its last index in brackets: another GPU may have that index now.  Lines
+other than the table's are wrapped to ``width`` (``$COLUMNS``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from gpuagent.commands.statusrows import (
     services_row,
     vgpu_row,
 )
+from gpuagent.remedy import of_state
 
 if TYPE_CHECKING:
     # Annotations only: the schema's classes cost this command 3 ms to make.
@@ -100,8 +101,10 @@ def render(
         life = f"finished {ago(now - st['updated_at'])} ago after {ran}"
     # A stopped agent's last status line is history: the header says it stopped.
     title = reason if exit_info is not None and code == ExitCode.UNKNOWN else st["status"]
-    lines = [
-        f"{dot} gpuagent - {clean(title)}",
+    lines = [f"{dot} gpuagent - {clean(title)}"]
+    if code != ExitCode.UNKNOWN:
+        lines.extend(_remedy(st))
+    lines += [
         f"    pid {st['pid']}, {life}, {st['ticks']} tick{'' if st['ticks'] == 1 else 's'} "
         f"every {st['interval']:g} s, "
         f"version {clean(st.get('version'))}",
@@ -135,6 +138,17 @@ def render(
     for slot, counts in switches.items():
         out.extend(_wrap(f"    NVSwitch {clean(slot)}: {'; '.join(counts)}", width))
     return "\n".join(out)
+
+
+def _remedy(st: State) -> list[str]:
+    """The host's remedy in full, each problem it fixes named, then each step after it
+    (:func:`gpuagent.remedy.of_state`): ``remedy: drain and reboot: fixes 0000:db:00.0
+    gone_from_bus, 0000:2a:00.0 Xid 119``, ``then: check the host: fixes host gpu_count``."""
+    return [
+        f"    {'then' if i else 'remedy'}: {clean(step['says'])}: fixes "
+        + ", ".join(clean(name) for name in step["fixes"])
+        for i, step in enumerate(of_state(st))
+    ]
 
 
 def _wrap(text: str, width: int) -> list[str]:
