@@ -56,9 +56,11 @@ DROP_IN = f"""\
 Environment=GPUAGENT_CONFIG={FAKE}/gpuagent.toml FAKE_NVIDIA_SMI_SCENARIO={FAKE}/scenario.json
 WatchdogSec=3
 """
-# The problem leads (the writer's driver_mismatch); the probe's detail has no room left.
+# The host's remedy leads (driver_mismatch's action, by its name where its words do not fit);
+# the probe's detail has no room left.
 FAILING_STATUS = re.compile(
-    r"^1 critical \(host driver_mismatch\); 8 GPUs, nvidia-smi failing \(version_mismatch\)$"
+    r"^(?:check_host|reboot|[a-z ]+: fixes [^;]*); 1 critical; "
+    r"8 GPUs, nvidia-smi failing \(version_mismatch\)$"
 )
 
 # pgrep -f /usr/bin/gpuagent, without procps: the pids whose command line has that argument.
@@ -437,7 +439,7 @@ def gpu_problem(c: Container) -> None:
     }
     c.write(f"{FAKE}/scenario.json", json.dumps(step))
     wait_for("the problem's journal line", lambda: c.events(Event.PROBLEM_RECOVERY_ACTION), 10)
-    attention = f"1 critical ({sick} recovery_action); 8 GPUs, sampling"
+    attention = f"reset the GPU: fixes {sick}; 1 critical; 8 GPUs, sampling"
     wait_for("the status line", lambda: c.prop("StatusText") == attention, 10)
     assert f'Status: "{attention}"' in c.run("systemctl", "status", "gpuagent", check=False).stdout
     c.wait_ticks(4)  # four more ticks, to see that the line is not repeated
@@ -718,7 +720,8 @@ def xids_under_systemd(c: Container, slots: list[str]) -> None:
     assert status.returncode == 2, status.stdout + status.stderr
     assert "Xid 79 \u00d71, last " in status.stdout
     assert "Xid 13 \u00d72, last " in status.stdout
-    assert f" critical ({fell} Xid 79" in c.prop("StatusText")
+    # The remedy leads, the Xid 79's GPU the one it fixes (its slot short where room is tight).
+    assert re.match(rf"^(drain and )?reboot: fixes (0000:)?{fell[5:]}", c.prop("StatusText"))
     series = re.compile(
         rf'^gpuagent_gpu_xid_errors_total\{{pci_slot="{fell}",'
         r'uuid="GPU-11111111-2222-3333-4444-555555555555",xid="79"\} 1(\.0)?$',
