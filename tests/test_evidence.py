@@ -337,6 +337,15 @@ def test_a_bundle_holds_every_part_and_says_so(tmp_path: Any, sysfs: str) -> Non
     assert text == f"GPU {SLOTS[0]}: evidence gathered in {made.path}"
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (not gone, not a zombie); it may go between any two reads."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def test_a_hanging_bug_report_is_killed_at_its_timeout_and_the_manifest_says_so(
     tmp_path: Any, sysfs: str
 ) -> None:
@@ -359,11 +368,8 @@ def test_a_hanging_bug_report_is_killed_at_its_timeout_and_the_manifest_says_so(
     # Its child went with it (the process group).
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10
-    while (
-        os.path.exists(f"/proc/{child}")
-        and "Z" not in open(f"/proc/{child}/stat").read().split()[2]
-    ):
-        assert time.monotonic() < deadline
+    while _running(child):
+        assert time.monotonic() < deadline, f"pid {child} outlived its group's kill"
         time.sleep(0.05)
     assert "nvidia-bug-report.sh timeout" in log.texts()[0]
 
