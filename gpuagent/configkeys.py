@@ -347,4 +347,4 @@ def _hint(key: str) -> str:
     from difflib import get_close_matches  # noqa: PLC0415
 
     near = get_close_matches(key, _BY_NAME, n=1)
-    return f"did you mean {near[0]!r}?" if near else "the keys are in gpuagent(8)"
+    return f"did you mean {near[0]!r}?" if near else "the keys are in gpuagent.toml(5)"

@@ -25,10 +25,10 @@ from gpuagent.logs import Event, EventLog
 from gpuagent.sources import EVERY, Unread
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.drivercatalog import Cause
-from gpuagent.sources.probe import rules
+from gpuagent.sources.probe import outage, rules
 from gpuagent.views import BusView, Clear, Finding, PciGpu, Problem
 
-__all__ = ["Tracker", "Verdict"]
+__all__ = ["KINDS", "Tracker", "Verdict"]
 
 # Kinds with an event of their own; the others use logs.Event.problem(kind).
 _EVENTS = {
@@ -36,6 +36,20 @@ _EVENTS = {
     "init_failed": Event.GPU_INIT_FAILED,
     "missing": Event.GPU_MISSING,
 }
+# Every kind of problem there is (gpuagent-problems(7) lists them): those with an event of
+# their own, the probe's outages (told by its own lines) and every other kind, which
+# Event.problem names (a kind without its PROBLEM_ event cannot be logged).
+KINDS = frozenset(
+    {
+        *_EVENTS,
+        *outage.KINDS,
+        *(
+            e.name.removeprefix("PROBLEM_").lower()
+            for e in Event
+            if e.name.startswith("PROBLEM_") and e is not Event.PROBLEM_CLEARED
+        ),
+    }
+)
 
 
 # The findings a source reported before the restart hold under this name until it has had a

@@ -68,7 +68,7 @@ def test_an_unknown_key_names_the_key_it_was_likely_meant_to_be() -> None:
     # Nothing close: where the keys are, not a list of 26 of them.
     with pytest.raises(ConfigError) as err:
         check_key("f.toml", "colour", 10)
-    assert str(err.value) == "f.toml: unknown key 'colour' (the keys are in gpuagent(8))"
+    assert str(err.value) == "f.toml: unknown key 'colour' (the keys are in gpuagent.toml(5))"
     with pytest.raises(ConfigError) as err:
         check_key("f.toml", "k" * 5000, 10)
     assert len(str(err.value)) < 120

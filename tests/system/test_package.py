@@ -136,3 +136,17 @@ def test_the_rules_work_in_place_and_the_news_comes_along(deb: str, tmp_path: st
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_manual_pages_and_the_readme_are_installed(deb: str, tmp_path: str) -> None:
+    # Every page of man/ (debian/gpuagent.manpages), in its section's directory, and the
+    # README beside NEWS.Debian.
+    subprocess.run(["dpkg-deb", "-x", deb, str(tmp_path)], check=True, timeout=60)
+    man = os.path.join(tmp_path, "usr", "share", "man")
+    for page in sorted(os.listdir(os.path.join(REPO, "man"))):
+        section = page.rsplit(".", 1)[1]
+        assert os.path.isfile(os.path.join(man, f"man{section}", f"{page}.gz")), page
+    doc = os.path.join(tmp_path, "usr", "share", "doc", "gpuagent")
+    assert os.path.isfile(os.path.join(doc, "README.md")) or os.path.isfile(
+        os.path.join(doc, "README.md.gz")
+    )

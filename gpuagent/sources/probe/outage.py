@@ -13,7 +13,12 @@ from gpuagent.schema import ProbeState
 from gpuagent.sources.probe.smi import HINTS
 from gpuagent.views import Failure, Finding, Gate, ProbeView
 
-__all__ = ["DRIVERS", "EVIDENCE", "outage"]
+__all__ = ["DRIVERS", "EVIDENCE", "KINDS", "outage"]
+
+# The kinds of the probe's own problems (gpuagent-problems(7) lists every kind).
+NOT_FOUND = "nvidia_smi_missing"
+FAILING = "smi_failing"
+KINDS = (NOT_FOUND, FAILING)
 
 # The failures the driver's problems say: no smi_failing of their own.
 DRIVERS = frozenset({Failure.TIMEOUT, Failure.VERSION_MISMATCH})
@@ -35,7 +40,7 @@ def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
     if probe.state is ProbeState.GATED and probe.gate is Gate.NVIDIA_SMI_MISSING:
         return [
             Finding(
-                "nvidia_smi_missing",
+                NOT_FOUND,
                 WARNING,
                 "check_host",
                 "nvidia-smi is not found with GPUs on the PCI bus: they are not sampled; "
@@ -49,7 +54,7 @@ def outage(probe: ProbeView, after: int = 1) -> list[Finding]:
         return []
     return [
         Finding(
-            "smi_failing",
+            FAILING,
             CRITICAL if failure in EVIDENCE else WARNING,
             "check_host",
             f"nvidia-smi failing ({failure.value}): {probe.last_error or 'no answer'}; "
