@@ -1,5 +1,5 @@
-"""The .deb as this release's Debian tools build it: lintian-clean, this commit's version, the
-unit under /usr on both releases.
+"""The .debs (gpuagent, gpuagent-prometheus) as this release's Debian tools build them:
+lintian-clean, this commit's version, the unit under /usr on both releases, the rules apart.
 
 Runs wherever the suite runs (no booted systemd needed), so the bookworm host and the trixie
 container of `.ci/run` each check the package with their own debhelper and lintian.
@@ -118,12 +118,80 @@ def test_etc_is_the_operators_and_the_defaults_are_under_usr(deb: str, tmp_path:
         assert got.read() == want.read()
 
 
+def rules_deb(deb: str) -> str:
+    """gpuagent-prometheus's .deb, which build-deb.sh leaves beside gpuagent's."""
+    path = os.path.join(
+        os.path.dirname(deb), os.path.basename(deb).replace("gpuagent_", "gpuagent-prometheus_", 1)
+    )
+    assert os.path.isfile(path), os.listdir(os.path.dirname(deb))
+    return path
+
+
+def test_the_rules_package_is_rules_and_the_dashboard_only(deb: str) -> None:
+    rules = rules_deb(deb)
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", rules], capture_output=True, text=True, check=True, timeout=60
+    )
+    files = sorted(
+        line.split()[-1] for line in listing.stdout.splitlines() if not line.startswith("d")
+    )
+    assert files == [
+        "./usr/share/doc/gpuagent-prometheus/NEWS.Debian.gz",
+        "./usr/share/doc/gpuagent-prometheus/changelog.gz",
+        "./usr/share/doc/gpuagent-prometheus/copyright",
+        "./usr/share/gpuagent-prometheus/gpuagent-alerts.test.yml",
+        "./usr/share/gpuagent-prometheus/gpuagent-alerts.yml",
+        "./usr/share/gpuagent-prometheus/gpuagent.json",
+    ]
+    fields = subprocess.run(
+        ["dpkg-deb", "-f", rules, "Architecture", "Version", "Depends", "Pre-Depends"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "Architecture: all\n" in fields
+    assert f"Version: {deb_version(deb)}\n" in fields
+    assert "python" not in fields.lower()
+    # No file of both packages: either installs without the other. The agent's package keeps
+    # the old paths only as links into this one, for a Prometheus server that named them.
+    main = subprocess.run(
+        ["dpkg-deb", "-c", deb], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    old = sorted(
+        line.split(maxsplit=5)[-1] for line in main.splitlines() if "gpuagent-prom" in line
+    )
+    assert old == [
+        "./usr/share/gpuagent/gpuagent-alerts.test.yml -> "
+        "../gpuagent-prometheus/gpuagent-alerts.test.yml",
+        "./usr/share/gpuagent/gpuagent-alerts.yml -> ../gpuagent-prometheus/gpuagent-alerts.yml",
+        "./usr/share/gpuagent/gpuagent.json -> ../gpuagent-prometheus/gpuagent.json",
+    ]
+    recommends = subprocess.run(
+        ["dpkg-deb", "-f", deb, "Recommends"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert recommends.strip() == "gpuagent-prometheus"
+
+
+def deb_version(deb: str) -> str:
+    field = subprocess.run(
+        ["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    return field.stdout.strip()
+
+
 def test_the_rules_work_in_place_and_the_news_comes_along(deb: str, tmp_path: str) -> None:
     subprocess.run(["dpkg-deb", "-x", deb, str(tmp_path)], check=True, timeout=60)
-    share = os.path.join(tmp_path, "usr", "share", "gpuagent")
+    subprocess.run(["dpkg-deb", "-x", rules_deb(deb), str(tmp_path)], check=True, timeout=60)
+    share = os.path.join(tmp_path, "usr", "share", "gpuagent-prometheus")
     assert os.path.isfile(os.path.join(share, "gpuagent-alerts.test.yml"))
-    news = os.path.join(tmp_path, "usr", "share", "doc", "gpuagent", "NEWS.Debian.gz")
-    assert os.path.isfile(news)
+    for package in ("gpuagent", "gpuagent-prometheus"):
+        news = os.path.join(tmp_path, "usr", "share", "doc", package, "NEWS.Debian.gz")
+        assert os.path.isfile(news)
     assert os.path.isdir(os.path.join(tmp_path, "etc", "gpuagent", "gpuagent.toml.d"))
     promtool = shutil.which("promtool")
     need(promtool is not None, "promtool is not installed")
