@@ -1,9 +1,13 @@
-"""Spawns and journal lines per simulated day (8,640 ticks at 10 s, fake clock).
+"""Spawns, NVML starts and journal lines per simulated day (8,640 ticks at 10 s, fake clock).
 
-Prints one row per host situation beside the seed collector's figures; with ``--check`` it
-exits 1 when a target is missed (counts are deterministic).  Usage::
+Prints one row per host situation beside the seed collector's figures, then the NVML starts
+of the GPU-less, 8-GPU and NVSwitch hosts by kind (every exec of nvidia-smi is one start, a
+long-lived child once: ``bench.nvml``), a day and a minute at steady state (the run's last
+hour); with ``--check`` it exits 1 when a target is missed (counts are deterministic).
+``--set KEY=VALUE`` runs every situation with that config key (a TOML value, or else the
+word as a string: ``--set nvlink_interval=30``).  Usage::
 
-    /usr/bin/python3 -m bench.day [--check] [--ticks 8640]
+    /usr/bin/python3 -m bench.day [--check] [--ticks 8640] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -13,15 +17,20 @@ import logging
 import math
 import sys
 import tempfile
-from collections.abc import Callable
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from bench.sim import scripted_agent
+from gpuagent.configkeys import ConfigError
 from tests import fakesysfs
 
 DAY = 8640
 SEED = {
     "gpu-less host": "1,440 spawns (one review round), 1,440 info lines",
     "healthy 8-GPU host": "8,640 spawns, ~8,640 info lines",
+    "NVSwitch 8-GPU host": "8,640 spawns, ~8,640 info lines",
     "nvidia-smi missing": "1 spawn, 1 debug line",
     "module unloaded": "8,640 spawns (loads the module)",
     "failing (exit 18)": "1,440 spawns, ~1,440 info lines",
@@ -29,15 +38,43 @@ SEED = {
 }
 
 
-def run(name: str, ticks: int) -> tuple[int, int, int, int]:
-    """Ticks one situation; returns (spawns, info+ lines, warning+ lines, outages)."""
+# NVML starts a minute at steady state, held by --check: today's spawns (the probe and the
+# processes read every tick, 6 a minute each; an NVSwitch host's two NVLink reads once a
+# minute), until a loop sampler lowers them.
+STARTS_A_MINUTE = {"gpu-less host": 0, "healthy 8-GPU host": 12, "NVSwitch 8-GPU host": 14}
+# The reads made once at the first answer, beyond the steady rate: the boards' serials, the
+# vGPU read's one ``-q`` (the sim's ``which`` finds every program, nvidia-gridd too, and the
+# answer licenses no GPU), and on a PCIe host the one NVLink status that learns it has none.
+ONCE = {"gpu-less host": 0, "healthy 8-GPU host": 3, "NVSwitch 8-GPU host": 2}
+# The run's last hour is its steady state (the second half of a run shorter than two hours).
+HOUR = 360
+
+
+class Day(NamedTuple):
+    """One situation's counts: every spawn, the info+ and warning+ lines, the outages it
+    scripts, the NVML starts by kind over the run and over its steady state, and how many
+    minutes that steady state is."""
+
+    spawns: int
+    info: int
+    warn: int
+    outages: int
+    starts: Counter[str]
+    steady: Counter[str]
+    steady_minutes: float
+
+
+def run(name: str, ticks: int, settings: Mapping[str, object] | None = None) -> Day:
+    """Ticks one situation of :data:`SEED` with the config keys ``settings``."""
     with tempfile.TemporaryDirectory() as root:
         gpus = 0 if name == "gpu-less host" else 8
         slots = fakesysfs.gpu_host(root, gpus) if gpus else []
         if not gpus:
             fakesysfs.add_device(root, "0000:03:00.0", 0x1A03, 0x2000, 0x030000, "ast")
         smi = None if name == "nvidia-smi missing" else "/usr/bin/nvidia-smi"
-        agent, runner, counter, clock, _ = scripted_agent(root, smi, slots)
+        agent, runner, counter, clock, _ = scripted_agent(
+            root, smi, slots, nvlink=name.startswith("NVSwitch"), settings=settings
+        )
         if name == "module unloaded":
             fakesysfs.set_module(root, False)
         if name == "failing (exit 18)":
@@ -56,30 +93,94 @@ def run(name: str, ticks: int) -> tuple[int, int, int, int]:
                 108: upgrade_done,
                 138: lambda: setattr(runner, "step", "healthy"),
             }
+        window = min(HOUR, ticks // 2)
+        before: Counter[str] = Counter()
         for tick in range(ticks):
+            if tick == ticks - window:
+                before = runner.starts.by_kind.copy()
             if tick in script:
                 script[tick]()
             agent.tick()
             clock.now += 10.0
-        return (
+        return Day(
             runner.spawns,
             counter.at_least(logging.INFO),
             counter.at_least(logging.WARNING),
             outages,
+            runner.starts.by_kind.copy(),
+            runner.starts.by_kind - before,
+            window * 10.0 / 60,
         )
+
+
+def setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` as a config file would give it: VALUE a TOML value, else the word as a
+    string.  Raises ValueError for text without ``=``."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise ValueError(f"--set {text}: expected KEY=VALUE")
+    try:
+        parsed: object = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def starts_missed(name: str, day: Day, minutes: float) -> list[str]:
+    """The NVML-start targets ``day`` misses, for a situation of :data:`STARTS_A_MINUTE`
+    run for ``minutes``."""
+    rate = STARTS_A_MINUTE[name]
+    steady = sum(day.steady.values()) / day.steady_minutes
+    total = sum(day.starts.values())
+    limit = math.ceil(rate * minutes) + ONCE[name]
+    missed = []
+    if steady > rate:
+        missed.append(
+            f"{name}: {steady:.2f} NVML starts a minute at steady state, target <= {rate}"
+        )
+    if total > limit:
+        missed.append(f"{name}: {total} NVML starts, target <= {limit}")
+    return missed
+
+
+def print_starts(days: Mapping[str, Day], scale: float) -> None:
+    """The NVML starts of each host in ``days`` by kind: over the run scaled to a day
+    (``scale`` days were run) and a minute at steady state."""
+    names = list(days)
+    kinds = sorted(set().union(*(d.starts for d in days.values())))
+    print()
+    print(f"{'NVML starts (a day / a minute)':<32}" + "".join(f"{n:>22}" for n in names))
+    for k in [*kinds, "total"]:
+        cells = []
+        for d in days.values():
+            day = sum(d.starts.values()) if k == "total" else d.starts[k]
+            now = sum(d.steady.values()) if k == "total" else d.steady[k]
+            cells.append(f"{day / scale:>12,.0f} / {now / d.steady_minutes:>5.2f}")
+        print(f"{k:<32}" + "".join(f"{c:>22}" for c in cells))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--ticks", type=int, default=DAY)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config key"
+    )
     args = parser.parse_args()
     scale = args.ticks / DAY
+    try:
+        settings = dict(setting(s) for s in args.set)
+        days = {name: run(name, args.ticks, settings) for name in SEED}
+    except (ValueError, ConfigError) as e:
+        print(f"bench.day: {e}", file=sys.stderr)
+        return 2
     print(f"{'situation':<24} {'spawns':>7} {'info+':>6} {'warn+':>6}   seed collector")
     missed = []
     for name, seed in SEED.items():
-        spawns, info, warn, outages = run(name, args.ticks)
+        spawns, info, warn, outages = days[name][:4]
         print(f"{name:<24} {spawns:>7} {info:>6} {warn:>6}   {seed}")
+        if name in STARTS_A_MINUTE:
+            missed += starts_missed(name, days[name], args.ticks * 10.0 / 60)
         if name in ("gpu-less host", "nvidia-smi missing", "module unloaded") and spawns:
             missed.append(f"{name}: {spawns} spawns, target 0")
         # Once a minute is 1,440 a day; the fixed retry sequence (ticks 0, 1, 2, 4, 8, then
@@ -87,7 +188,7 @@ def main() -> int:
         limit = math.ceil(1440 * scale) + 3
         if name == "failing (exit 18)" and spawns > limit:
             missed.append(f"{name}: {spawns} spawns, target <= {limit:.0f}")
-        if name == "healthy 8-GPU host" and info:
+        if name in ("healthy 8-GPU host", "NVSwitch 8-GPU host") and info:
             missed.append(f"{name}: {info} info lines, target 0 at steady state")
         if outages and info > 2 * outages + 2:
             # The upgrade adds a module-gone and a module-back line to its outage's two.
@@ -95,8 +196,9 @@ def main() -> int:
         # A module that stays away is two conditions: unloaded at once, and no_driver_module
         # once driver_absent_grace has passed.
         steady = 2 if name == "module unloaded" else 1
-        if not outages and name != "healthy 8-GPU host" and info > steady:
+        if not outages and "8-GPU" not in name and info > steady:
             missed.append(f"{name}: {info} info+ lines, target <= {steady} for a steady condition")
+    print_starts({n: days[n] for n in STARTS_A_MINUTE}, scale)
     for line in missed:
         print(f"MISSED: {line}", file=sys.stderr)
     return 1 if args.check and missed else 0

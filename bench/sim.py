@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from bench.nvml import Starts
 from gpuagent.agent import Agent
 from gpuagent.config import Config
+from gpuagent.configkeys import check_key
 from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
 from gpuagent.sources.board import serials
@@ -83,11 +85,19 @@ def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> 
 @dataclass
 class ScriptedRunner(Runner):
     """A :class:`Runner` whose child is a script: ``step`` says what the next run returns
-    (to ``--query-compute-apps`` while it answers: one process on each GPU)."""
+    (to ``--query-compute-apps`` while it answers: one process on each GPU); ``nvlink``
+    whether the GPUs answer ``nvlink`` with their 18 links (an NVSwitch host: the H200 and
+    H100 captures), else with nothing (a PCIe host).
+
+    ``spawns`` counts every run; ``starts`` the NVML starts among them, by kind.  Whatever
+    stands in here for an exec of nvidia-smi calls ``starts.started(argv)`` once: a
+    long-lived child, once when it starts."""
 
     slots: list[str] = field(default_factory=list)
     step: str = "healthy"
+    nvlink: bool = False
     spawns: int = 0
+    starts: Starts = field(default_factory=Starts)
 
     def __post_init__(self) -> None:
         super().__init__(timeout=8.0)
@@ -99,6 +109,14 @@ class ScriptedRunner(Runner):
             f"{replay.gpu_uuid(slot)}, {10000 + i}, 2566\n" for i, slot in enumerate(self.slots)
         )
         self._apps = RunResult(Outcome.EXITED, 0, apps)
+        links = [
+            replay.nvlink_answer(replay.nvlink_capture(NVLINK_STATUS), self.slots),
+            replay.nvlink_answer(replay.nvlink_capture(NVLINK_COUNTERS), self.slots, counters=True),
+        ]
+        self._links = {
+            arg: RunResult(Outcome.EXITED, 0, text if self.nvlink else "")
+            for arg, text in zip(("--status", "--errorcounters"), links, strict=True)
+        }
         # The boards' serials, as the capture's collector left them (masked: none).
         serials = "".join(f"00000000:{slot[5:].upper()}, 0000000000000\n" for slot in self.slots)
         self._serials = RunResult(Outcome.EXITED, 0, serials)
@@ -123,8 +141,11 @@ class ScriptedRunner(Runner):
 
     def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
         self.spawns += 1
+        self.starts.started(argv)
+        if argv[1:2] == ["nvlink"] and self.step in ("healthy", "missing_gpu"):
+            # A PCIe host's: drivers before 595 print nothing for a GPU without NVLink.
+            return self._links[argv[2]]
         if argv[1:2] == ["nvlink"]:
-            # A PCIe host: drivers before 595 print nothing for a GPU without NVLink.
             return RunResult(Outcome.EXITED, 0, "")
         if argv[1:2] == [serials.ARGS[0]] and self.step in ("healthy", "missing_gpu"):
             return self._serials
@@ -176,10 +197,14 @@ def scripted_agent(
     interval: float = 10.0,
     *,
     which: Callable[[str], str | None] | None = None,
+    nvlink: bool = False,
+    settings: Mapping[str, object] | None = None,
 ) -> Sim:
     """An agent on ``root`` whose nvidia-smi is scripted; ``smi=None`` means not installed.
-    ``which`` looks nvidia-smi up instead (default: it is always ``smi``)."""
-    runner = ScriptedRunner(slots=slots)
+    ``which`` looks nvidia-smi up instead (default: it is always ``smi``); ``nvlink`` as
+    :class:`ScriptedRunner`'s; ``settings`` config keys by name, as a config file gives
+    them (``{"nvlink_interval": 30}``).  Raises ConfigError naming a bad key or value."""
+    runner = ScriptedRunner(slots=slots, nvlink=nvlink)
     counter = CountingHandler()
     logger = logging.getLogger(f"bench.{id(runner)}")
     logger.handlers[:] = [counter]
@@ -194,7 +219,7 @@ def scripted_agent(
         # The fake hosts' journal, without kernel records: this machine may have no system
         # journal, and an unreadable one is a warning the day's counts would include.
         journal_directory=quiet_journal(),
-    )
+    )._replace(**{k: check_key("bench", k, v) for k, v in (settings or {}).items()})
     log = EventLog(logger)
     # NVIDIA's units as systemd on a host without them answers: watched, none installed.
     agent = Agent(

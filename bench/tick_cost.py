@@ -1,4 +1,6 @@
-"""The agent's own CPU per tick (process CPU time, children excluded), with a breakdown.
+"""The agent's own CPU per tick (process CPU time, children excluded), with a breakdown, and
+beside it its children's (``RUSAGE_CHILDREN``: here the stand-in nvidia-smi's, a floor of
+what a real one costs, for which see ``bench.gpu_experiment``).
 
 Fake sysfs trees of 200 PCI functions with 0, 1, 8 and 16 NVIDIA GPUs (with GPUs, the
 loaded module's version in sysfs and the NVML library of the same version, as a driver
@@ -25,6 +27,7 @@ import itertools
 import json
 import logging
 import os
+import resource
 import socket
 import subprocess
 import tempfile
@@ -63,16 +66,35 @@ def cpu_ms(fn: Callable[[], object], n: int) -> float:
     return (time.process_time() - start) / n * 1000
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's children reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def by_turns(fns: dict[str, Callable[[], object]], n: int) -> dict[str, float]:
     """Each of ``fns``' CPU ms per call, measured by turns (one call of each, ``n`` times):
     a shared machine's load then weighs on them alike, and their ratios are of one moment."""
+    return with_children(fns, n)[0]
+
+
+def with_children(
+    fns: dict[str, Callable[[], object]], n: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`by_turns`, and beside it each one's children's CPU ms per call (of those it
+    reaped)."""
     spent = dict.fromkeys(fns, 0.0)
+    children = dict.fromkeys(fns, 0.0)
     for _ in range(n):
         for name, fn in fns.items():
-            start = time.process_time()
+            start, reaped = time.process_time(), children_cpu()
             fn()
             spent[name] += time.process_time() - start
-    return {name: total / n * 1000 for name, total in spent.items()}
+            children[name] += children_cpu() - reaped
+    return (
+        {name: total / n * 1000 for name, total in spent.items()},
+        {name: total / n * 1000 for name, total in children.items()},
+    )
 
 
 def _read(path: str) -> bytes:
@@ -180,6 +202,18 @@ def processes(agent: Agent, nvsmi: str, rows: dict[str, Row]) -> None:
 TMPFS = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
+def children_figures(own: dict[str, float], kids: dict[str, float]) -> dict[str, float]:
+    """The tick's and the loop with both outputs' children's CPU ms, and each with its
+    own (:func:`with_children`' two dicts)."""
+    loop = "minimal loop + metrics textfile"
+    return {
+        "children: tick's (stand-in smi)": kids["tick"],
+        "children: minimal loop + metrics": kids[loop],
+        "tick + children": own["tick"] + kids["tick"],
+        "minimal loop + metrics + children": own[loop] + kids[loop],
+    }
+
+
 def measure(gpus: int, ticks: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(dir=TMPFS) as d:
         root = os.path.join(d, "sys")
@@ -249,7 +283,7 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
                 else floor(root)
             ),
         }
-        turns = by_turns({"tick": tick, **floors}, ticks)
+        turns, kids = with_children({"tick": tick, **floors}, ticks)
         figures = {
             "tick": turns["tick"],
             "pci scan (the tick's, remembering)": cpu_ms(lambda: scan.step(agent.last), ticks),
@@ -272,6 +306,7 @@ def measure(gpus: int, ticks: int) -> dict[str, float]:
         figures["tick / minimal loop + metrics"] = (
             figures["tick"] / figures["minimal loop + metrics textfile"]
         )
+        figures.update(children_figures(turns, kids))
         sink.close()
         return figures
 

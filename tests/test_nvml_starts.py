@@ -1,0 +1,54 @@
+"""bench.nvml: each exec of nvidia-smi is one NVML start, named by the agent's command."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.nvml import Starts, kind
+from gpuagent.sources.board import serials
+from gpuagent.sources.nvlink import nvlink
+from gpuagent.sources.probe import smi
+from gpuagent.sources.processes import apps
+from gpuagent.sources.vgpu import licence
+from gpuagent.sources.wear import counters
+
+SMI = "/usr/bin/nvidia-smi"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (smi.command(SMI, smi.FIELDS), "probe --query-gpu"),
+        ([SMI, *serials.ARGS], "serials --query-gpu"),
+        ([SMI, *counters.args(list(counters.FIELDS))], "wear --query-gpu"),
+        ([SMI, *apps.ARGS], "--query-compute-apps"),
+        ([SMI, *nvlink.STATUS_ARGS], "nvlink --status"),
+        ([SMI, *nvlink.COUNTERS_ARGS], "nvlink --errorcounters"),
+        ([SMI, *licence.ARGS], "-q"),
+        ([SMI, "-q", "-i", "0000:18:00.0"], "-q -i"),
+        ([SMI], "(no arguments)"),
+        ([*smi.command(SMI, smi.FIELDS), "-lms", "1000"], "probe --query-gpu loop"),
+        ([*smi.command(SMI, smi.FIELDS), "--loop-ms=500"], "probe --query-gpu loop"),
+        ([SMI, *apps.ARGS, "-l", "5"], "--query-compute-apps loop"),
+        (["nvidia-smi", "-L"], "-L"),
+    ],
+)
+def test_each_command_is_its_kind(argv: list[str], expected: str) -> None:
+    assert kind(argv) == expected
+
+
+def test_other_programs_start_no_nvml() -> None:
+    starts = Starts()
+    starts.started(["/usr/bin/nvidia-imex-ctl", "-N"])
+    starts.started([])
+    assert (starts.total, starts.others) == (0, 2)
+
+
+def test_a_long_lived_child_is_one_start_however_long_it_prints() -> None:
+    starts = Starts()
+    loop = [*smi.command(SMI, smi.FIELDS), "-lms", "1000"]
+    starts.started(loop)
+    for _ in range(3):
+        starts.started([SMI, *apps.ARGS])
+    assert starts.by_kind == {"probe --query-gpu loop": 1, "--query-compute-apps": 3}
+    assert starts.total == 4
