@@ -58,13 +58,20 @@ def test_the_agent_lists_only_bundle_names(tmp_path: Any) -> None:
     for name in (whole, ".partial-" + plan.bundle_name(T0 + 5, SLOT), ".ledger.json", "x"):
         (evidence / name).mkdir()
     assert f.bundles().names == (whole,)
+    listed_at = os.stat(evidence).st_mtime_ns
     # Listed only while a GPU has a critical problem to name a bundle.
     assert f.named({}) is plan.NO_BUNDLES
     # A bundle renamed whole while the directory's mtime stays put (a coarse clock): the
     # change is under a second old, so the directory is listed again.
     later = plan.bundle_name(T0 + 60, SLOT)
     (evidence / later).mkdir()
-    os.utime(evidence, ns=(time.time_ns(), os.stat(evidence).st_mtime_ns))
+    os.utime(evidence, ns=(time.time_ns(), listed_at))
+    assert f.bundles().names == (whole, later)
+    # A change over a second old is listed once; then, while the mtime stays, not again.
+    os.utime(evidence, ns=(time.time_ns(), listed_at - 5_000_000_000))
+    assert f.bundles().names == (whole, later)
+    (evidence / plan.bundle_name(T0 + 120, SLOT)).mkdir()
+    os.utime(evidence, ns=(time.time_ns(), listed_at - 5_000_000_000))
     assert f.bundles().names == (whole, later)
     assert log.lines == []
 
