@@ -10,6 +10,7 @@ hand.  ``docs/architecture.md`` has the picture.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -19,6 +20,7 @@ from gpuagent import report
 from gpuagent.condition import Bug
 from gpuagent.config import Config
 from gpuagent.edges import bootid
+from gpuagent.evidence import found
 from gpuagent.held import HeldProblems
 from gpuagent.logs import EventLog
 from gpuagent.sources import Source
@@ -74,6 +76,12 @@ class Agent:
             told=self.held.told,
         )
         self.verdict = Verdict(log, self.origin.started_at, self.held.held)
+        # The bundles root's unit gathered, which a critical problem names (the service only).
+        self.evidence = (
+            found.Found(os.path.join(state_directory, found.SUBDIRECTORY), log)
+            if state_directory
+            else None
+        )
         self.last = self._standing(Tick(wall(), monotonic(), config))
         self.log = log
         self._bugs: dict[str, Bug] = {}
@@ -219,6 +227,7 @@ class Agent:
     def _report(self, tick: Tick, published: Mapping[str, str] | None = None) -> report.Report:
         bugs = [b.reason for b in (*self._bugs.values(), self._bug) if b.reason is not None]
         trouble = {**self._trouble, "internal": bugs[0] if bugs else None}
+        problems = self.verdict.problems()
         return report.build(
             self.origin,
             now=self.wall(),
@@ -231,8 +240,9 @@ class Agent:
             services=tick.services,
             processes=tick.processes,
             vgpu=tick.vgpu,
-            problems=self.verdict.problems(),
+            problems=problems,
             trouble={k: v for k, v in trouble.items() if v is not None},
             history=tick.kernel.history,
             published=published,
+            evidence=self.evidence.named(problems) if self.evidence else found.NO_BUNDLES,
         )

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent import __version__
-from gpuagent.health import OK, UNKNOWN, Health
+from gpuagent.evidence.plan import NO_BUNDLES, Bundles
+from gpuagent.health import CRITICAL, OK, UNKNOWN, Health
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -134,7 +135,7 @@ class Origin:
         return cls(SCHEMA, __version__, os.getpid(), started_at, interval)
 
 
-def _problem(p: Problem) -> ProblemEntry:
+def _problem(p: Problem, evidence: Bundles = NO_BUNDLES) -> ProblemEntry:
     f = p.finding
     ends, latches = clears.ending(p.slot, f.kind, f.ends)
     entry: ProblemEntry = {
@@ -157,6 +158,10 @@ def _problem(p: Problem) -> ProblemEntry:
         entry["unit"] = f.unit
     if f.unread is not None:
         entry["unread_since"], entry["unread"] = f.unread
+    # The bundle root gathered for a critical problem, where it did.
+    bundle = evidence.since(p.slot, p.since) if f.severity == CRITICAL else None
+    if bundle is not None:
+        entry["evidence"] = bundle
     return _sealed(entry)
 
 
@@ -238,6 +243,7 @@ def _gpus(
     nvlink: NvlinkView,
     processes: ProcessesView,
     vgpu: VgpuView,
+    evidence: Bundles,
 ) -> list[GpuEntry]:
     """One entry per GPU known: on the bus now, seen on it before, named by nvidia-smi or by
     the kernel."""
@@ -267,7 +273,7 @@ def _gpus(
             "sampled_at": s.sampled_at if s else None,
             "stale": s is not None and slot not in samples.fresh,
             "health": health,
-            "problems": _listed(_problem(p) for p in mine),
+            "problems": _listed(_problem(p, evidence) for p in mine),
             "xids": xids.get(slot, _NONE),
         }
         if slot in links:
@@ -361,11 +367,13 @@ def build(
     trouble: Mapping[str, str],
     published: Mapping[str, str] | None = None,
     history: str = "this boot only",
+    evidence: Bundles = NO_BUNDLES,
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind and
     ``published`` the publisher's as the tick before left it (``state_file``, ``textfile``,
-    ``internal_publish``), both in the state's ``problems``."""
+    ``internal_publish``), both in the state's ``problems``; ``evidence`` the bundles root
+    gathered, which a GPU's critical problem names."""
     line = status_line(bus, probe, problems, origin.interval)
     published = dict(published or {})
     trouble = {**trouble, **published}
@@ -391,6 +399,7 @@ def build(
             nvlink=nvlink,
             processes=processes or ProcessesView(),
             vgpu=vgpu or VgpuView(),
+            evidence=evidence,
         ),
         "sxids": _sxids(kernel),
         "host_problems": _listed(_problem(p) for p in problems.get("", ())),

@@ -52,8 +52,10 @@ class ProblemEntry(TypedDict):
     the GPU's path that erred), ``unit`` the systemd unit of the process that caused it,
     where known; ``unread_since`` and ``unread`` while its source cannot look again (the
     module unloaded, nvidia-smi missing or failing, the GPU absent from its answer, systemd's
-    units unread): when it was last read and why not now.  It holds as last seen until a read
-    shows its cause gone (evidence before verdict)."""
+    units unread): when it was last read and why not now; ``evidence`` for a GPU's critical
+    problem, the path of the newest bundle root's ``gpuagent-evidence@`` gathered of the GPU
+    since it began.  It holds as last seen until a read shows its cause gone (evidence
+    before verdict)."""
 
     kind: str
     severity: str
@@ -68,6 +70,7 @@ class ProblemEntry(TypedDict):
     unit: NotRequired[str]
     unread_since: NotRequired[float]
     unread: NotRequired[str]
+    evidence: NotRequired[str]
 
 
 class XidEntry(TypedDict):

@@ -235,13 +235,19 @@ def _ends(p: ProblemEntry) -> list[str]:
     return [clean(ends)] if isinstance(ends, str) and ends else []
 
 
+def _evidence(p: ProblemEntry) -> list[str]:
+    """The evidence bundle root gathered for the problem, where the state names one."""
+    path = p.get("evidence")
+    return [f"evidence: {clean(path)}"] if isinstance(path, str) and path else []
+
+
 def _gpu_lines(g: GpuEntry, now: float, missing: bool) -> list[str]:
     rows = (nvlink_row(g.get("nvlink")), vgpu_row(g.get("vgpu")))
     lines = [f"      {row}" for row in rows if row]
     lines.extend(f"      {row}" for row in process_rows(g))
     for p in g["problems"]:
         lines.append(f"      - {_problem(p, now)}")
-        lines.extend(f"        {ends}" for ends in _ends(p))
+        lines.extend(f"        {said}" for said in [*_ends(p), *_evidence(p)])
     if g.get("xids"):
         lines.append("      " + "; ".join(count(f"Xid {c['xid']}", c) for c in g["xids"]))
     kinds = {p["kind"] for p in g["problems"]}

@@ -8,14 +8,19 @@ of automatic bundles admitted (slot, boot, wall time): one per GPU per boot, and
 
 from __future__ import annotations
 
+import calendar
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = [
     "HOUR",
+    "NO_BUNDLES",
     "Admission",
+    "Bundles",
     "Entry",
     "admit",
     "bundle_name",
@@ -57,6 +62,33 @@ def slot_of(name: str) -> str | None:
     """The slot a bundle's ``name`` names, None for another name."""
     m = _BUNDLE_RE.fullmatch(name)
     return m["slot"] if m else None
+
+
+def bundle_time(name: str) -> float | None:
+    """The wall time (s, whole) a bundle's ``name`` gives, None for another name."""
+    m = _BUNDLE_RE.fullmatch(name)
+    return float(calendar.timegm(time.strptime(m["time"], "%Y%m%dT%H%M%SZ"))) if m else None
+
+
+@dataclass(frozen=True)
+class Bundles:
+    """The bundle names found in ``directory`` (others left out), as the agent listed it."""
+
+    directory: str = ""
+    names: tuple[str, ...] = ()
+
+    def since(self, slot: str, since: float) -> str | None:
+        """The path of ``slot``'s newest bundle gathered at or after wall time ``since`` (s;
+        a name keeps whole seconds), or None: none since."""
+        after = [
+            n
+            for n in self.names
+            if slot_of(n) == slot and (bundle_time(n) or 0.0) >= float(int(since))
+        ]
+        return os.path.join(self.directory, max(after)) if after else None
+
+
+NO_BUNDLES = Bundles()
 
 
 def to_drop(

@@ -1,7 +1,8 @@
 """Evidence at fault time under a real systemd: a critical fault of a fake GPU starts
-gpuagent-evidence@, the bundle appears with its parts, a fake nvidia-bug-report.sh that hangs
-is killed at its timeout and the manifest says so; a storm of requests makes no more bundles
-than the caps allow; the agent stays unprivileged.  Boots Debian as tests/system/test_deb.py.
+gpuagent-evidence@, the bundle appears with its parts and the GPU's problem names it, a fake
+nvidia-bug-report.sh that hangs is killed at its timeout and the manifest says so; a storm of
+requests makes no more bundles than the caps allow; the agent stays unprivileged.  Boots
+Debian as tests/system/test_deb.py.
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ def test_a_critical_fault_gathers_a_bounded_bundle(
 
         line = wait_for("the journal line", said, 30)[0]
         assert line["PCI_SLOT"] == sick and line["EVIDENCE_BUNDLE"] == f"{EVIDENCE}/{name}"
+
+        # The problem names it too: the unprivileged agent lists the directory's names.
+        def named() -> list[str]:
+            st = json.loads(c.status("--json").stdout)
+            [gpu] = [g for g in st["gpus"] if g["pci_slot"] == sick]
+            return [p.get("evidence") for p in gpu["problems"] if p["severity"] == "critical"]
+
+        wait_for("the problem's bundle", lambda: named() == [f"{EVIDENCE}/{name}"], 30)
+        status = c.status(columns=200)
+        assert f"\n        evidence: {EVIDENCE}/{name}\n" in status.stdout, status.stdout
         # A storm of requests, as the agent's user: no second bundle of the sick GPU this
         # boot, and the hour's limit (2) allows one more of another.
         for _ in range(3):
