@@ -226,8 +226,9 @@ class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
     ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
     nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
-    earlier boots, this boot only, N earlier boots); ``remedy`` the host's remedy, null when
-    no problem asks for anything (absent in an older agent's state)."""
+    earlier boots, this boot only, no earlier boot yet, N earlier boots); ``remedy`` the
+    host's remedy, null when no problem asks for anything (absent in an older agent's
+    state)."""
 
     schema: int
     version: str
