@@ -235,4 +235,5 @@ class Agent:
             trouble={k: v for k, v in trouble.items() if v is not None},
             history=tick.kernel.history,
             published=published,
+            drain=self.config.drain,
         )

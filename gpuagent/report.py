@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent import __version__
-from gpuagent.health import OK, UNKNOWN, Health
+from gpuagent.health import DRAIN_ASK, OK, UNKNOWN, Health
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -361,11 +361,13 @@ def build(
     trouble: Mapping[str, str],
     published: Mapping[str, str] | None = None,
     history: str = "this boot only",
+    drain: str = DRAIN_ASK,
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind and
     ``published`` the publisher's as the tick before left it (``state_file``, ``textfile``,
-    ``internal_publish``), both in the state's ``problems``."""
+    ``internal_publish``), both in the state's ``problems``; ``drain`` the config's, for the
+    scheduler's hooks."""
     line = status_line(bus, probe, problems, origin.interval)
     published = dict(published or {})
     trouble = {**trouble, **published}
@@ -381,6 +383,7 @@ def build(
         "exit": None,
         "status": status,
         "remedy": _remedy(line.remedy),
+        "drain": drain,
         "pci": _listed(_pci(g) for g in bus.gpus),
         "probe": _probe(probe),
         "gpus": _gpus(

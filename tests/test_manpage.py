@@ -27,6 +27,7 @@ SECTIONS = [
     "ENVIRONMENT",
     "FILES",
     "SIGNALS",
+    "FIRST HOSTS",
     "NOTES",
     "SEE ALSO",
 ]
