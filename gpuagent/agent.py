@@ -245,4 +245,5 @@ class Agent:
             history=tick.kernel.history,
             published=published,
             evidence=self.evidence.named(problems) if self.evidence else found.NO_BUNDLES,
+            drain=self.config.drain,
         )

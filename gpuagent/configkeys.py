@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from gpuagent.health import ACTIONS, SEVERITIES
+from gpuagent.health import ACTIONS, DRAIN_ASK, DRAIN_MODES, SEVERITIES
 
 __all__ = [
     "KEYS",
@@ -326,6 +326,15 @@ KEYS: tuple[Key, ...] = (
         _seconds(1.0, 400.0, why="the unit's TimeoutStartSec=600 holds every part"),
         300.0,
         "how long nvidia-bug-report.sh gets before it is killed",
+    ),
+    # "report" for a fleet's first week on a host: the verdict, status, metrics and journal
+    # are the same; slurm-check, NHC's check and node-problem-detector's condition say
+    # "would drain" instead (gpuagent.commands.drain).
+    Key(
+        "drain",
+        _one_of(DRAIN_MODES),
+        DRAIN_ASK,
+        'on a critical problem, "ask" Slurm, NHC, NPD to drain, or "report" what would',
     ),
 )
 _BY_NAME = {k.name: k for k in KEYS}

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIONS",
     "CRITICAL",
+    "DRAIN_ASK",
+    "DRAIN_MODES",
+    "DRAIN_REPORT",
     "HEALTH",
     "OK",
     "SEVERITIES",
@@ -33,6 +36,14 @@ __all__ = [
     "ranked",
     "state_rank",
 ]
+
+
+# What the scheduler's hooks do with a critical problem (the config's and the state's
+# ``drain``): ask Slurm, NHC and node-problem-detector to drain the node, or only report what
+# would drain (a fleet's first week on a host: the verdict is the same, nothing is drained).
+DRAIN_ASK = "ask"
+DRAIN_REPORT = "report"
+DRAIN_MODES = (DRAIN_ASK, DRAIN_REPORT)
 
 
 class Severity(StrEnum):

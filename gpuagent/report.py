@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar, cast
 
 from gpuagent import __version__
 from gpuagent.evidence.plan import NO_BUNDLES, Bundles
-from gpuagent.health import CRITICAL, OK, UNKNOWN, Health
+from gpuagent.health import CRITICAL, DRAIN_ASK, OK, UNKNOWN, Health
 from gpuagent.schema import (
     ClearEntry,
     GpuEntry,
@@ -368,12 +368,14 @@ def build(
     published: Mapping[str, str] | None = None,
     history: str = "this boot only",
     evidence: Bundles = NO_BUNDLES,
+    drain: str = DRAIN_ASK,
 ) -> Report:
     """The report of tick ``ticks`` at wall time ``now``: ``problems`` the verdict's, by slot
     (``""``: the host; only slots with a problem), ``trouble`` the agent's own by kind and
     ``published`` the publisher's as the tick before left it (``state_file``, ``textfile``,
     ``internal_publish``), both in the state's ``problems``; ``evidence`` the bundles root
-    gathered, which a GPU's critical problem names."""
+    gathered, which a GPU's critical problem names; ``drain`` the config's, for the
+    scheduler's hooks."""
     line = status_line(bus, probe, problems, origin.interval)
     published = dict(published or {})
     trouble = {**trouble, **published}
@@ -389,6 +391,7 @@ def build(
         "exit": None,
         "status": status,
         "remedy": _remedy(line.remedy),
+        "drain": drain,
         "pci": _listed(_pci(g) for g in bus.gpus),
         "probe": _probe(probe),
         "gpus": _gpus(

@@ -229,8 +229,11 @@ class State(TypedDict):
     """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
     ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
     nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
-    earlier boots, this boot only, N earlier boots); ``remedy`` the host's remedy, null when
-    no problem asks for anything (absent in an older agent's state)."""
+    earlier boots, this boot only, no earlier boot yet, N earlier boots); ``remedy`` the
+    host's remedy, null when no problem asks for anything (absent in an older agent's
+    state); ``drain`` the config's (:data:`gpuagent.health.DRAIN_MODES`), which the
+    scheduler's hooks read: ``report`` says what would drain and drains nothing (absent in an
+    older agent's state: ``ask``)."""
 
     schema: int
     version: str
@@ -242,6 +245,7 @@ class State(TypedDict):
     exit: Exit | None
     status: str
     remedy: NotRequired[RemedyEntry | None]
+    drain: NotRequired[str]
     pci: list[PciEntry]
     probe: ProbeEntry
     gpus: list[GpuEntry]

@@ -65,8 +65,31 @@ def test_a_journal_of_this_boot_only_escalates_nothing(host: Host, make: Any) ->
     journal = make(FELL_OFF)
     host.make_agent(journal_directory=journal, history_days=3650)
     st = host.tick().state
-    assert st["history"] == "this boot only"
+    # Journal files in a directory outside /run are kept across boots: none earlier yet.
+    assert st["history"] == "no earlier boot yet"
     assert [a for a, _ in xid(st)] == ["reboot"]
+
+
+@pytest.mark.parametrize(
+    ("kept", "said"), [(True, "no earlier boot yet"), (False, "this boot only")]
+)
+def test_no_earlier_boot_says_whether_the_journal_keeps_them(
+    make: Any, kept: bool, said: str
+) -> None:
+    # Issue 42: "this boot only" on a persistent journal's first boot was untrue.
+    asked: list[bool] = []
+
+    def lasts() -> bool:
+        asked.append(kept)
+        return kept
+
+    reading = EarlierBoots(make(FELL_OFF), 3650, 2, lasts=lasts)
+    assert reading.summary == "reading earlier boots"
+    for _ in range(100):
+        if reading.done:
+            break
+        reading.step(1.0)
+    assert (reading.done, reading.summary, asked) == (True, said, [kept])
 
 
 def test_read_in_slices_and_said_until_done(make: Any) -> None:

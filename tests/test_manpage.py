@@ -26,6 +26,7 @@ SECTIONS = [
     "ENVIRONMENT",
     "FILES",
     "SIGNALS",
+    "FIRST HOSTS",
     "NOTES",
     "SEE ALSO",
 ]

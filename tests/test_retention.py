@@ -15,7 +15,7 @@ from gpuagent.config import Config
 from gpuagent.logs import EventLog
 from gpuagent.sources.retention.judge import MAX_DEFAULT, Store, cap, judge, settings, size
 from gpuagent.sources.retention.source import EVERY, KIND, Retention
-from gpuagent.sources.retention.store import journald, look
+from gpuagent.sources.retention.store import journald, lasts, look
 from gpuagent.views import Tick
 from tests.test_kernlog import make
 
@@ -144,6 +144,33 @@ def test_a_volatile_system_journal(tmp_path: Any, conf: str, machine_dir: bool, 
 def test_a_configured_directory_in_run_is_volatile(tmp_path: Any) -> None:
     seen = look(str(tmp_path), "/run/log/journal", never)
     assert seen is not None and seen.volatile == "journal_directory /run/log/journal lies in /run"
+
+
+@pytest.mark.parametrize(
+    ("conf", "machine_dir", "directory", "kept"),
+    [
+        ("", True, "", True),
+        ("", False, "", False),
+        ("[Journal]\nStorage=volatile\n", True, "", False),
+        ("[Journal]\nStorage=persistent\n", True, "", True),
+        ("", False, "/srv/journal", True),
+        ("", True, "/run/log/journal", False),
+    ],
+)
+def test_lasts_is_the_volatile_rule_turned_round(
+    tmp_path: Any, conf: str, machine_dir: bool, directory: str, kept: bool
+) -> None:
+    # The state's "history" (issue 42): a journal kept across boots without an earlier boot
+    # has none yet; a volatile one holds this boot only.
+    root = str(tmp_path)
+    write(root, "etc/systemd/journald.conf", conf)
+    write(root, "etc/machine-id", MACHINE + "\n")
+    if machine_dir:
+        os.makedirs(os.path.join(root, "var/log/journal", MACHINE))
+    assert lasts(root, directory) is kept
+    if not directory:
+        seen = look(root, "", lambda _d, _s: (0, None))
+        assert seen is not None and (seen.volatile is None) is kept
 
 
 def test_a_journal_it_cannot_read_is_left_to_the_kernel_source(tmp_path: Any) -> None:

@@ -15,6 +15,14 @@ critical problem on this host, and which is the worst?  The answer is here, with
   already is what the state asks for, so that no ``scontrol`` need be run;
 * :func:`npd` and :func:`npd_warning` are node-problem-detector's exit status and line: a
   critical problem sets its condition, a warning is an event.
+
+Where the state's ``drain`` is ``report`` (:func:`reports_only`: the config's ``drain``, a
+fleet's first week on a host), nothing asks for a drain and each says what would drain
+instead: :func:`decide` is not reached (``slurm-check`` runs no ``scontrol`` for a critical
+problem), :func:`reason` (NHC's, through ``slurm-check --reason``) gives no drain reason but
+:func:`would`'s line, and node-problem-detector's condition stays unset, the critical
+problem being the warning rule's event (``would drain: …``).  The verdict is the state's
+either way: ``gpuagent status`` still says the host is critical.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from gpuagent.commands.status import ExitCode, clean, graded, judge
-from gpuagent.health import CRITICAL, ranked
+from gpuagent.health import CRITICAL, DRAIN_REPORT, ranked
 from gpuagent.schema import State
 
 __all__ = [
@@ -31,6 +39,7 @@ __all__ = [
     "PREFIX",
     "REASON_WIDTH",
     "THEN_CLEAR",
+    "WOULD",
     "Decision",
     "Node",
     "Worst",
@@ -40,11 +49,16 @@ __all__ = [
     "npd",
     "npd_warning",
     "parse_node",
+    "reason",
+    "reports_only",
     "worst",
+    "would",
 ]
 
 # Every drain reason gpuagent sets starts with it; only such a drain is gpuagent's to resume.
 PREFIX = "gpuagent:"
+# What a hook says instead of draining where the state's drain is "report".
+WOULD = "would drain:"
 # node-problem-detector keeps a plugin's output to max_output_length (80 by default).
 NPD_WIDTH = 80
 # The longest drain reason that says how its problem ends: one line of a terminal, as
@@ -116,6 +130,12 @@ def critical(st: State) -> Worst | None:
     """The worst problem in ``st`` if it is critical (what drains the node), else None."""
     bad = worst(st)
     return bad if bad is not None and bad.severity == CRITICAL else None
+
+
+def reports_only(st: State) -> bool:
+    """Whether the agent that wrote ``st`` was told (config ``drain = "report"``) to have
+    what would drain reported, not drained; an older agent's state, without the key, asks."""
+    return st.get("drain") == DRAIN_REPORT
 
 
 def agreed(healthy: str | None, bad: Worst | None, held: str | None) -> str | None:
@@ -224,20 +244,32 @@ def decide(node: Node, st: State | None, why: str, now: float) -> Decision:
 
 def reason(st: State | None, why: str, now: float) -> tuple[bool, str]:
     """Whether the state ``st`` is known, and then the drain reason of its worst critical
-    problem (``""``: none), else why it is not (``why`` when ``st`` is None)."""
+    problem (``""``: none, or none asked for: :func:`would`), else why it is not (``why``
+    when ``st`` is None)."""
     if st is not None:
         code, why = judge(st, now)
         if code != ExitCode.UNKNOWN:
             bad = critical(st)
-            return True, bad.reason if bad is not None else ""
+            return True, bad.reason if bad is not None and not reports_only(st) else ""
     return False, clean(why)
+
+
+def would(st: State | None, now: float) -> str:
+    """What would drain where ``st`` only reports (:func:`reports_only`) and is known at wall
+    time ``now``: ``would drain: <drain reason>``; ``""`` where nothing would, or it asks."""
+    if st is None or not reports_only(st) or judge(st, now)[0] == ExitCode.UNKNOWN:
+        return ""
+    bad = critical(st)
+    return f"{WOULD} {bad.reason}" if bad is not None else ""
 
 
 def npd(st: State | None, why: str, now: float) -> tuple[int, str]:
     """node-problem-detector's exit status and line for ``st`` (None: ``why`` it is missing),
     for a ``permanent`` rule that sets the node's condition: 0 no critical problem, 1 a
     critical one (the worst one's slot, kind and action), 2 unknown.  A warning does not set
-    the condition (:func:`npd_warning` makes it an event): the line says it beside ``ok``."""
+    the condition (:func:`npd_warning` makes it an event): the line says it beside ``ok``;
+    nor does a critical problem where the state only reports (:func:`reports_only`): ``ok;
+    would drain: …``, the warning rule's event."""
     if st is None:
         return 2, _fit(f"unknown: {why}")
     code, why = judge(st, now)
@@ -246,6 +278,8 @@ def npd(st: State | None, why: str, now: float) -> tuple[int, str]:
     if code == ExitCode.CRITICAL:
         bad = critical(st)
         said = f"{bad.slot} {bad.kind}: {bad.action}" if bad is not None else why
+        if reports_only(st):
+            return 0, _fit(f"ok; {WOULD} {said}")
         return 1, _fit(f"critical: {said}")
     if code == ExitCode.WARNING:
         return 0, _fit(f"ok; warning: {_warnings(st)[0]}")
@@ -255,12 +289,17 @@ def npd(st: State | None, why: str, now: float) -> tuple[int, str]:
 def npd_warning(st: State | None, why: str, now: float) -> tuple[int, str]:
     """node-problem-detector's exit status and line for a ``temporary`` rule, which NPD makes
     an event (never a condition): 1 while a warning holds (the worst one, whatever critical
-    problem holds beside it: that one is the condition's), 0 none, 2 unknown."""
+    problem holds beside it: that one is the condition's), 0 none, 2 unknown.  Where the
+    state only reports (:func:`reports_only`), a critical problem is this event, before any
+    warning: ``would drain: <slot> <kind>: <action>``."""
     if st is None:
         return 2, _fit(f"unknown: {why}")
     code, why = judge(st, now)
     if code == ExitCode.UNKNOWN:
         return 2, _fit(f"unknown: {why}")
+    bad = critical(st) if reports_only(st) else None
+    if bad is not None:
+        return 1, _fit(f"{WOULD} {bad.slot} {bad.kind}: {bad.action}")
     warnings = _warnings(st)
     if warnings:
         return 1, _fit(f"warning: {warnings[0]}")

@@ -42,27 +42,33 @@ def _state_file(ctx: click.Context) -> str:
     "--reason",
     "reason_only",
     is_flag=True,
-    help="Only print the drain reason of a critical problem (nothing if none); run no scontrol.",
+    help="Only print the drain reason of a critical problem (nothing if none; with drain = "
+    '"report", what would drain on stderr); run no scontrol.',
 )
 @click.pass_context
 def slurm_check(ctx: click.Context, node: str | None, timeout: float, reason_only: bool) -> None:
     """Drain this Slurm node on a critical GPU problem, resume it when gpuagent drained it and
     none holds (asking slurmctld nothing while neither can be: no critical problem, no drain of
-    its own recorded, or slurmd's $SLURM_NODE_IS_HEALTHY agreeing); exit 1 if the state is
-    missing or stale (nothing changed), 2 if scontrol failed."""
+    its own recorded, or slurmd's $SLURM_NODE_IS_HEALTHY agreeing); with drain = "report",
+    say what would drain instead; exit 1 if the state is missing or stale (nothing changed), 2
+    if scontrol failed."""
     from gpuagent.commands import drainrecord, slurmcheck  # noqa: PLC0415
 
     path = _state_file(ctx)
     if reason_only:
-        from gpuagent.commands.drain import reason  # noqa: PLC0415
+        from gpuagent.commands.drain import reason, would  # noqa: PLC0415
 
         st, why = slurmcheck.state_reason(path)
-        known, said = reason(st, why, time.time())
+        now = time.time()
+        known, said = reason(st, why, now)
         if not known:
             click.echo(f"gpuagent: {said}", err=True)
             sys.exit(slurmcheck.EX_UNKNOWN)
         if said:
             click.echo(said)
+        # Not on stdout: a hook that drains on any reason printed there must not.
+        if told := would(st, now):
+            click.echo(told, err=True)
         return
     name = node or slurmcheck.node_name(os.environ)
     healthy = os.environ.get(slurmcheck.HEALTHY)

@@ -8,7 +8,10 @@ record (:mod:`gpuagent.commands.drainrecord`) it asks nothing: slurmd runs the c
 registers, when ``scontrol`` may hang, and a healthy node's check must not delay that.  Nor
 does it ask where slurmctld's own view of the node, which slurmd gives it in
 ``SLURM_NODE_IS_HEALTHY`` (Slurm 26.05.2 and later), agrees with the state
-(:func:`gpuagent.commands.drain.agreed`).
+(:func:`gpuagent.commands.drain.agreed`).  Where the state only reports (config ``drain =
+"report"``, :func:`gpuagent.commands.drain.reports_only`), a critical problem asks nothing
+either: the check says ``would drain: <reason>`` and exits 0; a drain of gpuagent's own from
+before is still resumed once no critical problem holds.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 from gpuagent import state
 from gpuagent.commands import drainrecord
-from gpuagent.commands.drain import agreed, critical, decide, parse_node
+from gpuagent.commands.drain import WOULD, agreed, critical, decide, parse_node, reports_only
 from gpuagent.commands.status import ExitCode, checked, clean, judge
 from gpuagent.schema import State
 
@@ -122,7 +125,8 @@ def check(
     """Drain or resume ``node`` from the state in ``state_file``, asking slurmctld (through
     ``run``) only when a critical problem holds or the ``record`` of gpuagent's drains does not
     rule out one of ``node``, and slurmctld's view ``healthy`` (``SLURM_NODE_IS_HEALTHY``'s
-    value; ``None``: unset) does not agree with the state."""
+    value; ``None``: unset) does not agree with the state; a state that only reports
+    (``drain = "report"``) has a critical problem said, not drained."""
     st, why = state_reason(state_file)
     if st is not None:
         code, judged = judge(st, time.time())
@@ -133,6 +137,8 @@ def check(
     drained, damaged = drainrecord.read(record)
     warning = f"{damaged}; asking slurmctld" if damaged else ""
     bad = critical(st)
+    if bad is not None and reports_only(st):
+        return Checked(0, f"{node}: {WOULD} {bad.reason}")
     if bad is None and drained is not None and node not in drained:
         return Checked(0, f"{node}: no critical GPU problem")
     kept = dict(drained or {})

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
-from gpuagent.health import HEALTH, SEVERITIES, Health, Severity, ranked
+from gpuagent.health import DRAIN_ASK, DRAIN_MODES, HEALTH, SEVERITIES, Health, Severity, ranked
 from gpuagent.untrusted import printable
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ def malformed(st: Mapping[str, Any]) -> str | None:
         ("ticks", isinstance(st.get("ticks"), int)),
         ("status", isinstance(st.get("status"), str)),
         ("history", isinstance(st.get("history", ""), str)),
+        ("drain", st.get("drain", DRAIN_ASK) in DRAIN_MODES),
         ("exit", st.get("exit") is None or isinstance(st.get("exit"), dict)),
         ("pci", isinstance(st.get("pci"), list)),
         ("probe", isinstance(st.get("probe"), dict)),

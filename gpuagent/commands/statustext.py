@@ -23,6 +23,7 @@ from gpuagent.commands.statusrows import (
     services_row,
     vgpu_row,
 )
+from gpuagent.health import DRAIN_REPORT
 from gpuagent.remedy import of_state
 
 if TYPE_CHECKING:
@@ -104,6 +105,11 @@ def render(
     lines = [f"{dot} gpuagent - {clean(title)}"]
     if code != ExitCode.UNKNOWN:
         lines.extend(_remedy(st))
+    if st.get("drain") == DRAIN_REPORT:
+        lines.append(
+            '    drain: report only (drain = "report"): Slurm, NHC and node-problem-detector '
+            "are told what would drain; nothing is drained"
+        )
     lines += [
         f"    pid {st['pid']}, {life}, {st['ticks']} tick{'' if st['ticks'] == 1 else 's'} "
         f"every {st['interval']:g} s, "

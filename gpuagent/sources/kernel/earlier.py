@@ -5,7 +5,8 @@ boots before this one, within ``history_days``, a slice a tick (at most :data:`S
 reading), into a :class:`~gpuagent.sources.kernel.recurrence.Recurrence`
 (:class:`~gpuagent.sources.kernel.earlierfacts.BootFacts` takes each entry); it stops at this boot's
 first entry.  Until the read is done nothing is escalated and the state's ``history`` says so; a
-journal without earlier boots (a volatile one) is ``this boot only``, a fact, not an error.
+volatile journal has no earlier boots, ``this boot only``, a fact, not an error; a journal kept
+across boots that has none yet (the host's first boot with it) says ``no earlier boot yet``.
 
 Any user can make the kernel log (a failed tmpfs mount in a user namespace is a record at
 ``KERN_ERR``, ~900 a second), and journald has no match on a record's words: the read matches
@@ -120,9 +121,10 @@ class EarlierBoots:
     """The earlier boots of the journal in ``directory`` (``""``: the system journal); ``kept``
     keeps what was read across restarts (None: nothing is kept); ``levels`` are the kernel
     records' priorities read (:func:`driver_levels`); ``booted`` is when this boot began (s
-    since the epoch), which the read's estimate (:attr:`left`) reads up to.  What the entries
-    say is :class:`~gpuagent.sources.kernel.earlierfacts.BootFacts`'; this class walks the
-    journal."""
+    since the epoch), which the read's estimate (:attr:`left`) reads up to; ``lasts`` says
+    whether the journal is kept across boots (its :attr:`summary` without earlier boots).
+    What the entries say is :class:`~gpuagent.sources.kernel.earlierfacts.BootFacts`'; this
+    class walks the journal."""
 
     def __init__(
         self,
@@ -137,8 +139,12 @@ class EarlierBoots:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         booted: Callable[[], float] = booted_at,
+        lasts: Callable[[], bool] = lambda: False,
     ) -> None:
         self.done = False
+        # Whether the journal is kept across boots, asked once the read is done.
+        self._lasts = lasts
+        self._kept_across = False
         self._directory = directory
         self._levels = tuple(driver_levels() if levels is None else levels)
         self._open_reader, self._this_boot, self._clock = open_reader, this_boot, clock
@@ -174,12 +180,16 @@ class EarlierBoots:
 
     @property
     def summary(self) -> str:
-        """The state's ``history``: reading, this boot only, or how many earlier boots, and
-        a damaged journal file met on the way (the read went on past it)."""
+        """The state's ``history``: reading, this boot only (a volatile journal), no earlier
+        boot yet (a journal kept across boots), or how many earlier boots, and a damaged
+        journal file met on the way (the read went on past it)."""
         if not self.done:
             return "reading earlier boots"
         n = len(self._facts.kept.boots)
-        said = "this boot only" if n == 0 else f"{n} earlier boot{'s' if n > 1 else ''}"
+        if n:
+            said = f"{n} earlier boot{'s' if n > 1 else ''}"
+        else:
+            said = "no earlier boot yet" if self._kept_across else "this boot only"
         if self.damaged:
             said += (
                 "; a damaged journal file was met: the entries after it were read from the "
@@ -308,6 +318,7 @@ class EarlierBoots:
     def _finish(self, *, keep: bool) -> None:
         """The read is done; with ``keep``, what it read is kept for the next start."""
         self.done = True
+        self._kept_across = self._lasts()
         if self._reader is not None:
             with contextlib.suppress(OSError):
                 self._reader.close()

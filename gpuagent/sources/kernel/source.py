@@ -24,6 +24,7 @@ from gpuagent.sources.kernel.earlierfile import KeptFile
 from gpuagent.sources.kernel.kernel import KernelRecords
 from gpuagent.sources.kernel.kernlog import KernelLog
 from gpuagent.sources.kernel.recurrence import swaps
+from gpuagent.sources.retention.store import lasts
 from gpuagent.sources.victims.rule import WINDOW
 from gpuagent.views import Tick, uuid_of
 
@@ -64,6 +65,7 @@ class Kernel(Source):
             config.history_days,
             config.recurrence_boots,
             kept=KeptFile(state_directory, log),
+            lasts=lambda: lasts("/", config.journal_directory),
         )
         # Whether the read's estimate past its bound was said (once a run).
         self._said_long = False

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuagent.sources.retention.judge import Store, settings, size
 
-__all__ = ["Files", "files", "look"]
+__all__ = ["Files", "files", "lasts", "look"]
 
 _DROPINS = ("etc", "run", "usr/lib")
 # The bytes the journal files in a directory take and the oldest entry (s) of those the
@@ -85,6 +85,19 @@ def _volatile(root: str, storage: str) -> tuple[str, str] | None:
     )
 
 
+def _in_run(directory: str) -> bool:
+    return os.path.normpath(directory) == "/run" or directory.startswith("/run/")
+
+
+def lasts(root: str, journal_directory: str) -> bool:
+    """Whether the journal the agent reads (``journal_directory``; ``""``: the system's, its
+    journald under ``root``) is kept across boots: a directory of files outside ``/run``, or
+    a system journal that is not volatile (:func:`look`'s rule)."""
+    if journal_directory:
+        return not _in_run(journal_directory)
+    return _volatile(root, journald(root).get("Storage", "auto")) is None
+
+
 def look(root: str, journal_directory: str, read: Files = files) -> Store | None:
     """The journal the agent reads (``journal_directory``; ``""``: the system's) as it is
     now; None where its files cannot be read (the kernel source says so: ``journal``)."""
@@ -92,7 +105,7 @@ def look(root: str, journal_directory: str, read: Files = files) -> Store | None
     max_use = size(conf.get("SystemMaxUse"))
     if journal_directory:
         directory = journal_directory
-        if os.path.normpath(directory) == "/run" or directory.startswith("/run/"):
+        if _in_run(directory):
             return Store(
                 directory,
                 f"journal_directory {directory} lies in /run",
