@@ -97,6 +97,7 @@ class Config(NamedTuple):
     evidence_max_bytes: int = _default("evidence_max_bytes")
     evidence_per_hour: int = _default("evidence_per_hour")
     evidence_report_timeout: float = _default("evidence_report_timeout")
+    sampler: str = _default("sampler")
 
 
 class _Refused(Exception):
