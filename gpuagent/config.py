@@ -98,6 +98,7 @@ class Config(NamedTuple):
     evidence_per_hour: int = _default("evidence_per_hour")
     evidence_report_timeout: float = _default("evidence_report_timeout")
     drain: str = _default("drain")
+    sampler: str = _default("sampler")
 
 
 class _Refused(Exception):

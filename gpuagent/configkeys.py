@@ -21,6 +21,7 @@ __all__ = [
     "MAX_XID_WINDOW",
     "MIN_INTERVAL",
     "OVERRIDE_SEVERITIES",
+    "SAMPLERS",
     "Check",
     "ConfigError",
     "Key",
@@ -40,6 +41,8 @@ MAX_XID_WINDOW = 7 * 86400.0
 # Below a tenth of a second a tick is mostly the PCI scan and the state file: the agent would
 # spend a core on bookkeeping, and an nvidia-smi call alone takes longer than that.
 MIN_INTERVAL = 0.1
+# How the probe asks nvidia-smi: one run a tick, or one run in its own loop mode for many.
+SAMPLERS = ("loop", "spawn")
 
 # A checker: (where, value) -> the setting; raises ConfigError.
 Check = Callable[[str, Any], Any]
@@ -336,6 +339,7 @@ KEYS: tuple[Key, ...] = (
         DRAIN_ASK,
         'on a critical problem, "ask" Slurm, NHC, NPD to drain, or "report" what would',
     ),
+    Key("sampler", _one_of(SAMPLERS), "spawn", "probe by one nvidia-smi a tick, or by its loop"),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

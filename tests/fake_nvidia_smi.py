@@ -38,6 +38,15 @@ one step (tests rewrite it between ticks):
   text, exit 0 (a vGPU guest's licence, tests/test_vgpu.py; a board's RMA packet,
   tests/test_rma.py); a step without it answers ``-q`` as any other call.
 
+- Loop mode (``-l SEC``, ``--loop=SEC``, ``-lms MS``, ``--loop-ms=MS`` with ``--query-gpu``)
+  answers as above once per interval, with no line between two samples, until killed,
+  reading the scenario again before each sample (a test changes it mid-loop): a step's
+  ``"hang"`` stalls the loop that long, an ``"error"`` or a non-zero ``"exit"`` without rows
+  is printed once and ends it with that status, as NVML failing does; a lost GPU is the
+  step's ``"append"`` of ``gpu-is-lost-linux.txt`` beside the others' rows, each sample.
+  ``"loop_ms"`` in the step overrides the interval asked for (tests run fast); the loop ends
+  by itself when its scenario file is gone, or after ``FAKE_NVIDIA_SMI_LOOP_MAX`` s (300).
+
 Each call appends its argv as one JSON line to ``"log"`` when the scenario names one.
 """
 
@@ -99,6 +108,45 @@ def main() -> int:
     if rejected:
         sys.stdout.write(f'Field "{rejected[0]}" is not a valid field to query.\n\n')
         return 2
+    loop = _loop_seconds()
+    if loop is not None:
+        return _loop(step, query, loop)
+    return _answer(step, query)
+
+
+def _loop_seconds() -> float | None:
+    """The interval of loop mode asked for (s), or None: one answer."""
+    args = sys.argv[1:]
+    for flag, scale in (("-lms", 0.001), ("-l", 1.0)):
+        if flag in args[:-1]:
+            return float(args[args.index(flag) + 1]) * scale
+    for prefix, scale in (("--loop-ms=", 0.001), ("--loop=", 1.0)):
+        value = _arg(prefix)
+        if value is not None:
+            return float(value) * scale
+    return None
+
+
+def _loop(step: dict[str, Any], query: list[str], interval: float) -> int:
+    """Loop mode: one answer per interval until killed, the scenario read before each."""
+    end = time.monotonic() + float(os.environ.get("FAKE_NVIDIA_SMI_LOOP_MAX", "300"))
+    while time.monotonic() < end:
+        if "hang" in step:
+            time.sleep(float(step["hang"]))
+        else:
+            code = _answer(step, query)
+            if code and "capture" not in step:
+                return code
+        time.sleep(float(step.get("loop_ms", interval * 1000)) / 1000)
+        try:
+            step = _scenario()
+        except (OSError, ValueError):
+            return 0  # the test is over
+    return 0
+
+
+def _answer(step: dict[str, Any], query: list[str]) -> int:
+    """One answer to ``--query-gpu``, as the step says; its exit status."""
     code = int(step.get("exit", 0))
     out = sys.stdout.buffer
     if "prepend" in step:

@@ -94,3 +94,29 @@ def test_a_child_in_d_state_drains_at_once_and_three_answers_end_it(
     host.tick(2)
     assert host.state["host_problems"] == []
     assert drain.reason(host.state, "", time.time()) == (True, "")
+
+
+def test_a_loop_child_in_d_state_is_driver_hung_at_once(host: Host, frozen: str) -> None:
+    """sampler = "loop": the loop child (not the first spawn) joins the frozen cgroup; it
+    stalls, outlives SIGKILL and is the runner's stuck child: driver_hung at once."""
+    os.unlink(host.smi)
+    _write(
+        host.smi,
+        f'#!/bin/sh\ncase "$*" in *-lms*) echo $$ >{frozen}/tasks;; esac\n'
+        f'FAKE_NVIDIA_SMI_SCENARIO={host.smi}.json exec {FAKE_SMI} "$@"\n',
+    )
+    os.chmod(host.smi, 0o700)
+    host.make_agent(sampler="loop", interval=1.0, probe_timeout=0.5)
+    assert host.agent is not None
+    try:
+        host.tick()
+        end = time.monotonic() + 30
+        while host.probe["state"] != ProbeState.STUCK:
+            assert time.monotonic() < end, host.probe
+            host.tick()
+        assert host.runner is not None and host.runner.stuck is not None
+        kinds = [(p["kind"], p["action"]) for p in host.state["host_problems"]]
+        assert ("driver_hung", "reboot") in kinds
+    finally:
+        _write(os.path.join(frozen, "freezer.state"), "THAWED")
+        host.agent.close()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Outcome", "RunResult", "Runner"]
+__all__ = ["Outcome", "RunResult", "Runner", "spawn"]
 
 _READ_CHUNK = 65536
 # Polling step when the kernel offers no pidfd (only then).
@@ -102,15 +102,7 @@ class Runner:
             raise RuntimeError("a previous child is still running")
         started = self.clock()
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
+            proc = spawn(argv, env)
         except OSError as e:
             return RunResult(Outcome.SPAWN_FAILED, error=e)
         with _Watch(proc, self.wake_fd) as watch:
@@ -154,6 +146,20 @@ class Runner:
                 return why
         self.stuck = proc
         return Outcome.STUCK if why is Outcome.TIMEOUT else why
+
+
+def spawn(argv: list[str], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in the environment ``env`` (None: this process's) in a session of its
+    own (its group is killed as one), stdout and stderr on one pipe; raises ``OSError``."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:

@@ -130,6 +130,11 @@ class Prober:
                 duration=result.duration,
             )
 
+    def read(self, stdout: str) -> ProbeResult:
+        """What ``stdout`` says as an answer of this query that exited 0 (one sample of
+        nvidia-smi's loop): rows, or the failure of an unreadable one."""
+        return replace(self._judge(Outcome.EXITED, 0, stdout, None), fields=self.fields)
+
     def _replace(self, bad: str) -> None:
         fallback = FALLBACKS.get(bad)
         if fallback and fallback not in self._tried_fallbacks:

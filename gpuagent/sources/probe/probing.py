@@ -20,6 +20,7 @@ from gpuagent.config import Config
 from gpuagent.edges.cadence import Cadence
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
+from gpuagent.sources.probe.loop import LoopSampler
 from gpuagent.sources.probe.probe import Prober, ProbeResult
 from gpuagent.sources.probe.smi import HINTS, classify
 from gpuagent.views import BusView, Failure, Gate, ProbeView, Row, plural
@@ -66,6 +67,9 @@ class Probing:
             config.interval, config.interval, config.backoff_after, config.retry_max
         )
         self.prober.configure(config.probe_timeout)
+        # The probe by spawn or by nvidia-smi's loop (sampler).
+        self.sampler = LoopSampler(prober, log)
+        self.sampler.configure(config.sampler, config.interval)
         self._view = ProbeView(fields=prober.fields)
         # nvidia-smi's path as the last tick's gates found it (None: not looked up, or not
         # found): the NVLink reads use the same.
@@ -80,6 +84,7 @@ class Probing:
             config.interval, config.interval, config.backoff_after, config.retry_max
         )
         self.prober.configure(config.probe_timeout)
+        self.sampler.configure(config.sampler, config.interval)
         self.config = config
 
     def expedite(self) -> None:
@@ -110,12 +115,14 @@ class Probing:
         # ticks a stuck child holds the probe off count toward the gap.
         due = self.cadence.due() and self.cadence.start()
         if gate is not None:
+            self.sampler.release()  # no nvidia-smi at all while a gate holds
             state = ProbeState.IDLE if gate is Gate.NO_GPU else ProbeState.GATED
             self._view = replace(self._view, state=state, gate=gate)
         elif self.prober.busy():
             self._view = replace(self._view, state=ProbeState.STUCK, gate=None)
         elif due and path is not None:
-            return self._apply(self.prober.probe(path), bus)
+            result = self.sampler.probe(path)
+            return None if result is None else self._apply(result, bus)
         return None
 
     @property

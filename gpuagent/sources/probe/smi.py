@@ -29,6 +29,7 @@ __all__ = [
     "beside_rows",
     "classify",
     "command",
+    "gpu_error_slot",
     "invalid_field",
     "key",
     "parse",
@@ -155,6 +156,13 @@ _GPU_ERROR = re.compile(
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):\s*(?P<reason>.*\S)\s*$"
 )
 _INFOROM = re.compile(r"^WARNING: infoROM is corrupted at gpu (?P<bus>\S+)\s*$", re.IGNORECASE)
+
+
+def gpu_error_slot(line: str) -> str | None:
+    """The sysfs slot of the GPU a line of nvidia-smi's says it could not answer for
+    (``Unable to determine the device handle for GPU 0000:3B:00.0: GPU is lost``), else None."""
+    m = _GPU_ERROR.match(line.strip())
+    return sysfs_slot(m["bus"]) if m else None
 
 
 def beside_rows(line: str) -> bool:

@@ -14,7 +14,9 @@ from dataclasses import replace
 from gpuagent.config import Config
 from gpuagent.schema import ProbeState
 from gpuagent.sources import EVERY, Findings, Outcome, Source, Unread
+from gpuagent.sources.driver.driver import NvmlLibrary
 from gpuagent.sources.kernel.recurrence import recurring, swaps
+from gpuagent.sources.probe.driverwatch import DriverWatch, read_signs
 from gpuagent.sources.probe.outage import outage
 from gpuagent.sources.probe.probing import Probing
 from gpuagent.sources.probe.samples import Samples
@@ -41,9 +43,13 @@ class Probe(Source):
     def __init__(self, probing: Probing, samples: Samples) -> None:
         self.probing = probing
         self.samples = samples
+        # Whether the driver is being changed, read while nvidia-smi's loop may hold it.
+        self.watch = DriverWatch()
+        self._library: NvmlLibrary | None = None
 
     def reset(self, old: Config, new: Config) -> None:
         """The outage's failure count, the backoff and the samples survive a reload."""
+        self._library = None  # found again, as the driver source does
         self.probing.configure(new)
         self.samples.configure(new.throttle_window, new.throttle_fraction, new.interval)
 
@@ -54,8 +60,19 @@ class Probe(Source):
         """After a reload: the new cap and a look now count."""
         return replace(self._view(), samples=self.samples.view)
 
+    def close(self) -> None:
+        self.probing.sampler.release()
+
     def step(self, tick: Tick) -> Outcome:
         gpus = tick.bus.gpus
+        if tick.config.sampler == "loop":
+            # Before the probe: a loop lets go of the driver in the tick a change shows.
+            if self._library is None:
+                self._library = NvmlLibrary(tick.config.nvml_library)
+            signs = read_signs(
+                tick.config.sysfs_root, self._library, tick.services, tick.bus.module_loaded
+            )
+            self.probing.sampler.hold(self.watch.why(signs))
         answer = self.probing.step(tick.bus)
         findings: dict[str, Findings] = {}
         # No read, no change: what nvidia-smi said of a GPU it cannot answer for now holds as
