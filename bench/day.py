@@ -17,12 +17,12 @@ import logging
 import math
 import sys
 import tempfile
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from bench.sim import scripted_agent
+from gpuagent.compat import tomllib
 from gpuagent.configkeys import ConfigError
 from tests import fakesysfs
 

@@ -355,7 +355,7 @@ def set_modes(binary: str, wanted: dict[str, bool], timeout: float) -> None:
 
 def note(args: argparse.Namespace, identity: str, said: list[str]) -> str:
     """NOTE.md: where and when the outputs were made, and how."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpus = "\n".join(f"    {line}" for line in identity.strip().splitlines())
     return (
         "# nvidia-smi outputs from bench/gpu_experiment.py\n\n"

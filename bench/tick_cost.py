@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from bench.sim import instant_nvidia_smi, make_host
 from gpuagent import state
@@ -45,6 +44,7 @@ from gpuagent.config import Config
 from gpuagent.edges.cadence import every_ticks
 from gpuagent.edges.runner import Runner
 from gpuagent.logs import EventLog
+from gpuagent.metrics import Collector
 from gpuagent.notify import Notifier
 from gpuagent.publish import Textfile
 from gpuagent.sources.bus import pci

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import stat
-import tomllib
 from collections.abc import Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from gpuagent.compat import tomllib
 from gpuagent.configkeys import KEYS, MIN_INTERVAL, ConfigError, Override, check_key
 
 __all__ = [

@@ -10,8 +10,9 @@ module, and the dataclasses module (with inspect) is a sixth of its start.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING
+
+from gpuagent.compat import StrEnum
 
 if TYPE_CHECKING:
     # Annotations only: the schema's classes cost `gpuagent status` 3 ms to make.

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from gpuagent.health import state_rank
 from gpuagent.schema import GpuEntry, ProbeState, ProblemEntry, State
@@ -32,7 +32,14 @@ from gpuagent.sources.nvlink import nvmetrics
 from gpuagent.sources.processes import procmetrics
 from gpuagent.views import Series, Table
 
-__all__ = ["GPU_VALUES", "Exposition", "families", "render", "tables"]
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+else:
+    # prometheus-client 0.9.0 (Ubuntu 22.04) has no Collector base class: a registry takes
+    # any object with collect(), as every release does.
+    Collector = object
+
+__all__ = ["GPU_VALUES", "Collector", "Exposition", "families", "render", "tables"]
 
 _MIB = 1048576
 GPU_LABELS = ("pci_slot", "uuid")

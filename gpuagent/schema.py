@@ -5,8 +5,11 @@ commands read them from here.  Times are Unix time in seconds unless a key says 
 
 # No `from __future__ import annotations`: a string annotation in a TypedDict is compiled into
 # a ForwardRef at import, which was half of this module's import, paid by `gpuagent status`.
-from enum import StrEnum
-from typing import NotRequired, TypedDict
+# Optional keys are a total=False class over a `_...Keys` class of the keys always there:
+# Python 3.10 (Ubuntu 22.04) has no typing.NotRequired.
+from typing import TypedDict
+
+from gpuagent.compat import StrEnum
 
 __all__ = [
     "ClearEntry",
@@ -42,7 +45,17 @@ class ProbeState(StrEnum):
     STUCK = "stuck"
 
 
-class ProblemEntry(TypedDict):
+class _ProblemEntryKeys(TypedDict):
+    """ProblemEntry's keys that are always there."""
+
+    kind: str
+    severity: str
+    action: str
+    message: str
+    since: float
+
+
+class ProblemEntry(_ProblemEntryKeys, total=False):
     """A problem on a GPU or the host: ``severity`` warning or critical, ``action`` one of
     :data:`gpuagent.health.ACTIONS`, ``since`` when it started; ``ends`` how it ends, in the
     journal's words (``ends by itself when nvidia-smi reports the GPU again``, ``after the
@@ -57,20 +70,15 @@ class ProblemEntry(TypedDict):
     since it began.  It holds as last seen until a read shows its cause gone (evidence
     before verdict)."""
 
-    kind: str
-    severity: str
-    action: str
-    message: str
-    since: float
-    ends: NotRequired[str]
-    latches: NotRequired[bool]
-    xid: NotRequired[int]
-    pcie_device: NotRequired[str]
-    cause: NotRequired[str]
-    unit: NotRequired[str]
-    unread_since: NotRequired[float]
-    unread: NotRequired[str]
-    evidence: NotRequired[str]
+    ends: str
+    latches: bool
+    xid: int
+    pcie_device: str
+    cause: str
+    unit: str
+    unread_since: float
+    unread: str
+    evidence: str
 
 
 class XidEntry(TypedDict):
@@ -97,17 +105,22 @@ class SXidEntry(TypedDict):
     fatal: bool
 
 
-class NvlinkEntry(TypedDict):
-    """A GPU's NVLink as last read: ``links`` its links, ``active`` those up, ``inactive``
-    the others' numbers, ``counters`` each link's error counters (``replay``, ``recovery``,
-    ``crc``; None: N/A) by link number; ``stale`` (true, else absent) where that read is not
-    current: nvidia-smi does not report the GPU now, or did not at the last read."""
+class _NvlinkEntryKeys(TypedDict):
+    """NvlinkEntry's keys that are always there."""
 
     links: int
     active: int
     inactive: list[int]
     counters: dict[str, dict[str, int | None]]
-    stale: NotRequired[bool]
+
+
+class NvlinkEntry(_NvlinkEntryKeys, total=False):
+    """A GPU's NVLink as last read: ``links`` its links, ``active`` those up, ``inactive``
+    the others' numbers, ``counters`` each link's error counters (``replay``, ``recovery``,
+    ``crc``; None: N/A) by link number; ``stale`` (true, else absent) where that read is not
+    current: nvidia-smi does not report the GPU now, or did not at the last read."""
+
+    stale: bool
 
 
 class VgpuEntry(TypedDict):
@@ -158,13 +171,8 @@ class ClearEntry(TypedDict):
     at: float
 
 
-class GpuEntry(TypedDict):
-    """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
-    without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
-    critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
-    the GPU has no problem since; ``processes_stale`` (true, else absent) where ``processes``
-    are an earlier read's: nvidia-smi does not report the GPU now, or did not at the last
-    read; ``vgpu`` its licence on a vGPU guest (absent elsewhere)."""
+class _GpuEntryKeys(TypedDict):
+    """GpuEntry's keys that are always there."""
 
     pci_slot: str
     uuid: str | None
@@ -174,17 +182,27 @@ class GpuEntry(TypedDict):
     health: str
     problems: list[ProblemEntry]
     xids: list[XidEntry]
-    nvlink: NotRequired[NvlinkEntry]
-    processes: NotRequired[list[ProcessEntry]]
-    processes_stale: NotRequired[bool]
-    vgpu: NotRequired[VgpuEntry]
-    cleared: NotRequired[ClearEntry]
 
 
 # "class" is a keyword: the functional form.
 PciEntry = TypedDict(
     "PciEntry", {"slot": str, "device_id": str, "class": str, "driver": str | None}
 )
+
+
+class GpuEntry(_GpuEntryKeys, total=False):
+    """One GPU the agent knows: its last sample's ``fields`` by nvidia-smi query field (empty
+    without one), when it was taken, whether it is ``stale``, its ``health`` (ok, warning,
+    critical, unknown), problems and Xid counts; ``cleared`` the last operator's clear while
+    the GPU has no problem since; ``processes_stale`` (true, else absent) where ``processes``
+    are an earlier read's: nvidia-smi does not report the GPU now, or did not at the last
+    read; ``vgpu`` its licence on a vGPU guest (absent elsewhere)."""
+
+    nvlink: NvlinkEntry
+    processes: list[ProcessEntry]
+    processes_stale: bool
+    vgpu: VgpuEntry
+    cleared: ClearEntry
 
 
 class ProbeEntry(TypedDict):
@@ -225,15 +243,8 @@ class RemedyEntry(TypedDict):
     leaves: list[str]
 
 
-class State(TypedDict):
-    """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
-    ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
-    nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
-    earlier boots, this boot only, no earlier boot yet, N earlier boots); ``remedy`` the
-    host's remedy, null when no problem asks for anything (absent in an older agent's
-    state); ``drain`` the config's (:data:`gpuagent.health.DRAIN_MODES`), which the
-    scheduler's hooks read: ``report`` says what would drain and drains nothing (absent in an
-    older agent's state: ``ask``)."""
+class _StateKeys(TypedDict):
+    """State's keys that are always there."""
 
     schema: int
     version: str
@@ -244,8 +255,6 @@ class State(TypedDict):
     interval: float
     exit: Exit | None
     status: str
-    remedy: NotRequired[RemedyEntry | None]
-    drain: NotRequired[str]
     pci: list[PciEntry]
     probe: ProbeEntry
     gpus: list[GpuEntry]
@@ -255,3 +264,17 @@ class State(TypedDict):
     services: dict[str, ServiceEntry]
     problems: dict[str, str]
     history: str
+
+
+class State(_StateKeys, total=False):
+    """The state file.  ``problems`` is the agent's own trouble (``sysfs``, ``journal``,
+    ``config``, ``textfile``, ``internal`` …), by kind; ``missing`` the GPUs bound to nvidia that
+    nvidia-smi does not report; ``history`` what is known of the earlier boots (reading
+    earlier boots, this boot only, no earlier boot yet, N earlier boots); ``remedy`` the
+    host's remedy, null when no problem asks for anything (absent in an older agent's
+    state); ``drain`` the config's (:data:`gpuagent.health.DRAIN_MODES`), which the
+    scheduler's hooks read: ``report`` says what would drain and drains nothing (absent in an
+    older agent's state: ``ask``)."""
+
+    remedy: RemedyEntry | None
+    drain: str

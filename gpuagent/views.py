@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
+from gpuagent.compat import StrEnum
 from gpuagent.edges.systemd.unitname import Owner
 from gpuagent.health import ACTIONS, CRITICAL, SEVERITIES, WARNING, Health, Rank, named, rank
 from gpuagent.schema import ProbeState, Value

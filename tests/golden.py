@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import socket
-import tomllib
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ import pytest
 
 import gpuagent
 from gpuagent import config
+from gpuagent.compat import tomllib
 from gpuagent.daemon import Daemon
 from gpuagent.logs import EventLog
 from gpuagent.notify import Notifier

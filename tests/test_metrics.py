@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest, parser
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from gpuagent import metrics
 from gpuagent.config import Config
 from gpuagent.daemon import Daemon
 from gpuagent.logs import Event, EventLog
+from gpuagent.metrics import Collector
 from gpuagent.publish import Textfile
 from gpuagent.schema import ProbeState, State
 from gpuagent.sources.bus.pciaddr import sysfs_slot

@@ -17,7 +17,8 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
+
+from gpuagent.compat import StrEnum
 
 __all__ = ["Outcome", "RunResult", "Runner", "spawn"]
 

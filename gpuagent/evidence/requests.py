@@ -9,9 +9,9 @@ following a symlink and everything in it is removed, whatever it is, so that the
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable
 
+from gpuagent.compat import rmtree_at
 from gpuagent.evidence import plan
 from gpuagent.evidence.store import Store
 
@@ -35,7 +35,7 @@ def take(directory: str = DIRECTORY) -> list[str]:
             try:
                 os.unlink(name, dir_fd=fd)
             except IsADirectoryError:
-                shutil.rmtree(name, dir_fd=fd)
+                rmtree_at(name, fd)
             except FileNotFoundError:
                 continue
         return sorted(names)

@@ -15,11 +15,11 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
 import time
 from collections.abc import Iterator
 
+from gpuagent.compat import rmtree_at
 from gpuagent.edges import safefile
 from gpuagent.evidence import plan
 
@@ -108,7 +108,7 @@ class Store:
             raise FileExistsError(errno.EEXIST, "a bundle of this name exists", name)
         partial = _PARTIAL + name
         with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(partial, dir_fd=self.fd)
+            rmtree_at(partial, self.fd)
         os.mkdir(partial, 0o700, dir_fd=self.fd)
         return os.open(partial, _DIRECTORY, dir_fd=self.fd)
 
@@ -119,7 +119,7 @@ class Store:
             os.rename(_PARTIAL + name, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             dropped = plan.to_drop(self.bundles(), name, max_count, max_bytes)
             for old in dropped:
-                shutil.rmtree(old, dir_fd=self.fd)
+                rmtree_at(old, self.fd)
             self._sweep(time.time())
         return dropped
 
@@ -128,7 +128,7 @@ class Store:
             if entry.startswith(_PARTIAL):
                 st = os.stat(entry, dir_fd=self.fd, follow_symlinks=False)
                 if now - st.st_mtime > _STALE:
-                    shutil.rmtree(entry, dir_fd=self.fd)
+                    rmtree_at(entry, self.fd)
 
     def remove_all(self) -> list[str]:
         """Remove every bundle, partial one and the ledger; returns the bundles' names."""
@@ -136,7 +136,7 @@ class Store:
             gone = []
             for entry in os.listdir(self.fd):
                 if plan.is_bundle(entry) or entry.startswith(_PARTIAL):
-                    shutil.rmtree(entry, dir_fd=self.fd)
+                    rmtree_at(entry, self.fd)
                     gone += [entry] if plan.is_bundle(entry) else []
                 elif entry == LEDGER:
                     os.unlink(entry, dir_fd=self.fd)

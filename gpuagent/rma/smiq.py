@@ -80,7 +80,8 @@ def parse(text: str) -> Board:
         if not colon or not value.strip():
             stack.append((indent, stripped))  # a section's line ("Remapped Rows")
             continue
-        values[(*(name for _, name in stack), key.strip())] = value.strip()
+        path = (*(name for _, name in stack), key.strip())
+        values[path] = value.strip()
     if slot is None:
         raise ValueError("no GPU in the answer (no 'GPU 00000000:18:00.0' line)")
     return _board(slot, values)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 
+from gpuagent.compat import tomllib
 from gpuagent.config import Config, from_mapping
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,5 +1,5 @@
 """The system bus, one connection to it: connect, call with a timeout, and say in one line
-what failed (jeepney, blocking; only the API jeepney 0.8 and 0.9 share).
+what failed (jeepney, blocking; only the API jeepney 0.7 to 0.9 share).
 
 :class:`Connection` makes the connection when first asked and keeps it until :meth:`close`;
 what the bus does comes out as :class:`NotWatched` (no socket at all), :class:`Failed` (the
@@ -113,6 +113,7 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), where)
     from jeepney import HeaderFields, Message  # noqa: PLC0415
     from jeepney.io.blocking import DBusConnection, prep_socket  # noqa: PLC0415
+    from jeepney.wrappers import unwrap_msg  # noqa: PLC0415
 
     class _Connection(DBusConnection):  # type: ignore[misc]
         # Every read goes through _next (see the module's docstring): receive,
@@ -171,7 +172,13 @@ def system_bus(timeout: float = DEFAULT_TIMEOUT, address: str | None = None) -> 
             if not isinstance(got, wire.Skipped):
                 self._route(got)
 
-        def send_and_get_reply(self, message: Any, *, timeout: float | None = None) -> Any:
+        def send_and_get_reply(
+            self, message: Any, *, timeout: float | None = None, unwrap: bool = False
+        ) -> Any:
+            # unwrap: jeepney 0.7 (Ubuntu 22.04) says Hello through its Proxy, which asks
+            # for the body (an error reply raised); 0.8 and later unwrap in the Proxy.
+            if unwrap:
+                return unwrap_msg(self.send_and_get_reply(message, timeout=timeout))
             deadline = _deadline(timeout or self._timeout)
             serial = next(self.outgoing_serial)
             self._awaited = serial

@@ -30,9 +30,9 @@ messages, anyone's, skipped or not: a flood leaves the rest to the next read).
 jeepney is pure Python and blocking here (:mod:`gpuagent.edges.systemd.sysbus`); every call has a
 timeout, the connection's own ``Hello`` included, and taking the signals in never waits; ``ping``
 (the watchdog's) is called before each call and between the messages taken in, so a systemd slow to
-answer (each call up to the timeout) never starves the watchdog.  Works with jeepney 0.8 (Debian 12)
-and 0.9 (Debian 13): only the API the two share is used (no ``unwrap=``, no ``router``; ``filter``
-and ``recv_messages``).
+answer (each call up to the timeout) never starves the watchdog.  Works with jeepney 0.7 (Ubuntu
+22.04), 0.8 (Debian 12) and 0.9 (Debian 13): only the API they share is used (no ``router``;
+``filter`` and ``recv_messages``).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any, cast
 
+from gpuagent.compat import StrEnum
 from gpuagent.edges.systemd import unitsignals
 from gpuagent.edges.systemd.sysbus import (
     DEFAULT_TIMEOUT,

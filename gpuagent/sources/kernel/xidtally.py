@@ -146,7 +146,7 @@ class Tally:
         info = assess(xid)
         if self.on_xid is not None:
             self.on_xid(time, xid)
-        self._latest["xid", *key] = self.seq
+        self._latest[("xid", key[0], key[1])] = self.seq
         old = self.xids.get(key)
         if old is None:
             self.xids[key] = XidCount(xid.code, 1, time, time, info, xid.text, xid.pid, xid.process)

@@ -15,8 +15,8 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from gpuagent.compat import StrEnum
 from gpuagent.health import CRITICAL, WARNING
 from gpuagent.sources.bus.pciaddr import sysfs_slot
 from gpuagent.untrusted import whole
