@@ -445,9 +445,12 @@ echo "rc $?"
 """
 
 
-def nhc(tmp: str, st: State) -> subprocess.CompletedProcess[str]:
-    """NHC's check (with the stand-in ``die``) run over ``st``, through the real CLI."""
+def nhc(tmp: str, st: State, extra: str = "") -> subprocess.CompletedProcess[str]:
+    """NHC's check (with the stand-in ``die``) run over ``st``, through the real CLI, its
+    config file ending in ``extra``."""
     conf = write_state(tmp, st)
+    with open(conf, "a") as f:
+        f.write(extra)
     command = os.path.join(tmp, "gpuagent")
     with open(command, "w") as f:
         f.write(
@@ -486,6 +489,26 @@ def test_nhc_check(tmp_path: str, made: Callable[[], State], said: str | None) -
         assert proc.stdout.endswith("rc 0\n")
     else:
         assert proc.stdout == said
+
+
+@pytest.mark.parametrize(
+    ("made", "said"),
+    [
+        (lambda: sick(at=time.time()), f"die 1: {REASON}\nrc 1\n"),
+        (lambda: healthy(time.time()), "rc 0\n"),
+    ],
+    ids=["critical", "healthy"],
+)
+def test_nhc_check_logs_a_config_warning_and_never_fails_on_it(
+    tmp_path: str, made: Callable[[], State], said: str
+) -> None:
+    """gpuagent's warning about its own config goes to standard error, which the check
+    captures: it is logged, and the node fails on the GPU's reason alone."""
+    proc = nhc(str(tmp_path), made(), extra="bogus_key = 1\n")
+    warned, rest = proc.stdout.split("\n", 1)
+    assert warned.startswith("log: check_gpuagent: gpuagent: warning: ")
+    assert "bogus_key" in warned
+    assert rest == said
 
 
 def test_the_slurm_wrapper_runs_slurm_check() -> None:
