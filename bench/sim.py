@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -16,11 +17,13 @@ from bench.nvml import Starts
 from gpuagent.agent import Agent
 from gpuagent.config import Config
 from gpuagent.configkeys import check_key
+from gpuagent.edges.loopchild import LoopChild
 from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import EventLog
 from gpuagent.sources.board import serials
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.smi import FIELDS
+from gpuagent.sources.probe.source import Probe
 from tests import fakesysfs, replay
 from tests.fake_units import FakeUnits
 from tests.fakehost import H200_LOAD, MISMATCH, quiet_journal
@@ -142,6 +145,10 @@ class ScriptedRunner(Runner):
     def run(self, argv: list[str], env: dict[str, str] | None) -> RunResult:
         self.spawns += 1
         self.starts.started(argv)
+        return self.answer(argv)
+
+    def answer(self, argv: list[str]) -> RunResult:
+        """What a run of ``argv`` returns now, counting nothing."""
         if argv[1:2] == ["nvlink"] and self.step in ("healthy", "missing_gpu"):
             # A PCIe host's: drivers before 595 print nothing for a GPU without NVLink.
             return self._links[argv[2]]
@@ -155,6 +162,62 @@ class ScriptedRunner(Runner):
         ):
             return self._apps  # a process on each GPU
         return self._answers[self.step]
+
+
+class ScriptedLoop(LoopChild):
+    """A :class:`LoopChild` whose child is ``runner``'s script in nvidia-smi's loop mode: from
+    its start it "prints" one sample per ``-lms`` interval elapsed on ``clock`` (the first at
+    once), each what ``runner`` answers its query then.  An answer that is an error is printed
+    and ends the loop with its status, a timeout is a loop that stalls, an overflow a line too
+    long.  A start counts one spawn and one NVML start in ``runner``."""
+
+    def __init__(self, runner: ScriptedRunner, clock: Callable[[], float]) -> None:
+        super().__init__(clock=clock)
+        self.runner = runner
+        self._argv: list[str] = []
+        self._period = 1.0
+        self._started = 0.0
+        self._printed = 0
+        self._code: int | None = None
+        self._on = False
+
+    @property
+    def running(self) -> bool:
+        return self._on
+
+    def start(self, argv: list[str], env: dict[str, str] | None) -> OSError | None:
+        self.runner.spawns += 1
+        self.runner.starts.started(argv)
+        self.overflowed, self._on, self._code = False, True, None
+        self._argv = argv[: argv.index("-lms")]
+        self._period = int(argv[argv.index("-lms") + 1]) / 1000
+        self._started, self._printed = self.clock(), 0
+        return None
+
+    def lines(self) -> list[str]:
+        if not self._on or self._code is not None:
+            return []
+        due = int((self.clock() - self._started) // self._period) + 1
+        out: list[str] = []
+        while self._printed < due and self._code is None:
+            self._printed += 1
+            answer = self.runner.answer(self._argv)
+            if answer.outcome is Outcome.TIMEOUT:
+                break  # stalled: prints nothing more
+            if answer.outcome is Outcome.OVERFLOW:
+                self.overflowed = True
+                break
+            out += answer.stdout.splitlines()
+            if answer.exit_code != 0:
+                self._code = answer.exit_code
+        return out[-self.keep :]
+
+    def exit_code(self) -> int | None:
+        return self._code if self._on else None
+
+    def stop(self, grace: float) -> subprocess.Popen[bytes] | None:
+        self._on = False
+        return None
 
 
 class CountingHandler(logging.Handler):
@@ -205,12 +268,14 @@ def scripted_agent(
     :class:`ScriptedRunner`'s; ``settings`` config keys by name, as a config file gives
     them (``{"nvlink_interval": 30}``).  Raises ConfigError naming a bad key or value."""
     runner = ScriptedRunner(slots=slots, nvlink=nvlink)
+    clock = FakeClock()
+    # The loop sampler's stall and its kill grace on the fake clock, as its child's samples.
+    runner.clock = clock
     counter = CountingHandler()
     logger = logging.getLogger(f"bench.{id(runner)}")
     logger.handlers[:] = [counter]
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
-    clock = FakeClock()
     cfg = Config(
         interval=interval,
         sysfs_root=root,
@@ -230,4 +295,6 @@ def scripted_agent(
         which=which or (lambda name: smi),
         units=FakeUnits,
     )
+    # nvidia-smi's loop (sampler = "loop") is the script too, on the fake clock.
+    agent.source(Probe).probing.sampler.child = ScriptedLoop(runner, clock)
     return Sim(agent, runner, counter, clock, log)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench import day
 from bench.nvml import Starts, kind
 from gpuagent.sources.board import serials
 from gpuagent.sources.nvlink import nvlink
@@ -52,3 +53,24 @@ def test_a_long_lived_child_is_one_start_however_long_it_prints() -> None:
         starts.started([SMI, *apps.ARGS])
     assert starts.by_kind == {"probe --query-gpu loop": 1, "--query-compute-apps": 3}
     assert starts.total == 4
+
+
+def test_a_simulated_loop_is_one_probe_start_and_the_processes_once_a_minute() -> None:
+    loop = day.run("healthy 8-GPU host", 720, {"sampler": "loop"})
+    assert (loop.starts["probe --query-gpu"], loop.starts["probe --query-gpu loop"]) == (1, 1)
+    assert loop.steady["probe --query-gpu loop"] == loop.steady["probe --query-gpu"] == 0
+    assert loop.steady["--query-compute-apps"] / loop.steady_minutes == 1.0
+    assert loop.info == 0
+
+
+@pytest.mark.parametrize("name", ["failing (exit 18)", "driver-upgrade outage"])
+def test_a_simulated_loop_keeps_the_situations_verdicts(name: str) -> None:
+    spawn, loop = (day.run(name, 720, {"sampler": s}) for s in ("spawn", "loop"))
+    assert loop.warn == spawn.warn
+    if name.startswith("failing"):
+        # No answer, no loop: the same spawns and lines.
+        assert (loop.spawns, loop.info) == (spawn.spawns, spawn.info)
+    else:
+        # The loop's stop for the module going and its start once the driver settled.
+        assert loop.info == spawn.info + 2
+        assert loop.starts["probe --query-gpu loop"] == 2

@@ -18,11 +18,14 @@ from gpuagent.edges.systemd.units import PidResult, UnitProcess, Watch
 from gpuagent.logs import Event
 from gpuagent.schema import GpuEntry, State
 from gpuagent.sources.processes.owners import Owners, source_words
+from gpuagent.sources.victims.rule import WINDOW
 from gpuagent.views import Seen
 from tests import replay, test_kernlog
 from tests.conftest import Host
 from tests.fake_units import FakeUnits
+from tests.test_kernlog import append
 from tests.test_metrics import series
+from tests.test_victims import kernel_entry
 
 make = test_kernlog.make
 DOCKER = "3f4e5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f"
@@ -552,3 +555,48 @@ def test_owners_stop_asking_after_a_failure_until_the_next_read() -> None:
     assert lookup.asked == [1, 1, 2, 3]
     assert owners.error is None
     assert {s.owner for s in out.values()} == {Owner("unknown")}
+
+
+def test_under_the_loop_sampler_the_read_is_once_a_minute(host: Host) -> None:
+    # A 20 s tick: once a minute is every third tick (spawn mode reads every tick).
+    host.healthy(loop_ms=20)
+    host.make_agent(sampler="loop", interval=20.0)
+    try:
+        host.tick(7)
+        assert host.apps_spawns == 3
+        host.make_agent(sampler="loop", interval=20.0, processes_interval=20.0)
+        before = host.apps_spawns
+        host.tick(3)
+        assert host.apps_spawns - before == 3  # a set processes_interval holds
+    finally:
+        assert host.agent is not None
+        host.agent.close()
+
+
+def test_under_the_loop_sampler_a_critical_xid_reads_at_once_for_its_victims(
+    host: Host, make: Any
+) -> None:
+    slot = host.slots[0]
+    busy(host, {"slot": slot, "pid": 901, "name": "trainer", "mib": 1024}, loop_ms=20)
+    journal = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
+    clock = [time.time()]
+    host.make_agent(sampler="loop", interval=20.0, journal_directory=journal, wall=lambda: clock[0])
+    try:
+        host.tick(2)
+        assert host.apps_spawns == 1
+        # A job started since the last read; the GPU falls off the bus.
+        busy(host, {"slot": slot, "pid": 907, "name": "late", "mib": 1024}, loop_ms=20)
+        at = clock[0] + 1
+        dev = slot.rpartition(".")[0]
+        append(journal, kernel_entry(at, f"NVRM: Xid (PCI:{dev}): 79, GPU has fallen off the bus."))
+        clock[0] = at + 2
+        host.tick(1)
+        assert host.apps_spawns == 2  # at once, not on the third tick
+        clock[0] = at + WINDOW + 1
+        host.tick(1)
+        (told,) = host.events(Event.FAULT_VICTIMS)
+        assert "pid 907 late (on the GPU" in told.getMessage()
+        assert "901" not in told.getMessage()
+    finally:
+        assert host.agent is not None
+        host.agent.close()

@@ -1,8 +1,9 @@
 """The processes source: who is on each GPU, and in which systemd unit.
 
-After a successful probe, every ``processes_interval`` (in whole ticks; unset: every tick),
-one ``nvidia-smi --query-compute-apps`` runs through the probe's runner (its own process
-group, its timeout); a failing read is retried on its
+After a successful probe, every ``processes_interval`` (in whole ticks; unset: every tick,
+or once a minute and on a tick that hears a critical Xid under ``sampler = "loop"``), one
+``nvidia-smi --query-compute-apps`` runs through the probe's runner (its own process group,
+its timeout); a failing read is retried on its
 :class:`~gpuagent.edges.cadence.Cadence`'s backoff, counted in reads, and an outage is one
 warning and its end one line.  Lines that are no process are one warning
 while reads keep having them (again after a read without any).  Each process's name comes
@@ -27,6 +28,7 @@ from gpuagent.config import Config
 from gpuagent.edges import smirun
 from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
+from gpuagent.health import CRITICAL
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources import Outcome, Source, partial
@@ -35,15 +37,20 @@ from gpuagent.sources.processes import apps, comm
 from gpuagent.sources.processes.owners import Owners, PidLookup
 from gpuagent.views import ProcessesView, ProcessView, Row, Tick
 
-__all__ = ["ProcessesSource"]
+__all__ = ["LOOP_PERIOD", "ProcessesSource"]
 
 _LINE_CHARS = 300
+# The read's period (s) under nvidia-smi's loop with processes_interval unset: once a minute
+# (docs/sampler.md), and at once on a tick that hears a critical Xid.
+LOOP_PERIOD = 60.0
 
 
 def _cadence(config: Config) -> tuple[float, float, int, float]:
-    """The read's period (``processes_interval``; unset or below a tick: every tick), the
-    tick, the failures before the backoff and the longest gap."""
-    period = max(config.processes_interval or config.interval, config.interval)
+    """The read's period (``processes_interval``; unset: every tick, :data:`LOOP_PERIOD`
+    under ``sampler = "loop"``; below a tick: every tick), the tick, the failures before the
+    backoff and the longest gap."""
+    unset = LOOP_PERIOD if config.sampler == "loop" else config.interval
+    period = max(config.processes_interval or unset, config.interval)
     return period, config.interval, config.backoff_after, config.retry_max
 
 
@@ -58,6 +65,7 @@ class ProcessesSource(Source):
         self.cadence = Cadence(*_cadence(config))
         self.owners = Owners(lookup)
         self.proc_root = config.proc_root
+        self.on_fault = config.sampler == "loop"
         self._unreadable: Condition[str] = Condition()
         self._bus: Condition[str] = Condition()
         self._view = ProcessesView()
@@ -69,6 +77,7 @@ class ProcessesSource(Source):
         config = new
         self.cadence.configure(*_cadence(config))
         self.proc_root = config.proc_root
+        self.on_fault = config.sampler == "loop"
 
     def expedite(self) -> None:
         """Read on the next tick, whatever the cadence and the backoff had counted."""
@@ -83,6 +92,9 @@ class ProcessesSource(Source):
         if probe.gate is not None or probe.state is not ProbeState.OK:
             self.forget()
             return Outcome(self._view)
+        if self.on_fault and any(h.severity == CRITICAL for h in tick.kernel.heard):
+            # The victims source, next, names who was on the faulted GPU: read them now.
+            self.cadence.expedite()
         # A GPU missing from the answer stops only its own read: the others go on.  One the
         # answer left out for any reason (gone from the bus too) has no current processes.
         samples = probe.samples
