@@ -18,7 +18,7 @@ class Colour(StrEnum):
 def test_a_member_is_its_value_in_every_spelling() -> None:
     assert (str(Colour.RED), f"{Colour.RED}", f"{Colour.RED:>5}") == ("red", "red", "  red")
     red: str = "red"
-    assert Colour.RED == red and json.dumps([Colour.RED]) == '["red"]'
+    assert red == Colour.RED and json.dumps([Colour.RED]) == '["red"]'
     assert Colour("red") is Colour.RED
 
 
