@@ -142,9 +142,9 @@ class EarlierBoots:
         lasts: Callable[[], bool] = lambda: False,
     ) -> None:
         self.done = False
-        # Whether the journal is kept across boots, asked once the read is done.
+        # Whether the journal is kept across boots: asked once, when the read is done (it reads
+        # journald's config), and that answer kept (_finish).
         self._lasts = lasts
-        self._kept_across = False
         self._directory = directory
         self._levels = tuple(driver_levels() if levels is None else levels)
         self._open_reader, self._this_boot, self._clock = open_reader, this_boot, clock
@@ -189,7 +189,7 @@ class EarlierBoots:
         if n:
             said = f"{n} earlier boot{'s' if n > 1 else ''}"
         else:
-            said = "no earlier boot yet" if self._kept_across else "this boot only"
+            said = "no earlier boot yet" if self._lasts() else "this boot only"
         if self.damaged:
             said += (
                 "; a damaged journal file was met: the entries after it were read from the "
@@ -318,7 +318,8 @@ class EarlierBoots:
     def _finish(self, *, keep: bool) -> None:
         """The read is done; with ``keep``, what it read is kept for the next start."""
         self.done = True
-        self._kept_across = self._lasts()
+        kept_across = self._lasts()
+        self._lasts = lambda: kept_across
         if self._reader is not None:
             with contextlib.suppress(OSError):
                 self._reader.close()
