@@ -23,14 +23,7 @@ from gpuagent.sources.kernel.xidtally import Caps, InitCount, Tally
 from gpuagent.sources.kernel.xidwindow import Bursts
 from gpuagent.views import Finding, SXidCount, XidCount, XidHeard, XidInfo
 
-__all__ = [
-    "MAX_CODES",
-    "MAX_STRAYS",
-    "Attribute",
-    "First",
-    "XidCounter",
-    "finding",
-]
+__all__ = ["MAX_CODES", "MAX_STRAYS", "Attribute", "First", "XidCounter", "finding"]
 
 # What one boot may hold, however many records a flood brings: the devices (and NVSwitches)
 # that are no GPU the agent knows of, and the codes of any one device.  Past either, a
