@@ -79,7 +79,7 @@ class Event(Enum):
     BOARD_UUID_INCONSISTENT = "20d49336a42a4aed9f520b0348791015"
     WEAR_READ_FAILED = "64bfa69231ca4e228da10c72899114e6"
     WEAR_READ_RECOVERED = "18c3e3962c074328b54bdd2ab155c0b3"
-    # A board's wear counters at its first answer a boot, each a field of its own: once a boot.
+    # The boards' wear counters at their first answer a boot, in WEAR_BOARDS: once a boot.
     WEAR_RECORDED = "adfdf3f1761c45ffbee2b3865eb27067"
 
     PROBLEM_LOST = "a6c5d15b39824dc594ffb44e6910ec28"

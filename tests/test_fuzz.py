@@ -6,6 +6,7 @@ examples every run) and bounded (a few hundred examples a target, well under 20 
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, seed, settings
@@ -18,7 +19,7 @@ from gpuagent.sources.nvlink import nvlink
 from gpuagent.sources.probe import smi
 from gpuagent.sources.retention import judge
 from gpuagent.sources.vgpu import licence
-from gpuagent.sources.wear import counters
+from gpuagent.sources.wear import boards, counters
 from gpuagent.untrusted import capped, printable, whole
 
 BOUNDED = settings(
@@ -114,12 +115,28 @@ def test_nvlink(text: str) -> None:
     nvlink.parse_counters(text)
 
 
+# JSON of what a WEAR_BOARDS value holds: lists of objects with its keys and others.
+_KEYS = st.sampled_from(["pci_slot", "gpu_uuid", "serial", "remapped_rows_correctable", "x"])
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
+    lambda inner: st.lists(inner) | st.dictionaries(_KEYS, inner),
+)
+
+
 @seed(40)
 @BOUNDED
 @given(TEXT)
 def test_wear_counters(text: str) -> None:
     with contextlib.suppress(ValueError):
         counters.parse(text, ("remapped_rows.correctable",))
+
+
+@seed(40)
+@BOUNDED
+@given(st.one_of(TEXT, _JSON.map(json.dumps)))
+def test_wear_boards(text: str) -> None:
+    # A record's WEAR_BOARDS: anyone may log one; its boards or none, never an error.
+    assert all(b.counts for b in boards.read(text))
 
 
 @seed(40)

@@ -27,7 +27,7 @@ from tests.test_kernel import FELL_OFF
 from tests.test_kernel import UUID as FELL_OFF_UUID
 from tests.test_kernlog import append, make
 from tests.test_timeline import EARLIER, agent_line
-from tests.test_wear import wear_record
+from tests.test_wear import wear_boards_record
 
 __all__ = ["make"]  # the fixture
 
@@ -242,7 +242,8 @@ def test_the_packet_end_to_end(host: Host, make: Any, tmp_path: str) -> None:
     fields = {"PCI_SLOT": slot, "GPU_UUID": uuid, "PROBLEM": "pcie_error"}
     fields |= {"SEVERITY": "critical", "ACTION": "drain_and_reset"}
     append(journal, agent_line(AFTER, Event.PROBLEM_PCIE_ERROR, **fields))
-    append(journal, wear_record(this_boot(), AFTER + 1, slot, uuid, remapped_rows_correctable=12))
+    wore = {slot: (uuid, {"remapped_rows_correctable": 12})}
+    append(journal, wear_boards_record(this_boot(), AFTER + 1, wore))
     # Derived from the H100 capture: this board's slot, UUID and serial, its failure flag set.
     query = capture(H100).replace("GPU 00000000:00:09.0", f"GPU 0000{slot}")
     query = query.replace("GPU-00000000-0000-0000-0000-000000000000", uuid)

@@ -20,7 +20,9 @@ from gpuagent.edges.runner import Outcome, Runner, RunResult
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources.kernel import timeline
-from gpuagent.sources.wear import counters, trend
+from gpuagent.sources.wear import boards, counters, trend
+from gpuagent.sources.wear.boards import Board
+from gpuagent.sources.wear.counters import Counters
 from gpuagent.sources.wear.recorded import Recorded
 from gpuagent.sources.wear.source import MISSES, WearSource
 from gpuagent.views import BusView, KernelView, PciGpu, ProbeView, SamplesView, Tick
@@ -221,13 +223,26 @@ def test_a_bad_file_is_one_warning(tmp_path: str, data: object) -> None:
 
 
 def wear_record(boot: str, at: float, slot: str, uuid: str, **counts: int) -> bytes:
-    """The agent's wear record as the journal stores it."""
+    """An agent's wear record before 0.9.0 (one a board) as the journal stores it."""
     fields = {"PCI_SLOT": slot, "GPU_UUID": uuid, **{k.upper(): str(v) for k, v in counts.items()}}
     message = {"MESSAGE": "wear at its first answer this boot"}
     return agent_line(boot, at, Event.WEAR_RECORDED, {**fields, **message})
 
 
-def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
+def wear_boards_record(boot: str, at: float, wore: Mapping[str, tuple[str, Counters]]) -> bytes:
+    """The agent's wear record of a read (boards by slot: UUID, counters) as the journal
+    stores it."""
+    (said, value), *_ = boards.records([Board(s, u, None, c) for s, (u, c) in wore.items()])
+    fields = {"MESSAGE": said, boards.FIELD: value}
+    return agent_line(boot, at, Event.WEAR_RECORDED, fields)
+
+
+def boards_of(record: logging.LogRecord) -> dict[str, dict[str, Any]]:
+    """The boards a wear record names, by slot, as its WEAR_BOARDS says."""
+    return {b["pci_slot"]: b for b in json.loads(getattr(record, boards.FIELD))}
+
+
+def test_recorded_once_a_boot_in_one_record(host: Host) -> None:
     state = os.path.join(host.dir, "state")
     os.makedirs(state)
     slot = host.slots[0]
@@ -235,22 +250,27 @@ def test_recorded_once_a_boot_with_each_counter_a_field(host: Host) -> None:
     host.make_agent(state_directory=state)
     host.tick(3)
     assert host.wear_spawns == 1
-    lines = host.events(Event.WEAR_RECORDED)
-    assert len(lines) == len(host.slots)
-    line = next(r for r in lines if getattr(r, "PCI_SLOT", None) == slot)
+    (line,) = host.events(Event.WEAR_RECORDED)
     assert line.getMessage() == (
-        f"GPU {slot}: wear at its first answer this boot: rows remapped (correctable) 12, rows "
-        "remapped (uncorrectable) 0, uncorrected ECC errors (lifetime) 0"
+        f"wear of {len(host.slots)} GPUs recorded: {slot} rows remapped (correctable) 12"
     )
-    fields = ("GPU_UUID", "REMAPPED_ROWS_CORRECTABLE", "REMAPPED_ROWS_UNCORRECTABLE")
-    assert [getattr(line, k, None) for k in fields] == [replay.gpu_uuid(slot), "12", "0"]
-    assert getattr(line, "ECC_UNCORRECTED_AGGREGATE", None) == "0"
-    assert getattr(line, "SERIAL", None) == "1320221034567"
-    assert not hasattr(line, "RETIRED_PAGES_SBE")  # [N/A] on an H200
+    assert not hasattr(line, "PCI_SLOT") and not hasattr(line, "REMAPPED_ROWS_CORRECTABLE")
+    wore = boards_of(line)
+    assert sorted(wore) == sorted(host.slots)
+    assert wore[slot] == {
+        "pci_slot": slot,
+        "gpu_uuid": replay.gpu_uuid(slot),
+        "serial": "1320221034567",
+        "remapped_rows_correctable": 12,
+        "remapped_rows_uncorrectable": 0,
+        "ecc_uncorrected_aggregate": 0,  # no retired_pages_*: [N/A] on an H200
+    }
+    # Short of journalctl -o json's 4096 bytes, above which it shows null without --all.
+    assert len(getattr(line, boards.FIELD)) < 4096
     # A restart in the same boot neither reads nor records again.
     host.make_agent(state_directory=state)
     host.tick(3)
-    assert host.wear_spawns == 1 and len(host.events(Event.WEAR_RECORDED)) == len(host.slots)
+    assert host.wear_spawns == 1 and len(host.events(Event.WEAR_RECORDED)) == 1
 
 
 def test_a_hand_run_records_nothing(host: Host) -> None:
@@ -267,9 +287,10 @@ def test_a_field_the_driver_rejects_is_asked_without(host: Host) -> None:
     host.make_agent(state_directory=state)
     host.tick(3)
     assert host.wear_spawns == 2 and host.events(Event.WEAR_READ_FAILED) == []
-    line = host.events(Event.WEAR_RECORDED)[0]
-    assert not hasattr(line, "REMAPPED_ROWS_CORRECTABLE")
-    assert getattr(line, "REMAPPED_ROWS_UNCORRECTABLE", None) == "0"
+    (line,) = host.events(Event.WEAR_RECORDED)
+    board = boards_of(line)[host.slots[0]]
+    assert "remapped_rows_correctable" not in board
+    assert board["remapped_rows_uncorrectable"] == 0
 
 
 def test_a_cell_nvidia_smi_could_not_read_leaves_that_counter_out(host: Host) -> None:
@@ -279,10 +300,11 @@ def test_a_cell_nvidia_smi_could_not_read_leaves_that_counter_out(host: Host) ->
     host.make_agent(state_directory=state)
     host.tick(3)
     assert host.events(Event.WEAR_READ_FAILED) == []
-    lines = {getattr(r, "PCI_SLOT", None): r for r in host.events(Event.WEAR_RECORDED)}
-    assert len(lines) == len(host.slots)  # the others' records are whole
-    assert not hasattr(lines[host.slots[0]], "REMAPPED_ROWS_CORRECTABLE")
-    assert getattr(lines[host.slots[1]], "REMAPPED_ROWS_CORRECTABLE", None) == "0"
+    (line,) = host.events(Event.WEAR_RECORDED)
+    wore = boards_of(line)
+    assert len(wore) == len(host.slots)  # the others' counters are whole
+    assert "remapped_rows_correctable" not in wore[host.slots[0]]
+    assert wore[host.slots[1]]["remapped_rows_correctable"] == 0
 
 
 def test_a_failing_read_is_one_warning_and_sampling_goes_on(host: Host) -> None:
@@ -304,7 +326,18 @@ def test_a_failing_read_is_one_warning_and_sampling_goes_on(host: Host) -> None:
     host.tick(20)
     (back,) = host.events(Event.WEAR_READ_RECOVERED)
     assert back.getMessage() == "boards' wear read again"
-    assert len(host.events(Event.WEAR_RECORDED)) == len(host.slots)
+    (line,) = host.events(Event.WEAR_RECORDED)
+    assert len(boards_of(line)) == len(host.slots)
+
+
+def test_no_record_where_no_board_offers_a_counter(host: Host) -> None:
+    state = os.path.join(host.dir, "state")
+    os.makedirs(state)
+    none = dict.fromkeys(counters.FIELDS, "[N/A]")
+    host.healthy(override=dict.fromkeys(host.slots, none))
+    host.make_agent(state_directory=state)
+    host.tick(3)
+    assert host.wear_spawns == 1 and host.events(Event.WEAR_RECORDED) == []
 
 
 def test_wear_grown_in_each_of_the_last_two_boots(host: Host, make: Any) -> None:
@@ -313,6 +346,7 @@ def test_wear_grown_in_each_of_the_last_two_boots(host: Host, make: Any) -> None
     slot, other = host.slots[0], host.slots[1]
     sick, well = replay.gpu_uuid(slot), replay.gpu_uuid(other)
     journal = make(f"kernel: boot A\n#@boot {B}\nkernel: boot B\n", boot=A)
+    # Boot A's agent (0.8.0) wrote a record a board.
     append(
         journal,
         wear_record(A, 1_700_000_100, slot, sick, remapped_rows_correctable=2)
@@ -320,11 +354,10 @@ def test_wear_grown_in_each_of_the_last_two_boots(host: Host, make: Any) -> None
         # A second record in a boot (an older agent's restart) is not another boot.
         + wear_record(A, 1_700_000_200, slot, sick, remapped_rows_correctable=5),
     )
-    append(
-        journal,
-        wear_record(B, 1_700_086_500, slot, sick, remapped_rows_correctable=14)
-        + wear_record(B, 1_700_086_501, other, well, remapped_rows_correctable=3),
-    )
+    # Boot B's agent (0.9.0) wrote one record naming both boards.
+    wore = {slot: (sick, {"remapped_rows_correctable": 14})}
+    wore[other] = (well, {"remapped_rows_correctable": 3})
+    append(journal, wear_boards_record(B, 1_700_086_500, wore))
     cells = {"remapped_rows.correctable": "27"}
     host.healthy(override={slot: cells, other: {"remapped_rows.correctable": "30"}})
     host.make_agent(state_directory=state, journal_directory=journal, history_days=3650)
@@ -366,7 +399,11 @@ def test_wear_grown_in_each_of_the_last_two_boots(host: Host, make: Any) -> None
         main, ["--config", conf, "history", slot, "--days", "100000", "--json"]
     )
     steps = [s for s in json.loads(res.stdout) if s["event"] == "wear"]
-    assert steps[-1]["wear"] == {"remapped_rows_correctable": 14}
+    assert [(s["boot"], s["uuid"], s["wear"]) for s in steps] == [
+        (A, sick, {"remapped_rows_correctable": 2}),
+        (A, sick, {"remapped_rows_correctable": 5}),
+        (B, sick, {"remapped_rows_correctable": 14}),
+    ]
 
 
 def test_the_timeline_reads_a_record() -> None:
@@ -381,6 +418,116 @@ def test_the_timeline_reads_a_record() -> None:
     (step,) = timeline.steps("b1", 1.0, entry, {}, set())
     assert (step.event, step.uuid, step.wear) == ("wear", UUID, {"retired_pages_sbe": 4})
     assert all(name.upper() in timeline.FIELDS for name in counters.FIELDS.values())
+
+
+def test_the_timeline_reads_a_record_of_boards() -> None:
+    other = "GPU-99999999-2222-3333-4444-555555555555"
+    wore = [
+        Board("0000:18:00.0", UUID, "1320221034567", {"remapped_rows_correctable": 3}),
+        # A board named by its slot only: the driver's UUID line of its boot names it.
+        Board("0000:2a:00.0", "", None, {"retired_pages_sbe": 0}),
+    ]
+    ((_, value),) = boards.records(wore)
+    entry = {
+        "_SYSTEMD_UNIT": b"gpuagent.service",
+        "MESSAGE_ID": Event.WEAR_RECORDED.value.encode(),
+        boards.FIELD: value.encode(),
+    }
+    got = timeline.steps("b1", 1.0, entry, {"0000:2a:00": other}, set())
+    assert [(s.event, s.pci_slot, s.uuid, s.wear) for s in got] == [
+        ("wear", "0000:18:00.0", UUID, {"remapped_rows_correctable": 3}),
+        ("wear", "0000:2a:00.0", other, {"retired_pages_sbe": 0}),
+    ]
+    assert boards.FIELD in timeline.FIELDS
+    # Another unit's record of the same shape is no step.
+    assert timeline.steps("b1", 1.0, {**entry, "_SYSTEMD_UNIT": b"x.service"}, {}, set()) == []
+
+
+def board(n: int, **counts: int) -> Board:
+    return Board(f"0000:{n:02x}:00.0", f"GPU-{n:08x}-2222-3333-4444-555555555555", None, counts)
+
+
+@pytest.mark.parametrize(
+    ("wore", "said"),
+    [
+        ([board(1, remapped_rows_correctable=0)], "wear of 1 GPU recorded: every counter 0"),
+        (
+            [board(1, retired_pages_sbe=0), board(2, retired_pages_sbe=4, retired_pages_dbe=0)],
+            "wear of 2 GPUs recorded: 0000:02:00.0 pages retired (single-bit) 4",
+        ),
+        (
+            [board(n, remapped_rows_correctable=n) for n in range(1, 9)],
+            "wear of 8 GPUs recorded: 0000:01:00.0 rows remapped (correctable) 1; "
+            "0000:02:00.0 rows remapped (correctable) 2; "
+            "0000:03:00.0 rows remapped (correctable) 3; 5 more above 0",
+        ),
+    ],
+)
+def test_the_records_message(wore: list[Board], said: str) -> None:
+    assert boards.message(wore) == said
+    ((message, _),) = boards.records(wore)
+    assert message == said
+
+
+def test_a_record_round_trips_and_larger_hosts_take_a_few() -> None:
+    assert boards.records([]) == []
+    wore = [board(n, remapped_rows_correctable=n, ecc_uncorrected_aggregate=0) for n in range(40)]
+    got = boards.records(wore)
+    assert len(got) == 3  # 16, 16 and 8 boards
+    assert [b for _, value in got for b in boards.read(value)] == wore
+    assert got[2][0].startswith("wear of 8 GPUs recorded: ")
+    # The longest a record can be is read back whole.
+    big = 10**20 - 1
+    long = "x" * 100
+    worst = [
+        Board(long, long, long, dict.fromkeys(counters.FIELDS.values(), big))
+        for _ in range(boards.BOARDS_MAX)
+    ]
+    ((_, value),) = boards.records(worst)
+    assert len(value) <= boards.FIELD_MAX
+    cut = "x" * boards.TEXT_MAX
+    assert boards.read(value) == [Board(cut, cut, cut, worst[0].counts)] * boards.BOARDS_MAX
+
+
+GOOD = {"pci_slot": "0000:18:00.0", "gpu_uuid": UUID, "remapped_rows_correctable": 3}
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("", 0),
+        ("not json", 0),
+        ("[" * 100_000, 0),  # past FIELD_MAX
+        ("[" * 5000 + "]" * 5000, 0),  # deeper than the parser goes
+        (json.dumps(GOOD), 0),  # not a list
+        ("[" + "1" * 5000 + "]", 0),  # more digits than int() takes
+        (json.dumps([GOOD, 3, "x", None, []]), 1),
+        (json.dumps([GOOD] * (boards.BOARDS_MAX + 5)), boards.BOARDS_MAX),
+        (json.dumps([{**GOOD, "pci_slot": 7}]), 0),
+        (json.dumps([{**GOOD, "pci_slot": ""}]), 0),
+        (json.dumps([{**GOOD, "pci_slot": "0" * 65}]), 0),
+        (json.dumps([{**GOOD, "gpu_uuid": None}]), 0),
+        (json.dumps([{**GOOD, "gpu_uuid": "G" * 65}]), 0),
+        (json.dumps([{**GOOD, "remapped_rows_correctable": True}]), 0),
+        (json.dumps([{**GOOD, "remapped_rows_correctable": -1}]), 0),
+        (json.dumps([{**GOOD, "remapped_rows_correctable": 10**20}]), 0),
+        (json.dumps([{**GOOD, "remapped_rows_correctable": "3"}]), 0),
+        (json.dumps([{**GOOD, "remapped_rows_correctable": 1.5}]), 0),
+    ],
+)
+def test_what_a_record_of_boards_holds_is_bounded(value: str, kept: int) -> None:
+    assert len(boards.read(value)) == kept
+
+
+def test_a_record_of_boards_keeps_what_it_knows() -> None:
+    item = {**GOOD, "serial": 12, "later": [1], "retired_pages_sbe": 10**20 - 1}
+    (got,) = boards.read(json.dumps([item]))
+    assert got == Board(
+        "0000:18:00.0",
+        UUID,
+        None,
+        {"remapped_rows_correctable": 3, "retired_pages_sbe": 10**20 - 1},
+    )
 
 
 def answered(slots: list[str]) -> Tick:

@@ -2,9 +2,10 @@
 
 The entries are the kernel's records (Xids, the UUID lines), the agent's own problem lines
 (``_SYSTEMD_UNIT=gpuagent.service``: starts and ends, each naming the GPU's UUID in
-``GPU_UUID`` where it was known) and root's clears, of every boot the
-journal holds, in journal order.  :func:`events` turns them into :class:`Step` s, a ``boot``
-step where each boot's entries begin; :func:`render` is the timeline for a person.
+``GPU_UUID`` where it was known; a wear record, a step for each board it names) and root's
+clears, of every boot the journal holds, in journal order.  :func:`events` turns them into
+:class:`Step` s, a ``boot`` step where each boot's entries begin; :func:`render` is the
+timeline for a person.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpuagent.sources.bus.pciaddr import device_of
 from gpuagent.sources.kernel import clears
 from gpuagent.sources.kernel.xid import GpuUuid, Xid, assess, parse
 from gpuagent.sources.victims.rule import Victim, describe, parse_victims
+from gpuagent.sources.wear import boards as wearboards
 from gpuagent.sources.wear.counters import FIELDS as WEAR_FIELDS
 from gpuagent.sources.wear.counters import LABELS as WEAR_LABELS
 from gpuagent.sources.wear.counters import count
@@ -47,6 +49,7 @@ FIELDS = (
     "_AUDIT_LOGINUID",
     "SUDO_USER",
     "VICTIMS",
+    wearboards.FIELD,
     *(name.upper() for name in WEAR_FIELDS.values()),
 )
 
@@ -209,7 +212,11 @@ def steps(
         if clear is None:
             return []
         return [Step(boot, at, clear.slot, uuid, "clear", clear.kind, by=clear.by)]
-    if _text(entry, "_SYSTEMD_UNIT") != UNIT or not where:
+    if _text(entry, "_SYSTEMD_UNIT") != UNIT:
+        return []
+    if message_id == Event.WEAR_RECORDED.value and (read := _text(entry, wearboards.FIELD)):
+        return _boards(boot, at, read, uuids)
+    if not where:
         return []
     code = _text(entry, "XID")
     xid = whole(code, 6) if code else None
@@ -231,6 +238,7 @@ def steps(
             )
         ]
     if message_id == Event.WEAR_RECORDED.value:
+        # Before 0.9.0 a record a board, each counter a field of its own.
         return [Step(boot, at, where, uuid, "wear", wear=_wear(entry))]
     if message_id == Event.FAULT_VICTIMS.value:
         hit = parse_victims(_text(entry, "VICTIMS"))
@@ -240,6 +248,22 @@ def steps(
     if message_id in STARTS:
         return [Step(boot, at, where, uuid, "problem_start", kind, xid, action, severity)]
     return []
+
+
+def _boards(boot: str, at: float, text: str, uuids: Mapping[str, str]) -> list[Step]:
+    """A wear record's steps, one a board of its ``WEAR_BOARDS``; a board it names no UUID
+    of is the one the driver's UUID line names in its slot."""
+    return [
+        Step(
+            boot,
+            at,
+            b.pci_slot,
+            b.gpu_uuid or uuids.get(device_of(b.pci_slot)),
+            "wear",
+            wear=b.counts,
+        )
+        for b in wearboards.read(text)
+    ]
 
 
 def _wear(entry: Mapping[str, object]) -> dict[str, int]:

@@ -2,9 +2,9 @@
 
 At the first answer of a boot that names a board (its UUID), one ``nvidia-smi --query-gpu``
 (:mod:`gpuagent.sources.wear.counters`) reads the counters of the boards not yet recorded
-this boot, through the probe's runner, after the probe and the boards' serials; each board's
-counters are one journal record where it offers any (``wear_recorded``, info; each counter a
-field of its own, with ``PCI_SLOT``, ``GPU_UUID`` and ``SERIAL``), once a boot
+this boot, through the probe's runner, after the probe and the boards' serials; the read is
+one journal record (``wear_recorded``, info), its ``WEAR_BOARDS`` field each board's counters
+where it offers any, with its slot, UUID and serial (:mod:`.boards`), once a boot
 (:mod:`.recorded`).  A failing read is retried on the next ticks with the probe's backoff; an
 outage is one warning and its end one line; a field the driver rejects is dropped from the
 next read (all of them: one warning); a board whose row three answers lacked is not asked
@@ -25,7 +25,7 @@ from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources import Findings, Outcome, Source
 from gpuagent.sources.probe.smi import invalid_field
-from gpuagent.sources.wear import counters, trend
+from gpuagent.sources.wear import boards, counters, trend
 from gpuagent.sources.wear.recorded import Recorded
 from gpuagent.views import Finding, Tick
 
@@ -120,21 +120,17 @@ class WearSource(Source):
         if self.cadence.succeeded():
             self.log(INFO, Event.WEAR_READ_RECOVERED, "boards' wear read again")
         records: dict[str, tuple[str, counters.Counters]] = {}
+        wore: list[boards.Board] = []
         for slot, uuid in todo.items():
             if (counts := found.get(slot)) is None:
                 self._misses[uuid] = self._misses.get(uuid, 0) + 1
                 continue  # not in this answer: asked again, MISSES times in all
             if counts:
-                self.log(
-                    INFO,
-                    Event.WEAR_RECORDED,
-                    f"GPU {slot}: wear at its first answer this boot: {counters.said(counts)}",
-                    pci_slot=slot,
-                    gpu_uuid=uuid,
-                    serial=tick.serial(slot),
-                    **counts,
-                )
+                wore.append(boards.Board(slot, uuid, tick.serial(slot), counts))
             records[uuid] = (slot, counts)
+        # One record a read (a host of more than BOARDS_MAX boards: a few), not one a board.
+        for said, value in boards.records(wore):
+            self.log(INFO, Event.WEAR_RECORDED, said, **{boards.FIELD: value})
         if records:
             self.recorded.add(records)
 
