@@ -71,18 +71,43 @@ def instant_nvidia_smi(directory: str, slots: list[str], processes: int = 2) -> 
     boards = os.path.join(directory, "serials.csv")
     with open(boards, "w") as f:
         f.write("".join(f"00000000:{slot[5:].upper()}, 0000000000000\n" for slot in slots))
-    path = os.path.join(directory, "nvidia-smi")
+    loop = _loop_mode(directory, answer)
+    return _script(
+        os.path.join(directory, "nvidia-smi"),
+        "#!/bin/sh\n"
+        f'case "$1 $2" in "nvlink --status") exec cat {status} ;; '
+        f'"nvlink --errorcounters") exec cat {counters} ;; esac\n'
+        f'case "$1" in --query-compute-apps=*) exec cat {apps} ;; '
+        f"{serials.ARGS[0]}) exec cat {boards} ;; esac\n"
+        # Loop mode's value is the argument after its flag; a one-shot walks no argument.
+        f'case "$*" in *" -l"*) for a; do case $p in -lms) exec {loop} "$a" ;; '
+        f'-l) exec {loop} "${{a}}000" ;; esac; p=$a; done ;; esac\n'
+        f"exec cat {answer}\n",
+    )
+
+
+def _script(path: str, text: str) -> str:
+    """``text`` as the executable ``path``; returns ``path``."""
     with open(path, "w") as f:
-        f.write(
-            "#!/bin/sh\n"
-            f'case "$1 $2" in "nvlink --status") exec cat {status} ;; '
-            f'"nvlink --errorcounters") exec cat {counters} ;; esac\n'
-            f'case "$1" in --query-compute-apps=*) exec cat {apps} ;; '
-            f"{serials.ARGS[0]}) exec cat {boards} ;; esac\n"
-            f"exec cat {answer}\n"
-        )
+        f.write(text)
     os.chmod(path, 0o755)
     return path
+
+
+def _loop_mode(directory: str, answer: str) -> str:
+    """The stand-in's loop mode (``-lms MS``, ``-l SEC``): a bash script printing ``answer``
+    at once and every MS ms until it is killed, as one process that forks nothing a sample
+    (a real loop is one process: one NVML start); it waits on a FIFO nothing writes to."""
+    fifo = os.path.join(directory, "loop.fifo")
+    os.mkfifo(fifo)
+    return _script(
+        os.path.join(directory, "nvidia-smi-loop"),
+        "#!/bin/bash\n"
+        f"IFS= read -r -d '' answer <{answer}\n"
+        f"exec 3<>{fifo}\n"
+        "printf -v period %d.%03d $(($1 / 1000)) $(($1 % 1000))\n"
+        'while printf %s "$answer"; do read -r -t "$period" -u 3 _; done\n',
+    )
 
 
 @dataclass
