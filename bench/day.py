@@ -44,9 +44,11 @@ SEED = {
 # processes read every tick, 6 a minute each; an NVSwitch host's two NVLink reads once a
 # minute), until a loop sampler lowers them.
 STARTS_A_MINUTE = {"gpu-less host": 0, "healthy 8-GPU host": 12, "NVSwitch 8-GPU host": 14}
-# The same under sampler = "loop": one probe child for the run, the processes read once a
-# minute, the NVSwitch host's two NVLink reads.  Held by --check on LOOP_TICKS of each host.
-LOOP_STARTS_A_MINUTE = {"gpu-less host": 0, "healthy 8-GPU host": 1, "NVSwitch 8-GPU host": 3}
+# The same under sampler = "loop" (issue 41: an NVSwitch host <= 1): the probe's child started
+# afresh (a spawn and a child) every half hour, the processes read every 3 minutes, the
+# NVSwitch host's two NVLink reads every 5 (docs/sampler.md).  Held by --check on LOOP_TICKS
+# of each host.
+LOOP_STARTS_A_MINUTE = {"gpu-less host": 0, "healthy 8-GPU host": 0.5, "NVSwitch 8-GPU host": 1}
 # Two simulated hours: its last hour is the steady state, at a tenth of a day's CPU.
 LOOP_TICKS = 720
 # The reads made once at the first answer, beyond the steady rate: the boards' serials, the
