@@ -340,7 +340,7 @@ KEYS: tuple[Key, ...] = (
         DRAIN_ASK,
         'on a critical problem, "ask" Slurm, NHC, NPD to drain, or "report" what would',
     ),
-    Key("sampler", _one_of(SAMPLERS), "spawn", "probe by one nvidia-smi a tick, or by its loop"),
+    Key("sampler", _one_of(SAMPLERS), "loop", "probe by nvidia-smi's loop, or one a tick"),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 
