@@ -81,6 +81,10 @@ def children(pid: int) -> int:
     return n
 
 
+# The loop sampler's one line when it falls back to spawns (gpuagent.sources.probe.loop).
+_FELL_BACK = "probing by spawn until the agent restarts"
+
+
 def quiet(pid: int) -> tuple[int, int, int]:
     """fds, RSS and children between probes: the fewest seen over a second of readings."""
     readings = []
@@ -214,6 +218,11 @@ def real(seconds: float, fail: float, seed: int) -> list[str]:
             proc.wait(timeout=10)
         log.seek(0)
         lines = [ln for ln in log.read().splitlines() if not ln.startswith("debug:")]
+        if start[2] == 1 and any(_FELL_BACK in ln for ln in lines):
+            # The loop sampler's child and its pipe, there at the start, are gone once two
+            # failed loops fell back to spawns (said once): no leak, the end is held to that.
+            print("nvidia-smi's loop fell back to spawns: its child and pipe are not expected")
+            start = (start[0] - 1, start[1], 0)
         # Start and stop, and the start's warning that a 0.5 s timeout exceeds the 0.1 s tick.
         skip = ("started: tick every", "stopping", "is not below interval")
         lines = [ln for ln in lines if not any(s in ln for s in skip)]

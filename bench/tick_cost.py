@@ -65,7 +65,7 @@ from gpuagent.notify import Notifier
 from gpuagent.publish import Textfile
 from gpuagent.sources.bus import pci
 from gpuagent.sources.bus.bus import BusScan
-from gpuagent.sources.nvlink import nvlink
+from gpuagent.sources.nvlink import nvlink, nvlinksource
 from gpuagent.sources.probe import rules, smi
 from gpuagent.sources.probe.probe import Prober
 from gpuagent.sources.probe.source import Probe
@@ -199,7 +199,7 @@ def minimal_loop_with_metrics(
 def nvlink_due(config: Config) -> Iterator[bool]:
     """Whether each tick in turn reads NVLink, on the agent's cadence (every
     ``nvlink_interval`` in whole ticks, the first tick's included)."""
-    every = every_ticks(config.nvlink_interval, config.interval)
+    every = every_ticks(nvlinksource.period(config), config.interval)
     return itertools.cycle([True] + [False] * (every - 1))
 
 

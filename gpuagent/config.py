@@ -85,7 +85,7 @@ class Config(NamedTuple):
     throttle_fraction: float = _default("throttle_fraction")
     throttle_window: float = _default("throttle_window")
     xid: Mapping[int, Override] = _default("xid")
-    nvlink_interval: float = _default("nvlink_interval")
+    nvlink_interval: float | None = _default("nvlink_interval")
     nvlink_window: float = _default("nvlink_window")
     nvlink_recovery_budget: int = _default("nvlink_recovery_budget")
     nvlink_replay_budget: int = _default("nvlink_replay_budget")
@@ -119,11 +119,11 @@ def _nvlink_at_least_a_tick(cfg: Config, given: Collection[str]) -> Config:
     """nvlink_interval at least one interval: rounded up to whole ticks, less would read
     every tick, not as often as asked.  The default is not checked: a long interval alone
     reads NVLink every tick."""
-    if "nvlink_interval" in given and cfg.nvlink_interval < cfg.interval:
+    given_interval = cfg.nvlink_interval if "nvlink_interval" in given else None
+    if given_interval is not None and given_interval < cfg.interval:
         raise _Refused(
             "nvlink_interval",
-            f"expected at least one tick (interval {cfg.interval:g} s), "
-            f"got {cfg.nvlink_interval:g}",
+            f"expected at least one tick (interval {cfg.interval:g} s), got {given_interval:g}",
         )
     return cfg
 

@@ -301,8 +301,9 @@ KEYS: tuple[Key, ...] = (
     Key("throttle_fraction", _fraction, 0.1, "the share of slowed samples that is throttled"),
     Key("throttle_window", _SECONDS, 600.0, "the samples' window throttle_fraction judges"),
     Key("xid", _xid_table, {}, "this site's own severity and action of Xid codes"),
-    # Rounded up to whole ticks; at least one interval (gpuagent.config.RULES).
-    Key("nvlink_interval", _SECONDS, 60.0, "how often NVLink links and counters are read"),
+    # Rounded up to whole ticks; at least one interval (gpuagent.config.RULES).  None (unset):
+    # 60 s, 300 s under sampler = "loop" (gpuagent.sources.nvlink.nvlinksource).
+    Key("nvlink_interval", _SECONDS, None, "how often NVLink links and counters are read"),
     Key("nvlink_window", _SECONDS, 600.0, "how long a counter's rise counts against its budget"),
     Key("nvlink_recovery_budget", _BUDGET, 0, "how far a recovery counter may rise in a window"),
     Key("nvlink_replay_budget", _BUDGET, 16, "how far a replay counter may rise in a window"),
@@ -339,7 +340,7 @@ KEYS: tuple[Key, ...] = (
         DRAIN_ASK,
         'on a critical problem, "ask" Slurm, NHC, NPD to drain, or "report" what would',
     ),
-    Key("sampler", _one_of(SAMPLERS), "spawn", "probe by one nvidia-smi a tick, or by its loop"),
+    Key("sampler", _one_of(SAMPLERS), "loop", "probe by nvidia-smi's loop, or one a tick"),
 )
 _BY_NAME = {k.name: k for k in KEYS}
 

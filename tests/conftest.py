@@ -131,6 +131,10 @@ class Host(FakeHost):
             state_file=os.path.join(self.dir, "state.json"),
             textfile=os.path.join(self.dir, "gpuagent.prom"),
             journal_directory=fakehost.quiet_journal(),
+            # The fake answers its scenario per run: a test that changes it expects the next
+            # tick's probe to be a run.  Tests of the loop set sampler="loop" and the fake's
+            # loop_ms (tests/test_loop.py).
+            sampler="spawn",
         )
         return base._replace(**overrides)
 

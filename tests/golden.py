@@ -69,7 +69,8 @@ class Golden:
 
     def __init__(self, directory: str, make: Make, gpus: int) -> None:
         self.dir = directory
-        self.host: FakeHost = fakehost.create(directory, gpus)
+        # Per-tick spawns on a fake clock: a real loop child runs in real time.
+        self.host: FakeHost = fakehost.create(directory, gpus, sampler="spawn")
         self.make = make
         self.clock = Clock()
         self.interval = 0.0

@@ -320,7 +320,7 @@ def test_salvage_drops_a_bad_xid_table_and_keeps_the_rest(tmp_path: str) -> None
 
 def test_nvlink_defaults() -> None:
     cfg = Config()
-    assert (cfg.nvlink_interval, cfg.nvlink_window) == (60.0, 600.0)
+    assert (cfg.nvlink_interval, cfg.nvlink_window) == (None, 600.0)
     assert (cfg.nvlink_recovery_budget, cfg.nvlink_replay_budget) == (0, 16)
 
 
@@ -365,5 +365,5 @@ def test_bad_nvlink_values(tmp_path: str, text: str, needle: str) -> None:
 
 def test_a_long_interval_with_the_default_nvlink_interval_is_fine(tmp_path: str) -> None:
     # Only a value set in the file is checked: the default becomes one read per tick.
-    assert load(write(tmp_path, "interval = 120\n"), required=True).nvlink_interval == 60.0
+    assert load(write(tmp_path, "interval = 120\n"), required=True).nvlink_interval is None
     assert load(write(tmp_path, "nvlink_interval = 10\n"), required=True).nvlink_interval == 10.0

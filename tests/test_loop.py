@@ -13,6 +13,7 @@ import pytest
 
 from gpuagent.commands.status import ExitCode, judge
 from gpuagent.schema import ProbeState
+from gpuagent.sources.probe import loop
 from gpuagent.sources.probe.loop import LoopSampler
 from gpuagent.sources.probe.source import Probe
 from tests import fakesysfs
@@ -193,3 +194,57 @@ def test_a_reload_changing_the_interval_restarts_the_loop_at_it(looping: Host) -
     proc = sampler(looping).child.proc
     assert proc is not None and proc.args[-2:] == ["-lms", "2000"]  # type: ignore[index]
     loop_sample(looping)
+
+
+def restarted(host: Host, spawns: int, proc: object) -> bool:
+    """Whether the loop was started afresh since the probe's ``spawns`` (its count) and
+    ``proc``: a spawn and a new child, no failure."""
+    child = sampler(host).child
+    return (
+        host.probe["spawns_total"] == spawns + 2
+        and child.running
+        and child.proc is not proc
+        and host.probe["state"] == ProbeState.OK
+        and sampler(host).misbehaved == 0
+    )
+
+
+def test_a_gpu_gone_from_the_bus_restarts_the_loop_in_the_tick(looping: Host) -> None:
+    looping.tick()
+    spawns, proc = looping.probe["spawns_total"], sampler(looping).child.proc
+    fakesysfs.remove_device(looping.root, looping.slots[-1])
+    looping.tick()
+    assert restarted(looping, spawns, proc)
+    spawns, proc = looping.probe["spawns_total"], sampler(looping).child.proc
+    fakesysfs.bind(looping.root, looping.slots[0], None)  # its driver let go of it
+    looping.tick()
+    assert restarted(looping, spawns, proc)
+    loop_sample(looping)
+
+
+def test_a_loop_is_started_afresh_after_refresh_seconds(
+    looping: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "REFRESH", 0.5)
+    looping.tick()
+    spawns, proc = looping.probe["spawns_total"], sampler(looping).child.proc
+    until(looping, lambda: sampler(looping).child.proc is not proc)
+    assert restarted(looping, spawns, proc)
+    assert not looping.lines(logging.INFO)[1:]  # no line: no outage, no failure
+
+
+def test_a_critical_xid_restarts_a_loop_a_minute_old(
+    looping: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looping.tick()
+    child = sampler(looping).child
+    bus = sampler(looping)._loop_bus
+    sampler(looping).verify(bus, fault=True)
+    assert child.running  # younger than FAULT_AGE: an Xid storm restarts it at most once
+    monkeypatch.setattr(loop, "FAULT_AGE", 0.0)
+    sampler(looping).verify(bus, fault=False)
+    assert child.running
+    sampler(looping).verify(bus, fault=True)
+    assert not child.running
+    until(looping, lambda: sampler(looping).child.running)
+    assert sampler(looping).misbehaved == 0

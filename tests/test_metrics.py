@@ -459,6 +459,7 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
         sysfs_root=host.root,
         state_file=os.path.join(tmp_path, "state.json"),
         textfile=path,
+        sampler="spawn",  # a spawn a tick, counted in gpuagent_probe_spawns_total
     )
     daemon = Daemon(cfg, ("/nonexistent.toml", False), log=log)
     daemon.step()
@@ -481,7 +482,7 @@ def test_daemon_writes_each_tick_reports_problems_reloads_and_removes_at_exit(
     with open(conf, "w", encoding="utf-8") as f:
         f.write(
             f'sysfs_root = "{host.root}"\nnvidia_smi = "{host.smi}"\n'
-            f'state_file = "{cfg.state_file}"\ntextfile = "{moved}"\n'
+            f'state_file = "{cfg.state_file}"\ntextfile = "{moved}"\nsampler = "spawn"\n'
         )
     daemon.config_file = (conf, True)
     daemon.reload()

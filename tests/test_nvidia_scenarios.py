@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
+from typing import Any
 
 from gpuagent import metrics
 from gpuagent.commands.statustext import render
@@ -14,9 +16,13 @@ from gpuagent.edges.runner import Runner
 from gpuagent.edges.systemd.units import Result, Watch
 from gpuagent.logs import Event, EventLog
 from gpuagent.sources.nvlink.nvlinksource import NvlinkSource
-from tests import fakesysfs
+from tests import fakesysfs, test_kernlog
 from tests.conftest import Host
 from tests.fake_units import FakeUnits, unit
+from tests.test_kernlog import append
+from tests.test_victims import kernel_entry
+
+make = test_kernlog.make
 
 STATUS = "nvlink-status-h200-driver590.48.01-18-links.txt"
 COUNTERS = "nvlink-errorcounters-h100-80gb-hbm3-driverUNKNOWN-placeholder-uuid-TRIMMED.txt"
@@ -248,3 +254,38 @@ def test_an_unreadable_line_is_one_warning_naming_it_and_the_reads_go_on(host: H
     assert st["gpus"][0]["nvlink"]["active"] == 18  # the rest is read
     assert st["probe"]["state"] == "ok"
     assert host.nvlink_spawns == 8  # --status and --errorcounters, every tick
+
+
+def test_under_the_loop_sampler_nvlink_is_read_every_5_minutes_and_at_once_on_a_fault(
+    host: Host, make: Any
+) -> None:
+    nvlink(host, loop_ms=20)
+    journal = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
+    clock = [time.time()]
+    host.make_agent(sampler="loop", interval=60.0, journal_directory=journal, wall=lambda: clock[0])
+    try:
+        host.tick(6)
+        assert _status_reads(host) == 2  # the first tick, then every fifth
+        dev = host.slots[0].rpartition(".")[0]
+        append(journal, kernel_entry(clock[0] + 1, f"NVRM: Xid (PCI:{dev}): 74, pid=1, NVLink"))
+        clock[0] += 2
+        host.tick(1)
+        assert _status_reads(host) == 3  # at once: the links of the fault
+        host.make_agent(sampler="loop", interval=60.0, nvlink_interval=60.0)
+        before = _status_reads(host)
+        host.tick(3)
+        assert _status_reads(host) - before == 3  # a set nvlink_interval holds
+    finally:
+        assert host.agent is not None
+        host.agent.close()
+
+
+def test_under_spawns_nvlink_is_read_once_a_minute(host: Host) -> None:
+    nvlink(host)
+    host.make_agent(interval=30.0)
+    host.tick(4)
+    assert _status_reads(host) == 2
+
+
+def _status_reads(host: Host) -> int:
+    return len([c for c in host.calls() if c[:2] == ["nvlink", "--status"]])

@@ -55,11 +55,12 @@ def test_a_long_lived_child_is_one_start_however_long_it_prints() -> None:
     assert starts.total == 4
 
 
-def test_a_simulated_loop_is_one_probe_start_and_the_processes_once_a_minute() -> None:
+def test_a_simulated_loop_is_a_probe_start_a_half_hour_and_the_processes_every_3_minutes() -> None:
     loop = day.run("healthy 8-GPU host", 720, {"sampler": "loop"})
-    assert (loop.starts["probe --query-gpu"], loop.starts["probe --query-gpu loop"]) == (1, 1)
-    assert loop.steady["probe --query-gpu loop"] == loop.steady["probe --query-gpu"] == 0
-    assert loop.steady["--query-compute-apps"] / loop.steady_minutes == 1.0
+    # Two hours: the first loop and three refreshes (REFRESH), each a spawn and a child.
+    assert (loop.starts["probe --query-gpu"], loop.starts["probe --query-gpu loop"]) == (4, 4)
+    assert loop.steady["probe --query-gpu loop"] == loop.steady["probe --query-gpu"] == 2
+    assert loop.steady["--query-compute-apps"] / loop.steady_minutes == pytest.approx(1 / 3)
     assert loop.info == 0
 
 
@@ -73,4 +74,5 @@ def test_a_simulated_loop_keeps_the_situations_verdicts(name: str) -> None:
     else:
         # The loop's stop for the module going and its start once the driver settled.
         assert loop.info == spawn.info + 2
-        assert loop.starts["probe --query-gpu loop"] == 2
+        # Its stop and start, and the half-hour refreshes (REFRESH) of the two hours.
+        assert loop.starts["probe --query-gpu loop"] == 5

@@ -25,6 +25,7 @@ from logging import INFO, WARNING
 from gpuagent.config import Config
 from gpuagent.edges.cadence import Cadence
 from gpuagent.edges.runner import Runner
+from gpuagent.health import CRITICAL
 from gpuagent.logs import Event, EventLog
 from gpuagent.schema import ProbeState
 from gpuagent.sources import Findings, Outcome, Source, partial
@@ -34,7 +35,14 @@ from gpuagent.sources.nvlink.nvlink import GpuState, Parsed
 from gpuagent.sources.nvlink.nvlinkread import Reader
 from gpuagent.views import Finding, NvlinkGpu, NvlinkView, Row, Tick
 
-__all__ = ["NvlinkSource"]
+__all__ = ["LOOP_PERIOD", "SPAWN_PERIOD", "NvlinkSource", "period"]
+
+# The reads' period (s) with nvlink_interval unset: once a minute under spawns; every 5
+# minutes under nvidia-smi's loop, where a link's fault is told first by the kernel's Xid 74
+# (and a critical Xid reads at once) and the probe's fabric fields every tick
+# (docs/sampler.md).
+SPAWN_PERIOD = 60.0
+LOOP_PERIOD = 300.0
 
 
 class NvlinkSource(Source):
@@ -58,6 +66,7 @@ class NvlinkSource(Source):
         self.monotonic = monotonic
         cadence = Cadence(*_cadence(config))
         self.reader = Reader(runner, cadence=cadence, sysfs_root=config.sysfs_root)
+        self.on_fault = config.sampler == "loop"
         self.watch = nvlink.Watch(
             config.nvlink_window, config.nvlink_recovery_budget, config.nvlink_replay_budget
         )
@@ -73,6 +82,7 @@ class NvlinkSource(Source):
         config = new
         self.reader.cadence.configure(*_cadence(config))
         self.reader.sysfs_root = config.sysfs_root
+        self.on_fault = config.sampler == "loop"
         self.watch.window = config.nvlink_window
         self.watch.recovery_budget = config.nvlink_recovery_budget
         self.watch.replay_budget = config.nvlink_replay_budget
@@ -90,6 +100,9 @@ class NvlinkSource(Source):
         if probe.gate is not None:
             found = {}
         elif probe.state is ProbeState.OK:
+            if self.on_fault and any(h.severity == CRITICAL for h in tick.kernel.heard):
+                # Under the loop the reads are minutes apart: the links of a fault now.
+                self.reader.expedite()
             # A GPU missing from the answer stops only its own read: the others go on.
             missing = probe.samples.missing
             rows = [s.fields for s in probe.samples.samples.values()]
@@ -138,9 +151,16 @@ class NvlinkSource(Source):
         return nvlink.findings_by_slot(self.watch.findings(), by_key)
 
 
+def period(config: Config) -> float:
+    """The reads' period (s): ``nvlink_interval``; unset: :data:`SPAWN_PERIOD`,
+    :data:`LOOP_PERIOD` under ``sampler = "loop"``."""
+    unset = LOOP_PERIOD if config.sampler == "loop" else SPAWN_PERIOD
+    return config.nvlink_interval or unset
+
+
 def _cadence(config: Config) -> tuple[float, float, int, float]:
     """The read's period, the tick, the failures before the backoff and the longest gap."""
-    return config.nvlink_interval, config.interval, config.backoff_after, config.retry_max
+    return period(config), config.interval, config.backoff_after, config.retry_max
 
 
 def _gpus(status: Parsed, counters: Parsed | None, slots: dict[str, str]) -> dict[str, NvlinkGpu]:

@@ -14,7 +14,9 @@ child that outlives SIGKILL is handed to the runner as its stuck child (``driver
 once, no child while it lives).  After two such failures the agent samples by spawn until it
 exits, and says so once.  While the driver is being changed
 (:class:`~gpuagent.sources.probe.driverwatch.DriverWatch`) the loop is stopped and each probe
-is a spawn.
+is a spawn.  A loop that may answer for a GPU a fresh NVML start would call lost is started
+afresh (:meth:`LoopSampler.verify`): when the GPUs on the PCI bus change, on a critical Xid,
+and every :data:`REFRESH` s.
 """
 
 from __future__ import annotations
@@ -31,10 +33,15 @@ from gpuagent.sources.probe.probe import Prober, ProbeResult
 from gpuagent.sources.probe.smi import classify, command
 from gpuagent.views import Failure
 
-__all__ = ["MISBEHAVED", "LoopSampler", "loop_command"]
+__all__ = ["FAULT_AGE", "MISBEHAVED", "REFRESH", "LoopSampler", "loop_command"]
 
 # Failed loops before the agent samples by spawn for the rest of its run.
 MISBEHAVED = 2
+# A loop may keep answering for a GPU a fresh NVML start would call lost (StatCan/aaw#1952):
+# one is started afresh after this long (s), and on a critical Xid once it is this old (s),
+# so an Xid storm restarts it at most once a minute (docs/sampler.md).
+REFRESH = 1800.0
+FAULT_AGE = 60.0
 _ERROR_CHARS = 300
 
 
@@ -56,6 +63,9 @@ class LoopSampler:
         self.misbehaved = 0
         self._blocks = Blocks(None, 0)
         self._since = 0.0
+        self._started = 0.0
+        self._bus: frozenset[tuple[str, str | None]] = frozenset()
+        self._loop_bus = self._bus
         self._held: Condition[str] = Condition()
 
     def configure(self, sampler: str, interval: float) -> None:
@@ -83,6 +93,26 @@ class LoopSampler:
             )
         elif edge is Edge.ENDED and self.sampler == "loop":
             self.log(logging.INFO, None, "the driver has settled; nvidia-smi's loop may start")
+
+    def verify(self, bus: frozenset[tuple[str, str | None]], fault: bool) -> None:
+        """Before a probe: the GPUs on the PCI bus now (slot, bound driver) and whether this
+        tick heard a critical Xid.  A loop started with other GPUs on the bus, one running
+        :data:`REFRESH` s, or one :data:`FAULT_AGE` s old on a fault is stopped, no failure:
+        the probe then is a spawn, a fresh NVML start, and the loop starts again after it."""
+        self._bus = bus
+        if not self.child.running:
+            return
+        age = self.clock() - self._started
+        if bus != self._loop_bus:
+            why = "the GPUs on the PCI bus changed"
+        elif age >= REFRESH:
+            why = f"it ran {REFRESH:g} s"
+        elif fault and age >= FAULT_AGE:
+            why = "a critical Xid"
+        else:
+            return
+        self.release()
+        self.log(logging.DEBUG, None, f"nvidia-smi's loop restarted: {why}")
 
     def release(self) -> None:
         """Stop the loop, if one runs; a child that outlives SIGKILL is the runner's stuck one."""
@@ -113,7 +143,8 @@ class LoopSampler:
         fields = self.prober.fields
         column = fields.index("pci.bus_id") if "pci.bus_id" in fields else None
         self._blocks = Blocks(column, len(answer.rows or ()) + len(answer.gpu_errors))
-        self._since = self.clock()
+        self._since = self._started = self.clock()
+        self._loop_bus = self._bus
         return 1
 
     def _read(self) -> ProbeResult | None:

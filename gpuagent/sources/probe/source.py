@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuagent.config import Config
+from gpuagent.health import CRITICAL
 from gpuagent.schema import ProbeState
 from gpuagent.sources import EVERY, Findings, Outcome, Source, Unread
 from gpuagent.sources.driver.driver import NvmlLibrary
@@ -73,6 +74,10 @@ class Probe(Source):
                 tick.config.sysfs_root, self._library, tick.services, tick.bus.module_loaded
             )
             self.probing.sampler.hold(self.watch.why(signs))
+            # A loop that may answer for a GPU a fresh start would call lost is started afresh.
+            bus = frozenset((g.slot, g.driver) for g in tick.bus.gpus)
+            fault = any(h.severity == CRITICAL for h in tick.kernel.heard)
+            self.probing.sampler.verify(bus, fault)
         answer = self.probing.step(tick.bus)
         findings: dict[str, Findings] = {}
         # No read, no change: what nvidia-smi said of a GPU it cannot answer for now holds as

@@ -1,7 +1,7 @@
 """The processes source: who is on each GPU, and in which systemd unit.
 
 After a successful probe, every ``processes_interval`` (in whole ticks; unset: every tick,
-or once a minute and on a tick that hears a critical Xid under ``sampler = "loop"``), one
+or every 3 minutes and on a tick that hears a critical Xid under ``sampler = "loop"``), one
 ``nvidia-smi --query-compute-apps`` runs through the probe's runner (its own process group,
 its timeout); a failing read is retried on its
 :class:`~gpuagent.edges.cadence.Cadence`'s backoff, counted in reads, and an outage is one
@@ -40,9 +40,9 @@ from gpuagent.views import ProcessesView, ProcessView, Row, Tick
 __all__ = ["LOOP_PERIOD", "ProcessesSource"]
 
 _LINE_CHARS = 300
-# The read's period (s) under nvidia-smi's loop with processes_interval unset: once a minute
+# The read's period (s) under nvidia-smi's loop with processes_interval unset: every 3 minutes
 # (docs/sampler.md), and at once on a tick that hears a critical Xid.
-LOOP_PERIOD = 60.0
+LOOP_PERIOD = 180.0
 
 
 def _cadence(config: Config) -> tuple[float, float, int, float]:
