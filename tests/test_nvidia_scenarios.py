@@ -280,6 +280,27 @@ def test_under_the_loop_sampler_nvlink_is_read_every_5_minutes_and_at_once_on_a_
         host.agent.close()
 
 
+def test_under_the_loop_sampler_a_storm_of_faults_reads_nvlink_once_a_minute(
+    host: Host, make: Any
+) -> None:
+    nvlink(host, loop_ms=20)
+    journal = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
+    clock = [time.time()]
+    host.make_agent(sampler="loop", interval=10.0, journal_directory=journal, wall=lambda: clock[0])
+    try:
+        host.tick(2)
+        before = _status_reads(host)
+        dev = host.slots[0].rpartition(".")[0]
+        for _ in range(7):  # a critical Xid every tick for 70 s
+            clock[0] += 10
+            append(journal, kernel_entry(clock[0], f"NVRM: Xid (PCI:{dev}): 79, pid=1, GPU"))
+            host.tick(1)
+        assert _status_reads(host) - before == 2  # at the first fault, and a minute later
+    finally:
+        assert host.agent is not None
+        host.agent.close()
+
+
 def test_under_spawns_nvlink_is_read_once_a_minute(host: Host) -> None:
     nvlink(host)
     host.make_agent(interval=30.0)

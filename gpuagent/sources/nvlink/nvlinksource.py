@@ -67,6 +67,9 @@ class NvlinkSource(Source):
         cadence = Cadence(*_cadence(config))
         self.reader = Reader(runner, cadence=cadence, sysfs_root=config.sysfs_root)
         self.on_fault = config.sampler == "loop"
+        # When a critical Xid last made the reads due: a storm of them reads at most once a
+        # SPAWN_PERIOD, what spawns cost anyway.
+        self.fault_read_at = -SPAWN_PERIOD
         self.watch = nvlink.Watch(
             config.nvlink_window, config.nvlink_recovery_budget, config.nvlink_replay_budget
         )
@@ -102,7 +105,10 @@ class NvlinkSource(Source):
         elif probe.state is ProbeState.OK:
             if self.on_fault and any(h.severity == CRITICAL for h in tick.kernel.heard):
                 # Under the loop the reads are minutes apart: the links of a fault now.
-                self.reader.expedite()
+                now = self.monotonic()
+                if now - self.fault_read_at >= SPAWN_PERIOD:
+                    self.fault_read_at = now
+                    self.reader.expedite()
             # A GPU missing from the answer stops only its own read: the others go on.
             missing = probe.samples.missing
             rows = [s.fields for s in probe.samples.samples.values()]
