@@ -249,16 +249,17 @@ def children_figures(
 LOOP_INTERVAL = 0.2
 LOOP_WARM = 6
 # What the agent's time-driven reads are timed by, scaled with the interval.
-_PERIODS = ("nvlink_interval", "nvlink_window", "throttle_window", "vgpu_interval", "imex_interval")
+_PERIODS = ("nvlink_window", "throttle_window", "vgpu_interval", "imex_interval")
 DEFAULT_INTERVAL = Config().interval
 
 
 def scaled(config: Config, interval: float) -> Config:
     """``config`` ticking every ``interval`` s with every period in the same ticks as at
-    :data:`DEFAULT_INTERVAL` (NVLink one tick in six; under the loop, the processes read
-    one tick in six: once a minute at 10 s), so that a tick does what it does there."""
+    :data:`DEFAULT_INTERVAL` (NVLink's reads and, under the loop, the processes read on the
+    ticks of their periods at 10 s), so that a tick does what it does there."""
     factor = interval / DEFAULT_INTERVAL
     periods = {key: getattr(config, key) * factor for key in _PERIODS}
+    periods["nvlink_interval"] = nvlinksource.period(config) * factor
     if config.sampler == "loop":
         periods["processes_interval"] = LOOP_PERIOD * factor
     return config._replace(interval=interval, **periods)

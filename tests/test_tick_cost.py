@@ -13,6 +13,7 @@ from bench.sim import instant_nvidia_smi, make_host
 from bench.tick_cost import LOOP_INTERVAL, scaled
 from gpuagent.config import Config
 from gpuagent.edges.cadence import every_ticks
+from gpuagent.sources.nvlink import nvlinksource
 from gpuagent.sources.probe import smi
 from gpuagent.sources.probe.loop import loop_command
 from gpuagent.sources.processes.processes import LOOP_PERIOD
@@ -58,8 +59,8 @@ def test_a_paced_run_keeps_each_period_in_the_ticks_of_the_default_interval() ->
     for sampler in ("spawn", "loop"):
         paced = scaled(base._replace(sampler=sampler), LOOP_INTERVAL)
         assert paced.interval == LOOP_INTERVAL
-        assert every_ticks(paced.nvlink_interval, paced.interval) == every_ticks(
-            base.nvlink_interval, base.interval
+        assert every_ticks(nvlinksource.period(paced), paced.interval) == every_ticks(
+            nvlinksource.period(base._replace(sampler=sampler)), base.interval
         )
         assert every_ticks(paced.throttle_window, paced.interval) == every_ticks(
             base.throttle_window, base.interval
@@ -69,4 +70,5 @@ def test_a_paced_run_keeps_each_period_in_the_ticks_of_the_default_interval() ->
     assert every_ticks(loop.processes_interval, loop.interval) == every_ticks(
         LOOP_PERIOD, base.interval
     )
-    assert scaled(base, LOOP_INTERVAL).processes_interval is None  # by spawn: every tick
+    spawn = scaled(base._replace(sampler="spawn"), LOOP_INTERVAL)
+    assert spawn.processes_interval is None  # by spawn: every tick
