@@ -290,14 +290,15 @@ def fake_gpu_host(c: Container) -> None:
     fake_host(c, {"error": MISMATCH, "exit": 18})
 
 
-def fake_host(c: Container, scenario: dict[str, object]) -> None:
-    """8 H200s on a fake bus for the service, the fake nvidia-smi playing ``scenario``."""
+def fake_host(c: Container, scenario: dict[str, object], config: str = "") -> None:
+    """8 H200s on a fake bus for the service, the fake nvidia-smi playing ``scenario``;
+    ``config`` is more lines of its config file."""
     c.copy(os.path.join(REPO, "tests"), f"{FAKE}/tests")
     c.run("rm", "-rf", f"{FAKE}/tests/system")
     c.run("chmod", "-R", "a+rX", FAKE)
     make = f"from tests import fakesysfs; fakesysfs.gpu_host('{FAKE}/sys', 8)"
     c.run("env", f"PYTHONPATH={FAKE}", "python3", "-c", make)
-    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG)
+    c.write(f"{FAKE}/gpuagent.toml", FAKE_CONFIG + config)
     c.write(f"{FAKE}/scenario.json", json.dumps(scenario))
     c.write("/etc/systemd/system/gpuagent.service.d/test.conf", DROP_IN)
     c.run("systemctl", "daemon-reload")

@@ -137,7 +137,9 @@ def test_who_is_on_the_gpu_under_systemd(
     slots = fakesysfs.gpu_slots(8)
     try:
         install(c, deb)
-        fake_host(c, {"capture": CAPTURE, "slots": slots})
+        # Who is on each GPU every tick: the jobs below start and stop within seconds, and the
+        # loop sampler's own period for the read is minutes.
+        fake_host(c, {"capture": CAPTURE, "slots": slots}, "processes_interval = 0.5\n")
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 30)
         j = start_jobs(c)
         on = {SERVICE: slots[3], SCOPE: slots[0], j.session: slots[1]}
