@@ -96,7 +96,10 @@ def test_a_fault_names_its_victims_units_and_jobs(
     sick, peer = slots[0], slots[1]
     try:
         install(c, deb)
-        fake_host(c, {"capture": CAPTURE, "slots": slots})
+        # Who is on each GPU every tick, so that the state shows the jobs before the fault (the
+        # loop sampler's own period for the read is minutes; its read on the fault's tick is
+        # tests/test_processes.py's).
+        fake_host(c, {"capture": CAPTURE, "slots": slots}, "processes_interval = 0.5\n")
         wait_for("8 GPUs sampled", lambda: c.prop("StatusText") == "8 GPUs, sampling", 30)
         c.write("/etc/systemd/system/train@.service", TRAIN)
         c.run("systemctl", "daemon-reload")
