@@ -11,7 +11,7 @@ import pytest
 
 import gpuagent
 from gpuagent import entries
-from tests.test_version import ENTRY, Checkout
+from tests.test_version import ENTRY, GIT_ENV, Checkout
 from tests.tools import need
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,7 +115,12 @@ def project(tmp_path: str) -> Checkout:
 def release(c: Checkout, *args: str) -> subprocess.CompletedProcess[str]:
     script = os.path.join(REPO, "scripts", "release")
     return subprocess.run(
-        [script, "--top", c.top, *args], capture_output=True, text=True, check=False, timeout=60
+        [script, "--top", c.top, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+        check=False,
+        timeout=60,
     )
 
 

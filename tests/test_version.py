@@ -32,6 +32,16 @@ def test_the_release_is_the_changelogs_top_entry() -> None:
         assert version.release_of(f.read()) == gpuagent.RELEASE
 
 
+# Who commits, whatever the machine's git knows (a fresh one has no identity).
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
 class Checkout:
     """A git repository with a debian/changelog, committed to by the test."""
 
@@ -41,16 +51,12 @@ class Checkout:
         self.changelog = ""
 
     def git(self, *args: str) -> str:
-        env = {
-            **os.environ,
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@example.org",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@example.org",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-        }
         proc = subprocess.run(
-            ["git", "-C", self.top, *args], capture_output=True, text=True, env=env, check=True
+            ["git", "-C", self.top, *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **GIT_ENV},
+            check=True,
         )
         return proc.stdout.strip()
 
