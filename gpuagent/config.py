@@ -344,12 +344,15 @@ def _parse(path: str, *, required: bool) -> dict[str, Any] | None:
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        # Typed here: where mypy checks the Python 3.10 branch without tomli installed, the
+        # module is Any (pyproject's overrides).
+        table: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     # TOMLDecodeError is a ValueError; so is an integer of more than 4300 digits.
     except (ValueError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: not valid TOML: {str(e)[:200]}") from None
+    return table
 
 
 def _read_regular(path: str) -> bytes:
