@@ -259,10 +259,7 @@ def test_an_unreadable_line_is_one_warning_naming_it_and_the_reads_go_on(host: H
 def test_under_the_loop_sampler_nvlink_is_read_every_5_minutes_and_at_once_on_a_fault(
     host: Host, make: Any
 ) -> None:
-    nvlink(host, loop_ms=20)
-    journal = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
-    clock = [time.time()]
-    host.make_agent(sampler="loop", interval=60.0, journal_directory=journal, wall=lambda: clock[0])
+    journal, clock = _loop_agent(host, make, 60.0)
     try:
         host.tick(6)
         assert _status_reads(host) == 2  # the first tick, then every fifth
@@ -283,10 +280,7 @@ def test_under_the_loop_sampler_nvlink_is_read_every_5_minutes_and_at_once_on_a_
 def test_under_the_loop_sampler_a_storm_of_faults_reads_nvlink_once_a_minute(
     host: Host, make: Any
 ) -> None:
-    nvlink(host, loop_ms=20)
-    journal = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
-    clock = [time.time()]
-    host.make_agent(sampler="loop", interval=10.0, journal_directory=journal, wall=lambda: clock[0])
+    journal, clock = _loop_agent(host, make, 10.0)
     try:
         host.tick(2)
         before = _status_reads(host)
@@ -306,6 +300,18 @@ def test_under_spawns_nvlink_is_read_once_a_minute(host: Host) -> None:
     host.make_agent(interval=30.0)
     host.tick(4)
     assert _status_reads(host) == 2
+
+
+def _loop_agent(host: Host, make: Any, interval: float) -> tuple[str, list[float]]:
+    """An agent on the loop sampler over the NVLink host, reading the kernel's records from
+    a journal it returns with the wall clock the test moves."""
+    nvlink(host, loop_ms=20)
+    journal: str = make("[    1.000000] nvidia: loading out-of-tree module taints kernel.\n")
+    clock = [time.time()]
+    host.make_agent(
+        sampler="loop", interval=interval, journal_directory=journal, wall=lambda: clock[0]
+    )
+    return journal, clock
 
 
 def _status_reads(host: Host) -> int:
